@@ -1,0 +1,406 @@
+//! Leveled compaction of the NVMe tier.
+//!
+//! Picking: all of L0 plus the overlapping L1 files once L0 has `l0_compaction_trigger`
+//! files (so every L1 version is older than every L0 version); otherwise the oldest file of
+//! the first level over its size target plus the overlapping files of the next level.
+//!
+//! Merging: a key's versions are collapsed within each *stripe* between pinned snapshots
+//! (a pinned reader must still find the newest version at or below its sequence number);
+//! at the bottom level a partial row with nothing older becomes a whole row and a delete
+//! with nothing older disappears.
+
+use std::sync::Arc;
+
+use strata_manifest::SstInfo;
+
+use crate::entry::{Entry, EntryKind, Folded};
+use crate::error::{Error, Result};
+use crate::iter::{EntryIter, MergeIter};
+use crate::row::RowCodec;
+use crate::shard::ShardInner;
+use crate::sst::{SstBuilder, SstIter, SstReader};
+use crate::state::{ShardState, SstHandle};
+
+/// A chosen compaction.
+#[derive(Debug)]
+pub(crate) struct Job {
+    upper: usize,
+    output: usize,
+    upper_inputs: Vec<Arc<SstHandle>>,
+    lower_inputs: Vec<Arc<SstHandle>>,
+    bottommost: bool,
+}
+
+fn overlapping(level: &[Arc<SstHandle>], lo: &[u8], hi: &[u8]) -> Vec<Arc<SstHandle>> {
+    level
+        .iter()
+        .filter(|h| h.info.key_max.as_slice() >= lo && h.info.key_min.as_slice() <= hi)
+        .cloned()
+        .collect()
+}
+
+fn range_of(files: &[Arc<SstHandle>]) -> (Vec<u8>, Vec<u8>) {
+    let lo = files
+        .iter()
+        .map(|h| h.info.key_min.clone())
+        .min()
+        .unwrap_or_default();
+    let hi = files
+        .iter()
+        .map(|h| h.info.key_max.clone())
+        .max()
+        .unwrap_or_default();
+    (lo, hi)
+}
+
+/// Chooses the next compaction, if any is due.
+pub(crate) fn pick(state: &ShardState, config: &crate::config::EngineConfig) -> Option<Job> {
+    let levels = &state.levels;
+    let last = levels.len() - 1;
+    let job = if levels[0].len() >= config.l0_compaction_trigger.max(1) {
+        let upper_inputs = levels[0].clone();
+        let (lo, hi) = range_of(&upper_inputs);
+        Some((0, upper_inputs, lo, hi))
+    } else {
+        let mut found = None;
+        let mut target = config.level_bytes_base;
+        for li in 1..last {
+            let size: u64 = levels[li].iter().map(|h| h.info.size_bytes).sum();
+            if size > target {
+                let oldest = levels[li].iter().min_by_key(|h| h.info.seq_max)?.clone();
+                let (lo, hi) = (oldest.info.key_min.clone(), oldest.info.key_max.clone());
+                found = Some((li, vec![oldest], lo, hi));
+                break;
+            }
+            target = target.saturating_mul(config.level_size_multiplier.max(2));
+        }
+        found
+    };
+    let (upper, upper_inputs, lo, hi) = job?;
+    let output = upper + 1;
+    let lower_inputs = overlapping(&levels[output], &lo, &hi);
+    let bottommost = levels[output + 1..]
+        .iter()
+        .all(|l| overlapping(l, &lo, &hi).is_empty());
+    Some(Job {
+        upper,
+        output,
+        upper_inputs,
+        lower_inputs,
+        bottommost,
+    })
+}
+
+/// The background task: compacts whenever asked and something is due.
+pub(crate) async fn compaction_loop(inner: Arc<ShardInner>) {
+    loop {
+        tokio::select! {
+            _ = inner.compaction_wanted.notified() => {}
+            _ = inner.cancel.cancelled() => return,
+        }
+        if let Err(e) = compact_until_idle(&inner).await {
+            if inner.fenced.load(std::sync::atomic::Ordering::Acquire)
+                || inner.cancel.is_cancelled()
+            {
+                return;
+            }
+            tracing::warn!(shard = %inner.name, error = %e, "compaction failed; will retry");
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            inner.compaction_wanted.notify_one();
+        }
+    }
+}
+
+/// Runs compactions until none is due.
+pub(crate) async fn compact_until_idle(inner: &Arc<ShardInner>) -> Result<()> {
+    let _one_at_a_time = inner.compaction_lock.lock().await;
+    while let Some(job) = pick(&inner.current(), &inner.config) {
+        run(inner, job).await?;
+    }
+    Ok(())
+}
+
+/// Collapses one key's versions (newest first) into one version per snapshot stripe.
+pub(crate) fn collapse(
+    codec: &RowCodec,
+    versions: &[Entry],
+    pins: &[u64],
+    bottommost: bool,
+) -> Result<Vec<Entry>> {
+    let stripe = |seq: u64| pins.partition_point(|p| *p < seq);
+    let mut out: Vec<Entry> = Vec::new();
+    let mut i = 0;
+    while i < versions.len() {
+        let head = &versions[i];
+        let s = stripe(head.seq);
+        let mut folded = Folded::from_entry(codec, head.kind, &head.value)?;
+        let mut j = i + 1;
+        while j < versions.len() && stripe(versions[j].seq) == s {
+            if !folded.kind.is_full() {
+                folded.merge_older(codec, versions[j].kind, &versions[j].value)?;
+            }
+            j += 1;
+        }
+        let is_last = j == versions.len();
+        if bottommost && is_last {
+            folded.finish_at_bottom();
+        }
+        let drop_tombstone = bottommost && is_last && folded.kind == EntryKind::Delete;
+        if !drop_tombstone {
+            out.push(Entry {
+                key: head.key.clone(),
+                seq: head.seq,
+                kind: folded.kind,
+                value: folded.encode(codec)?,
+            });
+        }
+        i = j;
+    }
+    Ok(out)
+}
+
+struct Output {
+    info: SstInfo,
+    path: std::path::PathBuf,
+    reader: SstReader,
+}
+
+async fn run(inner: &Arc<ShardInner>, job: Job) -> Result<()> {
+    let started = std::time::Instant::now();
+    let pins: Vec<u64> = inner.pins.lock().keys().copied().collect();
+    let readers: Vec<Arc<SstReader>> = job
+        .upper_inputs
+        .iter()
+        .chain(job.lower_inputs.iter())
+        .map(|h| h.reader.clone())
+        .collect();
+    let floor = job
+        .upper_inputs
+        .iter()
+        .chain(job.lower_inputs.iter())
+        .map(|h| h.info.seq_max)
+        .max()
+        .unwrap_or(0);
+    let codec = inner.table.codec.clone();
+    let worker = inner.clone();
+    let bottommost = job.bottommost;
+    let outputs = tokio::task::spawn_blocking(move || -> Result<Vec<Output>> {
+        let sources: Vec<Box<dyn EntryIter>> = readers
+            .into_iter()
+            .map(|r| Box::new(SstIter::new(r, &[])) as Box<dyn EntryIter>)
+            .collect();
+        let mut merged = MergeIter::new(sources);
+        let mut outputs = Vec::new();
+        let mut builder: Option<(strata_manifest::SstId, std::path::PathBuf, SstBuilder)> = None;
+        let mut group: Vec<Entry> = Vec::new();
+        let finish_group =
+            |group: &mut Vec<Entry>,
+             builder: &mut Option<(strata_manifest::SstId, std::path::PathBuf, SstBuilder)>,
+             outputs: &mut Vec<Output>|
+             -> Result<()> {
+                if group.is_empty() {
+                    return Ok(());
+                }
+                let collapsed = collapse(&codec, group, &pins, bottommost)?;
+                group.clear();
+                if collapsed.is_empty() {
+                    return Ok(());
+                }
+                if builder.is_none() {
+                    let id = worker.new_sst_id();
+                    let path = worker.local_sst_path(&id);
+                    let b = SstBuilder::create(
+                        &path,
+                        worker.config.sst_block_bytes,
+                        worker.config.bloom_bits_per_key,
+                    )?;
+                    *builder = Some((id, path, b));
+                }
+                let Some((_, _, b)) = builder.as_mut() else {
+                    return Err(Error::Internal("no builder".into()));
+                };
+                for e in &collapsed {
+                    b.add(e)?;
+                }
+                if b.size_bytes() >= worker.config.sst_bytes_target
+                    && let Some((id, path, b)) = builder.take()
+                {
+                    outputs.push(finish(id, path, b)?);
+                }
+                Ok(())
+            };
+        while let Some(e) = merged.next_entry()? {
+            if group.first().is_some_and(|g: &Entry| g.key != e.key) {
+                finish_group(&mut group, &mut builder, &mut outputs)?;
+            }
+            group.push(e);
+        }
+        finish_group(&mut group, &mut builder, &mut outputs)?;
+        if let Some((id, path, b)) = builder.take() {
+            outputs.push(finish(id, path, b)?);
+        }
+        Ok(outputs)
+    })
+    .await
+    .map_err(|e| Error::Internal(e.to_string()))??;
+
+    for o in &outputs {
+        inner.in_flight.lock().insert(o.info.id);
+    }
+    let result = commit(inner, &job, outputs, floor).await;
+    if let Err(e) = &result {
+        tracing::warn!(shard = %inner.name, error = %e, "compaction commit failed");
+    }
+    inner.stats.record_compaction(started.elapsed());
+    result
+}
+
+fn finish(id: strata_manifest::SstId, path: std::path::PathBuf, b: SstBuilder) -> Result<Output> {
+    let stats = b.finish()?;
+    let reader = SstReader::open(&path)?;
+    Ok(Output {
+        info: SstInfo {
+            id,
+            key_min: stats.key_min,
+            key_max: stats.key_max,
+            seq_min: stats.seq_min,
+            seq_max: stats.seq_max,
+            entries: stats.entries,
+            size_bytes: stats.size_bytes,
+        },
+        path,
+        reader,
+    })
+}
+
+async fn commit(
+    inner: &Arc<ShardInner>,
+    job: &Job,
+    outputs: Vec<Output>,
+    floor: u64,
+) -> Result<()> {
+    let ids: Vec<_> = outputs.iter().map(|o| o.info.id).collect();
+    let upload = async {
+        for o in &outputs {
+            inner.upload_sst(&o.info.id, &o.path).await?;
+        }
+        Ok::<_, Error>(())
+    }
+    .await;
+    let result = match upload {
+        Err(e) => Err(e),
+        Ok(()) => {
+            let _lock = inner.manifest_lock.lock().await;
+            let upper_ids: Vec<_> = job.upper_inputs.iter().map(|h| h.info.id).collect();
+            let lower_ids: Vec<_> = job.lower_inputs.iter().map(|h| h.info.id).collect();
+            let new_infos: Vec<SstInfo> = outputs.iter().map(|o| o.info.clone()).collect();
+            let committed = inner
+                .commit_manifest(|m| {
+                    m.levels[job.upper]
+                        .ssts
+                        .retain(|s| !upper_ids.contains(&s.id));
+                    m.levels[job.output]
+                        .ssts
+                        .retain(|s| !lower_ids.contains(&s.id));
+                    m.levels[job.output].ssts.extend(new_infos.iter().cloned());
+                    m.levels[job.output]
+                        .ssts
+                        .sort_by(|a, b| a.key_min.cmp(&b.key_min));
+                    m.compaction_floor_seq = m.compaction_floor_seq.max(floor);
+                })
+                .await;
+            match committed {
+                Err(e) => Err(e),
+                Ok(manifest) => {
+                    let mut guard = inner.state.write();
+                    let mut next = (**guard).clone();
+                    next.levels[job.upper].retain(|h| !upper_ids.contains(&h.info.id));
+                    next.levels[job.output].retain(|h| !lower_ids.contains(&h.info.id));
+                    for o in outputs {
+                        next.levels[job.output]
+                            .push(Arc::new(SstHandle::new(o.info, o.reader, o.path)));
+                    }
+                    next.levels[job.output].sort_by(|a, b| a.info.key_min.cmp(&b.info.key_min));
+                    next.manifest = manifest;
+                    *guard = Arc::new(next);
+                    drop(guard);
+                    for h in job.upper_inputs.iter().chain(job.lower_inputs.iter()) {
+                        h.mark_obsolete();
+                    }
+                    Ok(())
+                }
+            }
+        }
+    };
+    let mut in_flight = inner.in_flight.lock();
+    for id in ids {
+        in_flight.remove(&id);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::value::Value;
+    use arrow::datatypes::DataType;
+    use bytes::Bytes;
+
+    fn codec() -> RowCodec {
+        RowCodec::new(vec![DataType::Int64, DataType::Int64])
+    }
+
+    fn e(seq: u64, kind: EntryKind, vals: &[Option<i64>]) -> Entry {
+        let c = codec();
+        let row: Vec<Option<Value>> = vals.iter().map(|v| v.map(Value::Int)).collect();
+        Entry {
+            key: Bytes::from_static(b"k"),
+            seq,
+            kind,
+            value: if kind == EntryKind::Delete {
+                Bytes::new()
+            } else {
+                Bytes::from(c.encode(&row).unwrap())
+            },
+        }
+    }
+
+    #[test]
+    fn collapses_to_one_version_without_pins() {
+        let v = vec![
+            e(5, EntryKind::Partial, &[Some(9), None]),
+            e(3, EntryKind::Put, &[Some(1), Some(2)]),
+        ];
+        let out = collapse(&codec(), &v, &[], false).unwrap();
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].seq, 5);
+        assert_eq!(out[0].kind, EntryKind::Put);
+        assert_eq!(
+            codec().decode(&out[0].value).unwrap(),
+            vec![Some(Value::Int(9)), Some(Value::Int(2))]
+        );
+    }
+
+    #[test]
+    fn keeps_versions_a_pinned_snapshot_needs() {
+        let v = vec![
+            e(5, EntryKind::Put, &[Some(9), Some(9)]),
+            e(3, EntryKind::Put, &[Some(1), Some(2)]),
+        ];
+        let out = collapse(&codec(), &v, &[4], false).unwrap();
+        assert_eq!(out.iter().map(|x| x.seq).collect::<Vec<_>>(), vec![5, 3]);
+    }
+
+    #[test]
+    fn drops_tombstones_only_at_the_bottom() {
+        let v = vec![
+            e(5, EntryKind::Delete, &[]),
+            e(3, EntryKind::Put, &[Some(1), Some(2)]),
+        ];
+        assert_eq!(
+            collapse(&codec(), &v, &[], false).unwrap()[0].kind,
+            EntryKind::Delete
+        );
+        assert!(collapse(&codec(), &v, &[], true).unwrap().is_empty());
+    }
+}

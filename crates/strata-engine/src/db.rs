@@ -1,0 +1,588 @@
+//! The embedded database: the catalog of tables and the shards this process writes.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::{Schema, SchemaRef};
+use strata_common::clock::{self, ClockRef};
+use strata_manifest::{
+    Catalog, DroppedTable, Layout, ShardEntry, TableEntry, TableKind, VersionedStore,
+};
+use strata_objstore::{FaultInjectingStore, ObjectStoreConfig, ObjectStoreMetrics, StoreRef};
+
+use crate::config::{EngineConfig, WriteOptions};
+use crate::error::{Error, Result};
+use crate::schema::{Mutation, TableSchema, key_value_schema, validate_definition};
+use crate::shard::{Shard, ShardSnapshot};
+use crate::value::Value;
+
+/// How to open a database.
+#[derive(Debug, Clone)]
+pub struct DbConfig {
+    /// The bucket.
+    pub store: ObjectStoreConfig,
+    /// The local directory standing for NVMe (holds SSTs; losing it loses nothing).
+    pub local_dir: PathBuf,
+    /// Engine settings.
+    pub engine: EngineConfig,
+}
+
+struct DbInner {
+    store: StoreRef,
+    fault: Option<Arc<FaultInjectingStore>>,
+    metrics: ObjectStoreMetrics,
+    layout: Layout,
+    config: EngineConfig,
+    local_dir: PathBuf,
+    clock: ClockRef,
+    catalog: VersionedStore<Catalog>,
+    open: tokio::sync::Mutex<HashMap<u64, Table>>,
+}
+
+/// An embedded Strata database.
+#[derive(Clone)]
+pub struct Db {
+    inner: Arc<DbInner>,
+}
+
+impl std::fmt::Debug for Db {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Db({})", self.inner.store)
+    }
+}
+
+fn validate_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 128
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        && !name.starts_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Invalid(format!(
+            "table name {name:?} must be 1-128 characters of letters, digits, '_' or '-'"
+        )))
+    }
+}
+
+impl Db {
+    /// Opens the database in the configured bucket.
+    pub async fn open(config: DbConfig) -> Result<Db> {
+        let metrics = ObjectStoreMetrics::default();
+        let (store, fault) = strata_objstore::build(&config.store, &metrics).await?;
+        Self::open_with_store(
+            store,
+            fault,
+            metrics,
+            config.local_dir,
+            config.engine,
+            clock::system(),
+        )
+        .await
+    }
+
+    /// Opens the database on an already built store (tests inject clocks and stores here).
+    pub async fn open_with_store(
+        store: StoreRef,
+        fault: Option<Arc<FaultInjectingStore>>,
+        metrics: ObjectStoreMetrics,
+        local_dir: PathBuf,
+        config: EngineConfig,
+        clock: ClockRef,
+    ) -> Result<Db> {
+        if config.levels < 2 {
+            return Err(Error::Invalid(
+                "levels must be at least 2 (L0 and L1)".into(),
+            ));
+        }
+        std::fs::create_dir_all(&local_dir)
+            .map_err(Error::io(format!("create {}", local_dir.display())))?;
+        let layout = Layout::new(&config.root_prefix);
+        let catalog = VersionedStore::new(store.clone(), layout.catalog_dir());
+        Ok(Db {
+            inner: Arc::new(DbInner {
+                store,
+                fault,
+                metrics,
+                layout,
+                config,
+                local_dir,
+                clock,
+                catalog,
+                open: tokio::sync::Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// The object store (decorated).
+    pub fn store(&self) -> &StoreRef {
+        &self.inner.store
+    }
+
+    /// Object-store metrics.
+    pub fn object_store_metrics(&self) -> &ObjectStoreMetrics {
+        &self.inner.metrics
+    }
+
+    /// The fault injector, when configured.
+    pub fn fault_injector(&self) -> Option<&Arc<FaultInjectingStore>> {
+        self.inner.fault.as_ref()
+    }
+
+    async fn update_catalog<T>(
+        &self,
+        mut change: impl FnMut(&mut Catalog) -> Result<T>,
+    ) -> Result<T> {
+        loop {
+            let latest = self.inner.catalog.latest().await?;
+            let mut next = latest.as_ref().map(|v| v.value.clone()).unwrap_or_default();
+            let out = change(&mut next)?;
+            match self.inner.catalog.commit(latest.as_ref(), next).await {
+                Ok(_) => return Ok(out),
+                Err(strata_manifest::Error::Conflict { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Creates a table with `schema` and a primary key of the named columns.
+    pub async fn create_table(
+        &self,
+        name: &str,
+        schema: Schema,
+        primary_key: &[&str],
+    ) -> Result<TableEntry> {
+        self.create(name, schema, primary_key, TableKind::Table)
+            .await
+    }
+
+    /// Creates a key-value namespace (`key: binary` primary key, `value: binary`).
+    pub async fn create_kv_namespace(&self, name: &str) -> Result<TableEntry> {
+        self.create(name, key_value_schema(), &["key"], TableKind::KeyValue)
+            .await
+    }
+
+    async fn create(
+        &self,
+        name: &str,
+        schema: Schema,
+        primary_key: &[&str],
+        kind: TableKind,
+    ) -> Result<TableEntry> {
+        validate_name(name)?;
+        let pk: Vec<String> = primary_key.iter().map(|s| s.to_string()).collect();
+        validate_definition(&schema, &pk)?;
+        let now = self.inner.clock.now_ms();
+        self.update_catalog(|c| {
+            if c.tables.contains_key(name) {
+                return Err(Error::TableExists(name.to_string()));
+            }
+            let entry = TableEntry {
+                id: c.next_table_id,
+                name: name.to_string(),
+                kind,
+                schema: schema.clone(),
+                primary_key: pk.clone(),
+                shards: vec![ShardEntry {
+                    id: 0,
+                    key_start: Vec::new(),
+                    key_end: None,
+                }],
+                created_at_ms: now,
+            };
+            c.next_table_id += 1;
+            c.tables.insert(name.to_string(), entry.clone());
+            Ok(entry)
+        })
+        .await
+    }
+
+    /// Every live table.
+    pub async fn list_tables(&self) -> Result<Vec<TableEntry>> {
+        Ok(self
+            .inner
+            .catalog
+            .latest()
+            .await?
+            .map(|v| v.value.tables.into_values().collect())
+            .unwrap_or_default())
+    }
+
+    /// Drops a table; its objects are garbage collected later.
+    pub async fn drop_table(&self, name: &str) -> Result<()> {
+        let now = self.inner.clock.now_ms();
+        let entry = self
+            .update_catalog(|c| {
+                let t = c
+                    .tables
+                    .remove(name)
+                    .ok_or_else(|| Error::TableNotFound(name.to_string()))?;
+                c.dropped.push(DroppedTable {
+                    id: t.id,
+                    name: t.name.clone(),
+                    dropped_at_ms: now,
+                });
+                Ok(t)
+            })
+            .await?;
+        if let Some(t) = self.inner.open.lock().await.remove(&entry.id) {
+            t.close().await;
+        }
+        Ok(())
+    }
+
+    /// Opens a table for reading and writing. The first open in this process makes it the
+    /// writer of the table's shards, fencing any other writer.
+    pub async fn table(&self, name: &str) -> Result<Table> {
+        let catalog = self.inner.catalog.latest().await?;
+        let entry = catalog
+            .and_then(|c| c.value.tables.get(name).cloned())
+            .ok_or_else(|| Error::TableNotFound(name.to_string()))?;
+        let mut open = self.inner.open.lock().await;
+        if let Some(t) = open.get(&entry.id) {
+            return Ok(t.clone());
+        }
+        let schema = Arc::new(TableSchema::new(entry.clone())?);
+        let mut shards = Vec::with_capacity(entry.shards.len());
+        for s in &entry.shards {
+            let local = self
+                .inner
+                .local_dir
+                .join(format!("tables/{:020}/{:05}", entry.id, s.id));
+            shards.push((
+                s.clone(),
+                Shard::open(
+                    schema.clone(),
+                    s.id,
+                    self.inner.layout.shard(entry.id, s.id),
+                    self.inner.store.clone(),
+                    local,
+                    self.inner.config.clone(),
+                    self.inner.clock.clone(),
+                )
+                .await?,
+            ));
+        }
+        let table = Table {
+            inner: Arc::new(TableInner {
+                schema,
+                shards,
+                config: self.inner.config.clone(),
+            }),
+        };
+        open.insert(entry.id, table.clone());
+        Ok(table)
+    }
+
+    /// Stops every open shard.
+    pub async fn close(&self) {
+        let open: Vec<Table> = self
+            .inner
+            .open
+            .lock()
+            .await
+            .drain()
+            .map(|(_, t)| t)
+            .collect();
+        for t in open {
+            t.close().await;
+        }
+    }
+}
+
+struct TableInner {
+    schema: Arc<TableSchema>,
+    shards: Vec<(ShardEntry, Shard)>,
+    config: EngineConfig,
+}
+
+/// An open table.
+#[derive(Clone)]
+pub struct Table {
+    inner: Arc<TableInner>,
+}
+
+/// A pinned snapshot of a table (one pin per shard).
+#[derive(Debug)]
+pub struct Snapshot {
+    shards: Vec<ShardSnapshot>,
+}
+
+impl Snapshot {
+    /// The sequence number of the first shard (tables have one shard until splitting).
+    pub fn seq(&self) -> u64 {
+        self.shards.first().map_or(0, |s| s.seq())
+    }
+}
+
+/// A key-range scan.
+#[derive(Debug, Clone, Default)]
+pub struct ScanOptions<'a> {
+    /// Inclusive start: values of the first key columns (all or a prefix); None = first key.
+    pub start: Option<Vec<Value>>,
+    /// Exclusive end, like `start`; None = after the last key.
+    pub end: Option<Vec<Value>>,
+    /// Most rows returned.
+    pub limit: usize,
+    /// Columns to return; None = all.
+    pub projection: Option<&'a [&'a str]>,
+}
+
+impl Table {
+    /// The table's name.
+    pub fn name(&self) -> &str {
+        self.inner.schema.name()
+    }
+
+    /// The schema of rows read back.
+    pub fn schema(&self) -> SchemaRef {
+        self.inner.schema.read_schema.clone()
+    }
+
+    /// The engine's view of the table.
+    pub fn table_schema(&self) -> &Arc<TableSchema> {
+        &self.inner.schema
+    }
+
+    /// The shards (one per key range).
+    pub fn shards(&self) -> impl Iterator<Item = &Shard> {
+        self.inner.shards.iter().map(|(_, s)| s)
+    }
+
+    fn shard_index(&self, key: &[u8]) -> usize {
+        self.inner
+            .shards
+            .iter()
+            .position(|(e, _)| {
+                e.key_start.as_slice() <= key && e.key_end.as_deref().is_none_or(|end| key < end)
+            })
+            .unwrap_or(0)
+    }
+
+    /// Writes mutations atomically per shard; returns the sequence number of the write (of
+    /// the last shard written when the batch spans shards).
+    pub async fn write(&self, mutations: &[Mutation], opts: WriteOptions) -> Result<u64> {
+        let prepared = self.inner.schema.prepare(mutations, &self.inner.config)?;
+        if self.inner.shards.len() == 1 {
+            return self.inner.shards[0]
+                .1
+                .write(prepared, opts.durability)
+                .await;
+        }
+        let mut per_shard: Vec<Vec<_>> = vec![Vec::new(); self.inner.shards.len()];
+        for p in prepared {
+            per_shard[self.shard_index(&p.key)].push(p);
+        }
+        let mut seq = 0;
+        for (i, entries) in per_shard.into_iter().enumerate() {
+            if !entries.is_empty() {
+                seq = self.inner.shards[i]
+                    .1
+                    .write(entries, opts.durability)
+                    .await?;
+            }
+        }
+        Ok(seq)
+    }
+
+    /// Upserts whole rows.
+    pub async fn upsert(&self, batch: RecordBatch) -> Result<u64> {
+        self.write(&[Mutation::Upsert(batch)], WriteOptions::default())
+            .await
+    }
+
+    /// Updates some columns of rows (partial update).
+    pub async fn update(&self, batch: RecordBatch) -> Result<u64> {
+        self.write(&[Mutation::Update(batch)], WriteOptions::default())
+            .await
+    }
+
+    /// Deletes rows by key (a batch of the key columns).
+    pub async fn delete(&self, keys: RecordBatch) -> Result<u64> {
+        self.write(&[Mutation::Delete(keys)], WriteOptions::default())
+            .await
+    }
+
+    /// Pins a snapshot of the table.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            shards: self
+                .inner
+                .shards
+                .iter()
+                .map(|(_, s)| s.snapshot())
+                .collect(),
+        }
+    }
+
+    /// Reads one row by key (values of every key column) with a projection, at the
+    /// snapshot or the latest state. Returns a one-row batch, or None.
+    pub async fn get(
+        &self,
+        key: &[Value],
+        projection: Option<&[&str]>,
+        snapshot: Option<&Snapshot>,
+    ) -> Result<Option<RecordBatch>> {
+        let schema = &self.inner.schema;
+        let cols = schema.projection(projection)?;
+        let encoded = schema.encode_key(key)?;
+        let i = self.shard_index(&encoded);
+        let snap = snapshot.and_then(|s| s.shards.get(i));
+        let row = self.inner.shards[i].1.get(encoded.clone(), snap).await?;
+        match row {
+            None => Ok(None),
+            Some(values) => Ok(Some(schema.to_batch(&[(encoded.into(), values)], &cols)?)),
+        }
+    }
+
+    /// Scans a key range in key order.
+    pub async fn scan(
+        &self,
+        opts: &ScanOptions<'_>,
+        snapshot: Option<&Snapshot>,
+    ) -> Result<RecordBatch> {
+        let schema = &self.inner.schema;
+        let cols = schema.projection(opts.projection)?;
+        let encode_prefix = |vals: &Vec<Value>| -> Result<Vec<u8>> {
+            if vals.len() > schema.key_types.len() {
+                return Err(Error::Invalid(
+                    "scan bound has more values than key columns".into(),
+                ));
+            }
+            crate::keycodec::encode_key(&schema.key_types[..vals.len()], vals)
+        };
+        let start = opts
+            .start
+            .as_ref()
+            .map(encode_prefix)
+            .transpose()?
+            .unwrap_or_default();
+        let end = opts.end.as_ref().map(encode_prefix).transpose()?;
+        let limit = if opts.limit == 0 {
+            usize::MAX
+        } else {
+            opts.limit
+        };
+        let mut rows = Vec::new();
+        for (i, (entry, shard)) in self.inner.shards.iter().enumerate() {
+            if rows.len() >= limit {
+                break;
+            }
+            if entry
+                .key_end
+                .as_deref()
+                .is_some_and(|e| e <= start.as_slice())
+                || end
+                    .as_deref()
+                    .is_some_and(|e| e <= entry.key_start.as_slice())
+            {
+                continue;
+            }
+            let snap = snapshot.and_then(|s| s.shards.get(i));
+            let got = shard
+                .scan(start.clone(), end.clone(), limit - rows.len(), snap)
+                .await?;
+            rows.extend(got);
+        }
+        schema.to_batch(&rows, &cols)
+    }
+
+    /// Flushes every shard's memtables to SSTs.
+    pub async fn flush(&self) -> Result<()> {
+        for (_, s) in &self.inner.shards {
+            s.flush().await?;
+        }
+        Ok(())
+    }
+
+    /// Runs due compactions on every shard.
+    pub async fn compact(&self) -> Result<()> {
+        for (_, s) in &self.inner.shards {
+            s.compact().await?;
+        }
+        Ok(())
+    }
+
+    /// Runs garbage collection on every shard.
+    pub async fn gc(&self) -> Result<crate::gc::GcReport> {
+        let mut total = crate::gc::GcReport::default();
+        for (_, s) in &self.inner.shards {
+            let r = s.gc().await?;
+            total.ssts_deleted += r.ssts_deleted;
+            total.wal_segments_deleted += r.wal_segments_deleted;
+            total.manifests_deleted += r.manifests_deleted;
+        }
+        Ok(total)
+    }
+
+    /// Stops the table's shards.
+    pub async fn close(&self) {
+        for (_, s) in &self.inner.shards {
+            s.close().await;
+        }
+    }
+
+    fn kv_batch(&self, keys: &[&[u8]], values: Option<&[&[u8]]>) -> Result<RecordBatch> {
+        if !self.inner.schema.is_key_value() {
+            return Err(Error::Invalid(format!(
+                "{} is not a key-value namespace",
+                self.name()
+            )));
+        }
+        let key_field = self.inner.schema.schema.field(0).clone();
+        let mut fields = vec![key_field];
+        let mut cols: Vec<arrow::array::ArrayRef> = vec![Arc::new(
+            arrow::array::BinaryArray::from_iter_values(keys.iter()),
+        )];
+        if let Some(values) = values {
+            fields.push(self.inner.schema.schema.field(1).clone());
+            cols.push(Arc::new(arrow::array::BinaryArray::from_iter_values(
+                values.iter(),
+            )));
+        }
+        RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)
+            .map_err(|e| Error::Invalid(e.to_string()))
+    }
+
+    /// Key-value namespaces: puts pairs atomically.
+    pub async fn kv_put(&self, pairs: &[(&[u8], &[u8])], opts: WriteOptions) -> Result<u64> {
+        let keys: Vec<&[u8]> = pairs.iter().map(|p| p.0).collect();
+        let values: Vec<&[u8]> = pairs.iter().map(|p| p.1).collect();
+        let batch = self.kv_batch(&keys, Some(&values))?;
+        self.write(&[Mutation::Upsert(batch)], opts).await
+    }
+
+    /// Key-value namespaces: reads a value.
+    pub async fn kv_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        if !self.inner.schema.is_key_value() {
+            return Err(Error::Invalid(format!(
+                "{} is not a key-value namespace",
+                self.name()
+            )));
+        }
+        let encoded = self
+            .inner
+            .schema
+            .encode_key(&[Value::Bytes(key.to_vec())])?;
+        let i = self.shard_index(&encoded);
+        Ok(self.inner.shards[i]
+            .1
+            .get(encoded, None)
+            .await?
+            .and_then(|v| match v.into_iter().next() {
+                Some(Some(Value::Bytes(b))) => Some(b),
+                _ => None,
+            }))
+    }
+
+    /// Key-value namespaces: deletes keys.
+    pub async fn kv_delete(&self, keys: &[&[u8]]) -> Result<u64> {
+        let batch = self.kv_batch(keys, None)?;
+        self.write(&[Mutation::Delete(batch)], WriteOptions::default())
+            .await
+    }
+}

@@ -1,0 +1,142 @@
+//! Garbage collection of a shard's objects in the bucket.
+//!
+//! Retained manifest versions: the newest `manifest_versions_retained`, plus every version
+//! younger than `min_age_ms` (readers in other processes may be using them). An object is
+//! deleted only if it is older than `min_age_ms` and
+//! - an SST: no retained version references it and it is not being uploaded;
+//! - a WAL segment: non-empty (fences are kept forever) and covered by the oldest retained
+//!   version's replay point;
+//! - a manifest version: not retained (never the newest).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use futures::TryStreamExt;
+use object_store::ObjectStoreExt;
+use strata_common::ids::parse_id;
+use strata_manifest::SstId;
+
+use crate::error::{Error, Result};
+use crate::shard::ShardInner;
+
+/// What one GC pass deleted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GcReport {
+    /// SST objects deleted.
+    pub ssts_deleted: usize,
+    /// WAL segments deleted.
+    pub wal_segments_deleted: usize,
+    /// Manifest versions deleted.
+    pub manifests_deleted: usize,
+}
+
+pub(crate) async fn gc_loop(inner: Arc<ShardInner>) {
+    let every = std::time::Duration::from_millis(inner.config.gc.interval_ms);
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = inner.cancel.cancelled() => return,
+        }
+        if inner.fenced.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
+        match collect(&inner).await {
+            Ok(r) if r != GcReport::default() => tracing::info!(shard = %inner.name, ?r, "gc"),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(shard = %inner.name, error = %e, "gc failed"),
+        }
+    }
+}
+
+fn age_ms(now_ms: u64, m: &object_store::ObjectMeta) -> u64 {
+    now_ms.saturating_sub(m.last_modified.timestamp_millis().max(0) as u64)
+}
+
+/// One GC pass.
+pub(crate) async fn collect(inner: &ShardInner) -> Result<GcReport> {
+    let now = inner.clock.now_ms();
+    let min_age = inner.config.gc.min_age_ms;
+    let mut report = GcReport::default();
+    let versions = inner.manifests.list_versions().await?;
+    let Some((newest, _)) = versions.last() else {
+        return Ok(report);
+    };
+    let newest = *newest;
+    let keep_from = versions
+        .len()
+        .saturating_sub(inner.config.gc.manifest_versions_retained.max(1));
+    let mut retained = Vec::new();
+    let mut discard = Vec::new();
+    for (i, (v, meta)) in versions.iter().enumerate() {
+        if i >= keep_from || age_ms(now, meta) < min_age || *v == newest {
+            retained.push(*v);
+        } else {
+            discard.push(*v);
+        }
+    }
+    let mut referenced: HashSet<SstId> = HashSet::new();
+    let mut replay_floor = u64::MAX;
+    for v in &retained {
+        let m = match inner.manifests.get(*v).await {
+            Ok(m) => m,
+            // Collected by a concurrent pass; the newest is always readable.
+            Err(strata_manifest::Error::Store(object_store::Error::NotFound { .. })) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        referenced.extend(m.ssts().map(|s| s.id));
+        replay_floor = replay_floor.min(m.wal_replay_after);
+    }
+    // Objects in use by this process's readers are referenced by the current state too.
+    referenced.extend(inner.current().levels.iter().flatten().map(|h| h.info.id));
+    let in_flight: HashSet<SstId> = inner.in_flight.lock().clone();
+
+    let ssts: Vec<object_store::ObjectMeta> = inner
+        .store
+        .list(Some(&inner.paths.sst_dir()))
+        .try_collect()
+        .await
+        .map_err(Error::store("list ssts"))?;
+    for m in ssts {
+        let name = m.location.filename().unwrap_or_default();
+        let Some(id) = name
+            .strip_suffix(".sst")
+            .and_then(|s| s.parse::<SstId>().ok())
+        else {
+            continue;
+        };
+        if referenced.contains(&id) || in_flight.contains(&id) || age_ms(now, &m) < min_age {
+            continue;
+        }
+        delete(inner, &m.location).await?;
+        report.ssts_deleted += 1;
+    }
+
+    let wal: Vec<object_store::ObjectMeta> = inner
+        .store
+        .list(Some(&inner.paths.wal_dir()))
+        .try_collect()
+        .await
+        .map_err(Error::store("list wal"))?;
+    for m in wal {
+        let Some(id) = parse_id(m.location.as_ref()) else {
+            continue;
+        };
+        if id <= replay_floor && m.size > 0 && age_ms(now, &m) >= min_age {
+            delete(inner, &m.location).await?;
+            report.wal_segments_deleted += 1;
+        }
+    }
+
+    for v in discard {
+        inner.manifests.delete(v).await?;
+        report.manifests_deleted += 1;
+    }
+    Ok(report)
+}
+
+async fn delete(inner: &ShardInner, path: &object_store::path::Path) -> Result<()> {
+    match inner.store.delete(path).await {
+        Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+        Err(e) => Err(Error::store(format!("delete {path}"))(e)),
+    }
+}

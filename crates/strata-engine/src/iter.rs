@@ -1,0 +1,194 @@
+//! Iterators over versions: one trait for every source (memtable, SST), a k-way merge in
+//! (key ascending, sequence descending) order, and the resolution of each key's versions at
+//! a snapshot into one row.
+
+use std::cmp::{Ordering, Reverse};
+use std::collections::BinaryHeap;
+
+use bytes::Bytes;
+
+use crate::entry::{Entry, EntryKind, Folded};
+use crate::error::Result;
+use crate::row::{RowCodec, RowValues};
+
+/// A source of versions in (key ascending, sequence descending) order.
+pub trait EntryIter: Send {
+    /// The next version, or None at the end.
+    fn next_entry(&mut self) -> Result<Option<Entry>>;
+}
+
+struct HeapItem {
+    entry: Entry,
+    source: usize,
+}
+
+impl PartialEq for HeapItem {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for HeapItem {}
+impl PartialOrd for HeapItem {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for HeapItem {
+    fn cmp(&self, other: &Self) -> Ordering {
+        // Ties (same key and seq in two sources) go to the lower source index: the newer one.
+        (&self.entry.key, Reverse(self.entry.seq), self.source).cmp(&(
+            &other.entry.key,
+            Reverse(other.entry.seq),
+            other.source,
+        ))
+    }
+}
+
+/// Merges sources into one ordered stream, dropping exact duplicates (same key and seq).
+pub struct MergeIter {
+    sources: Vec<Box<dyn EntryIter>>,
+    heap: BinaryHeap<Reverse<HeapItem>>,
+    last: Option<(Bytes, u64)>,
+    primed: bool,
+}
+
+impl MergeIter {
+    /// Merges `sources`, listed newest first.
+    pub fn new(sources: Vec<Box<dyn EntryIter>>) -> Self {
+        Self {
+            sources,
+            heap: BinaryHeap::new(),
+            last: None,
+            primed: false,
+        }
+    }
+}
+
+impl EntryIter for MergeIter {
+    fn next_entry(&mut self) -> Result<Option<Entry>> {
+        if !self.primed {
+            for (i, s) in self.sources.iter_mut().enumerate() {
+                if let Some(entry) = s.next_entry()? {
+                    self.heap.push(Reverse(HeapItem { entry, source: i }));
+                }
+            }
+            self.primed = true;
+        }
+        while let Some(Reverse(item)) = self.heap.pop() {
+            if let Some(next) = self.sources[item.source].next_entry()? {
+                self.heap.push(Reverse(HeapItem {
+                    entry: next,
+                    source: item.source,
+                }));
+            }
+            let dup = self
+                .last
+                .as_ref()
+                .is_some_and(|(k, s)| *k == item.entry.key && *s == item.entry.seq);
+            if dup {
+                continue;
+            }
+            self.last = Some((item.entry.key.clone(), item.entry.seq));
+            return Ok(Some(item.entry));
+        }
+        Ok(None)
+    }
+}
+
+/// Resolves each key's versions at `seq` into the row a reader sees; deleted keys are
+/// skipped. Stops at `end` (exclusive).
+pub struct RowIter<'a> {
+    inner: Box<dyn EntryIter>,
+    codec: &'a RowCodec,
+    seq: u64,
+    end: Option<Vec<u8>>,
+    pending: Option<Entry>,
+}
+
+impl<'a> RowIter<'a> {
+    /// Resolves `inner` at snapshot `seq`.
+    pub fn new(
+        inner: Box<dyn EntryIter>,
+        codec: &'a RowCodec,
+        seq: u64,
+        end: Option<Vec<u8>>,
+    ) -> Self {
+        Self {
+            inner,
+            codec,
+            seq,
+            end,
+            pending: None,
+        }
+    }
+
+    /// The next live row.
+    pub fn next_row(&mut self) -> Result<Option<(Bytes, RowValues)>> {
+        loop {
+            let first = match self.pending.take() {
+                Some(e) => e,
+                None => match self.inner.next_entry()? {
+                    Some(e) => e,
+                    None => return Ok(None),
+                },
+            };
+            if let Some(end) = &self.end
+                && first.key.as_ref() >= end.as_slice()
+            {
+                return Ok(None);
+            }
+            // Gather this key's visible versions (newest first) and fold them.
+            let key = first.key.clone();
+            let mut folded: Option<Folded> = None;
+            let mut full = false;
+            let mut next = Some(first);
+            while let Some(e) = next {
+                if e.key != key {
+                    self.pending = Some(e);
+                    break;
+                }
+                if e.seq <= self.seq && !full {
+                    match &mut folded {
+                        None => {
+                            let f = Folded::from_entry(self.codec, e.kind, &e.value)?;
+                            full = f.kind.is_full();
+                            folded = Some(f);
+                        }
+                        Some(f) => full = f.merge_older(self.codec, e.kind, &e.value)?,
+                    }
+                }
+                next = self.inner.next_entry()?;
+            }
+            if let Some(mut f) = folded {
+                f.finish_at_bottom();
+                if f.kind != EntryKind::Delete {
+                    return Ok(Some((key, f.values)));
+                }
+            }
+        }
+    }
+}
+
+/// Folds a point lookup's versions (newest first, all visible) into a row.
+pub fn resolve(codec: &RowCodec, versions: &[Entry]) -> Result<Option<RowValues>> {
+    let Some((first, older)) = versions.split_first() else {
+        return Ok(None);
+    };
+    let mut f = Folded::from_entry(codec, first.kind, &first.value)?;
+    for e in older {
+        if f.merge_older(codec, e.kind, &e.value)? {
+            break;
+        }
+    }
+    f.finish_at_bottom();
+    Ok((f.kind != EntryKind::Delete).then_some(f.values))
+}
+
+/// An iterator over a vector (tests and small sources).
+pub struct VecIter(pub std::vec::IntoIter<Entry>);
+
+impl EntryIter for VecIter {
+    fn next_entry(&mut self) -> Result<Option<Entry>> {
+        Ok(self.0.next())
+    }
+}

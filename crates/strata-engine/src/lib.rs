@@ -1,0 +1,39 @@
+//! Strata's LSM engine: tables with an Arrow schema and a primary key, written through a
+//! WAL in the object store, buffered in memtables, flushed to row SSTs on a local directory
+//! standing for NVMe (and uploaded before any manifest references them), compacted level by
+//! level, read by key or key range at pinned snapshots, recovered from the bucket alone.
+//!
+//! Guarantees: a write acknowledged with `remote` durability is in the bucket; a batch is
+//! atomic within a shard; reads at a snapshot see exactly the writes with sequence numbers
+//! up to it; a newer writer fences an older one, whose next WAL or manifest write fails.
+//!
+//! Limits (this version): one shard per table; the S3 columnar tier and hot-record
+//! retention are separate components built on this crate; reads of explicit old sequence
+//! numbers need a pinned [`Snapshot`].
+
+pub mod compaction;
+pub mod config;
+pub mod db;
+pub mod entry;
+pub mod error;
+pub mod gc;
+pub mod iter;
+pub mod keycodec;
+pub mod memtable;
+pub mod metrics;
+pub mod row;
+pub mod schema;
+pub mod shard;
+pub mod sst;
+pub mod state;
+pub mod value;
+pub mod varint;
+pub mod wal;
+
+pub use config::{Durability, EngineConfig, GcConfig, WriteOptions};
+pub use db::{Db, DbConfig, ScanOptions, Snapshot, Table};
+pub use error::{Error, Result};
+pub use gc::GcReport;
+pub use schema::Mutation;
+pub use shard::{Shard, ShardSnapshot};
+pub use value::Value;

@@ -1,0 +1,178 @@
+//! The in-memory write buffer: a lock-free skiplist of versions ordered by key ascending,
+//! then sequence number descending, so the newest version of a key comes first.
+
+use std::cmp::Ordering as CmpOrdering;
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use bytes::Bytes;
+use crossbeam_skiplist::SkipMap;
+
+use crate::entry::{Entry, EntryKind};
+use crate::error::Result;
+use crate::iter::EntryIter;
+use crate::schema::PreparedEntry;
+
+/// Key of a version: user key ascending, sequence number descending.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InternalKey {
+    /// Encoded user key.
+    pub key: Bytes,
+    /// Sequence number.
+    pub seq: u64,
+}
+
+impl Ord for InternalKey {
+    fn cmp(&self, other: &Self) -> CmpOrdering {
+        self.key
+            .cmp(&other.key)
+            .then_with(|| other.seq.cmp(&self.seq))
+    }
+}
+
+impl PartialOrd for InternalKey {
+    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// A memtable.
+#[derive(Debug, Default)]
+pub struct Memtable {
+    map: SkipMap<InternalKey, (EntryKind, Bytes)>,
+    bytes: AtomicUsize,
+    seq_max: AtomicU64,
+    wal_id_max: AtomicU64,
+}
+
+impl Memtable {
+    /// An empty memtable.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds the versions of one write with sequence number `seq`, logged in WAL segment
+    /// `wal_id`.
+    pub fn insert(&self, seq: u64, wal_id: u64, entries: &[PreparedEntry]) {
+        let mut added = 0;
+        for e in entries {
+            added += e.key.len() + e.value.len() + 32;
+            self.map.insert(
+                InternalKey {
+                    key: e.key.clone(),
+                    seq,
+                },
+                (e.kind, e.value.clone()),
+            );
+        }
+        self.bytes.fetch_add(added, Ordering::Relaxed);
+        self.seq_max.fetch_max(seq, Ordering::Release);
+        self.wal_id_max.fetch_max(wal_id, Ordering::Release);
+    }
+
+    /// Approximate memory used.
+    pub fn size_bytes(&self) -> usize {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Number of versions.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether it holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Highest sequence number inserted.
+    pub fn seq_max(&self) -> u64 {
+        self.seq_max.load(Ordering::Acquire)
+    }
+
+    /// Highest WAL segment whose writes were inserted.
+    pub fn wal_id_max(&self) -> u64 {
+        self.wal_id_max.load(Ordering::Acquire)
+    }
+
+    /// Versions of `key` visible at `seq`, newest first.
+    pub fn get(&self, key: &[u8], seq: u64) -> Vec<Entry> {
+        let start = InternalKey {
+            key: Bytes::copy_from_slice(key),
+            seq,
+        };
+        self.map
+            .range(start..)
+            .take_while(|e| e.key().key.as_ref() == key)
+            .map(|e| Entry {
+                key: e.key().key.clone(),
+                seq: e.key().seq,
+                kind: e.value().0,
+                value: e.value().1.clone(),
+            })
+            .collect()
+    }
+
+    /// Up to `max` versions after `after` (or from `start` when `after` is None).
+    fn chunk(&self, after: Option<&InternalKey>, start: &[u8], max: usize) -> Vec<Entry> {
+        let lower = match after {
+            Some(k) => Bound::Excluded(k.clone()),
+            None => Bound::Included(InternalKey {
+                key: Bytes::copy_from_slice(start),
+                seq: u64::MAX,
+            }),
+        };
+        self.map
+            .range((lower, Bound::Unbounded))
+            .take(max)
+            .map(|e| Entry {
+                key: e.key().key.clone(),
+                seq: e.key().seq,
+                kind: e.value().0,
+                value: e.value().1.clone(),
+            })
+            .collect()
+    }
+}
+
+/// Iterates a memtable from a start key, copying out bounded chunks so it owns no borrow.
+pub struct MemtableIter {
+    mem: std::sync::Arc<Memtable>,
+    start: Bytes,
+    last: Option<InternalKey>,
+    buf: std::collections::VecDeque<Entry>,
+    done: bool,
+}
+
+impl MemtableIter {
+    /// Iterates `mem` from `start`.
+    pub fn new(mem: std::sync::Arc<Memtable>, start: &[u8]) -> Self {
+        Self {
+            mem,
+            start: Bytes::copy_from_slice(start),
+            last: None,
+            buf: Default::default(),
+            done: false,
+        }
+    }
+}
+
+impl EntryIter for MemtableIter {
+    fn next_entry(&mut self) -> Result<Option<Entry>> {
+        if self.buf.is_empty() && !self.done {
+            let chunk = self.mem.chunk(self.last.as_ref(), &self.start, 256);
+            if chunk.len() < 256 {
+                self.done = true;
+            }
+            self.buf.extend(chunk);
+        }
+        let next = self.buf.pop_front();
+        if let Some(e) = &next {
+            self.last = Some(InternalKey {
+                key: e.key.clone(),
+                seq: e.seq,
+            });
+        }
+        Ok(next)
+    }
+}

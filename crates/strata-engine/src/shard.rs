@@ -1,0 +1,900 @@
+//! One shard: the unit of ownership, WAL, manifest and LSM tree.
+//!
+//! Opening a shard makes this process its writer: it bumps the writer epoch in the
+//! manifest (CAS), creates an empty fence segment at the first free WAL id (so the previous
+//! writer's next WAL write fails), replays the WAL segments before the fence, and re-checks
+//! its epoch. After that, one task group-commits writes (WAL segment PUT, then memtable,
+//! then acknowledge), one flushes frozen memtables to L0 SSTs, one compacts, one collects
+//! garbage.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::TryStreamExt;
+use object_store::{ObjectStoreExt, PutMode, PutOptions};
+use parking_lot::{Mutex, RwLock};
+use strata_common::clock::ClockRef;
+use strata_common::ids::parse_id;
+use strata_manifest::{Manifest, ShardPaths, SstId, SstInfo, Versioned, VersionedStore};
+use strata_objstore::StoreRef;
+use tokio::sync::{Notify, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Durability, EngineConfig};
+use crate::entry::Entry;
+use crate::error::{Error, Result};
+use crate::iter::{EntryIter, MergeIter, RowIter, resolve};
+use crate::memtable::{Memtable, MemtableIter};
+use crate::row::RowValues;
+use crate::schema::{PreparedEntry, TableSchema};
+use crate::sst::{SstBuilder, SstIter, SstReader};
+use crate::state::{ShardState, SstHandle};
+use crate::wal::Segment;
+
+enum Request {
+    Write {
+        entries: Vec<PreparedEntry>,
+        durability: Durability,
+        reply: oneshot::Sender<Result<u64>>,
+    },
+    Freeze {
+        reply: oneshot::Sender<()>,
+    },
+}
+
+/// Everything shared by a shard's tasks.
+pub(crate) struct ShardInner {
+    pub(crate) name: String,
+    pub(crate) table: Arc<TableSchema>,
+    pub(crate) config: EngineConfig,
+    pub(crate) store: StoreRef,
+    pub(crate) paths: ShardPaths,
+    pub(crate) local_dir: PathBuf,
+    pub(crate) epoch: u64,
+    pub(crate) clock: ClockRef,
+    pub(crate) manifests: VersionedStore<Manifest>,
+    pub(crate) state: RwLock<Arc<ShardState>>,
+    /// Highest sequence number visible to readers.
+    pub(crate) last_seq: AtomicU64,
+    /// Serializes manifest commits (flush, compaction).
+    pub(crate) manifest_lock: tokio::sync::Mutex<()>,
+    /// One compaction at a time per shard.
+    pub(crate) compaction_lock: tokio::sync::Mutex<()>,
+    pub(crate) fenced: AtomicBool,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) flush_wanted: Notify,
+    pub(crate) flushed: Notify,
+    pub(crate) compaction_wanted: Notify,
+    /// Pinned snapshot sequence numbers and their pin counts.
+    pub(crate) pins: Mutex<BTreeMap<u64, usize>>,
+    /// SSTs uploaded but not yet committed: GC must not delete them.
+    pub(crate) in_flight: Mutex<HashSet<SstId>>,
+    next_sst: AtomicU64,
+    pub(crate) stats: crate::metrics::ShardStats,
+}
+
+/// A handle to an open shard.
+#[derive(Clone)]
+pub struct Shard {
+    pub(crate) inner: Arc<ShardInner>,
+    tx: mpsc::Sender<Request>,
+}
+
+impl std::fmt::Debug for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Shard({}, epoch {})", self.inner.name, self.inner.epoch)
+    }
+}
+
+/// A pinned point-in-time view: versions it can see are kept by compaction until dropped.
+pub struct ShardSnapshot {
+    inner: Arc<ShardInner>,
+    seq: u64,
+}
+
+impl std::fmt::Debug for ShardSnapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ShardSnapshot({}, seq {})", self.inner.name, self.seq)
+    }
+}
+
+impl ShardSnapshot {
+    /// The snapshot's sequence number.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+}
+
+impl Drop for ShardSnapshot {
+    fn drop(&mut self) {
+        let mut pins = self.inner.pins.lock();
+        if let Some(n) = pins.get_mut(&self.seq) {
+            *n -= 1;
+            if *n == 0 {
+                pins.remove(&self.seq);
+            }
+        }
+    }
+}
+
+impl ShardInner {
+    fn check_open(&self) -> Result<()> {
+        if self.fenced.load(Ordering::Acquire) {
+            return Err(self.fenced_error(0));
+        }
+        if self.cancel.is_cancelled() {
+            return Err(Error::Closed(format!("shard {} is closed", self.name)));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn fenced_error(&self, newer: u64) -> Error {
+        Error::Fenced {
+            shard: self.name.clone(),
+            mine: self.epoch,
+            newer,
+        }
+    }
+
+    pub(crate) fn new_sst_id(&self) -> SstId {
+        SstId {
+            epoch: self.epoch,
+            n: self.next_sst.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
+    pub(crate) fn local_sst_path(&self, id: &SstId) -> PathBuf {
+        self.local_dir.join(format!("{id}.sst"))
+    }
+
+    pub(crate) fn current(&self) -> Arc<ShardState> {
+        self.state.read().clone()
+    }
+
+    /// Commits a manifest derived from the current one by `change`, holding the manifest
+    /// lock. A lost race means a newer writer exists: the shard is fenced.
+    pub(crate) async fn commit_manifest(
+        &self,
+        change: impl FnOnce(&mut Manifest),
+    ) -> Result<Arc<Versioned<Manifest>>> {
+        let prev = self.current().manifest.clone();
+        let mut next = prev.value.clone();
+        change(&mut next);
+        next.written_at_ms = self.clock.now_ms();
+        match self.manifests.commit(Some(&prev), next).await {
+            Ok(v) => Ok(Arc::new(v)),
+            Err(strata_manifest::Error::Conflict { .. }) => {
+                let newer = self
+                    .manifests
+                    .latest()
+                    .await?
+                    .map(|v| v.value.writer_epoch)
+                    .unwrap_or(0);
+                self.fenced.store(true, Ordering::Release);
+                Err(self.fenced_error(newer))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Uploads a finished local SST (create-if-absent: names are never reused).
+    pub(crate) async fn upload_sst(&self, id: &SstId, path: &std::path::Path) -> Result<()> {
+        let data = tokio::fs::read(path)
+            .await
+            .map_err(Error::io(format!("read {}", path.display())))?;
+        self.store
+            .put_opts(
+                &self.paths.sst(id),
+                Bytes::from(data).into(),
+                PutOptions::from(PutMode::Create),
+            )
+            .await
+            .map_err(Error::store(format!("upload sst {id}")))?;
+        Ok(())
+    }
+}
+
+impl Shard {
+    /// Opens `table`'s shard `shard_id` as its writer, fencing any previous writer.
+    pub(crate) async fn open(
+        table: Arc<TableSchema>,
+        shard_id: u32,
+        paths: ShardPaths,
+        store: StoreRef,
+        local_root: PathBuf,
+        config: EngineConfig,
+        clock: ClockRef,
+    ) -> Result<Shard> {
+        let name = format!("{}/{}", table.name(), shard_id);
+        let manifests = VersionedStore::<Manifest>::new(store.clone(), paths.manifest_dir());
+
+        // 1. Bump the writer epoch.
+        let manifest = loop {
+            let latest = manifests.latest().await?;
+            let mut next = match &latest {
+                Some(v) => v.value.clone(),
+                None => Manifest::empty(config.levels),
+            };
+            next.writer_epoch += 1;
+            next.written_at_ms = clock.now_ms();
+            match manifests.commit(latest.as_ref(), next).await {
+                Ok(v) => break v,
+                Err(strata_manifest::Error::Conflict { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        };
+        let epoch = manifest.value.writer_epoch;
+        tracing::info!(shard = %name, epoch, version = manifest.version, "opening shard writer");
+
+        // 2. Fence the WAL at the first free id after everything listed.
+        let mut wal_ids: Vec<(u64, u64)> = store
+            .list(Some(&paths.wal_dir()))
+            .try_filter_map(
+                |m| async move { Ok(parse_id(m.location.as_ref()).map(|id| (id, m.size))) },
+            )
+            .try_collect()
+            .await
+            .map_err(Error::store("list wal"))?;
+        wal_ids.sort();
+        let mut fence = wal_ids
+            .last()
+            .map_or(0, |(id, _)| *id)
+            .max(manifest.value.wal_replay_after)
+            + 1;
+        loop {
+            match store
+                .put_opts(
+                    &paths.wal(fence),
+                    Bytes::new().into(),
+                    PutOptions::from(PutMode::Create),
+                )
+                .await
+            {
+                Ok(_) => break,
+                Err(object_store::Error::AlreadyExists { .. }) => fence += 1,
+                Err(e) => return Err(Error::store("write wal fence")(e)),
+            }
+        }
+
+        // 3. Replay every segment between the manifest's replay point and the fence.
+        let active = Arc::new(Memtable::new());
+        let mut last_seq = manifest.value.seq_flushed;
+        for id in (manifest.value.wal_replay_after + 1)..fence {
+            let data = match store.get(&paths.wal(id)).await {
+                Ok(g) => g.bytes().await.map_err(Error::store("read wal"))?,
+                Err(object_store::Error::NotFound { .. }) => {
+                    tracing::warn!(shard = %name, id, "wal segment missing during replay");
+                    continue;
+                }
+                Err(e) => return Err(Error::store("read wal")(e)),
+            };
+            if data.is_empty() {
+                continue; // an older writer's fence
+            }
+            let segment = Segment::decode(&data)?;
+            for record in segment.records {
+                if record.seq <= manifest.value.seq_flushed {
+                    continue;
+                }
+                active.insert(record.seq, id, &record.entries);
+                last_seq = last_seq.max(record.seq);
+            }
+        }
+
+        // 4. Still the owner? (A newer writer may have fenced us while we replayed.)
+        if let Some(latest) = manifests.latest().await?
+            && latest.value.writer_epoch != epoch
+        {
+            return Err(Error::Fenced {
+                shard: name,
+                mine: epoch,
+                newer: latest.value.writer_epoch,
+            });
+        }
+
+        // 5. Bring the referenced SSTs to the local directory.
+        let local_dir = local_root;
+        tokio::fs::create_dir_all(&local_dir)
+            .await
+            .map_err(Error::io(format!("create {}", local_dir.display())))?;
+        let mut levels = Vec::with_capacity(manifest.value.levels.len());
+        let mut referenced = HashSet::new();
+        for level in &manifest.value.levels {
+            let mut handles = Vec::with_capacity(level.ssts.len());
+            for info in &level.ssts {
+                let path = local_dir.join(format!("{}.sst", info.id));
+                referenced.insert(path.clone());
+                let local_ok = tokio::fs::metadata(&path)
+                    .await
+                    .is_ok_and(|m| m.len() == info.size_bytes);
+                if !local_ok {
+                    let data = store
+                        .get(&paths.sst(&info.id))
+                        .await
+                        .map_err(Error::store(format!("download sst {}", info.id)))?
+                        .bytes()
+                        .await
+                        .map_err(Error::store(format!("download sst {}", info.id)))?;
+                    if data.len() as u64 != info.size_bytes {
+                        return Err(Error::Corrupt(format!(
+                            "sst {} is {} bytes in the bucket, the manifest says {}",
+                            info.id,
+                            data.len(),
+                            info.size_bytes
+                        )));
+                    }
+                    let tmp = path.with_extension("sst.download");
+                    tokio::fs::write(&tmp, &data)
+                        .await
+                        .map_err(Error::io("write downloaded sst"))?;
+                    tokio::fs::rename(&tmp, &path)
+                        .await
+                        .map_err(Error::io("rename downloaded sst"))?;
+                }
+                let p = path.clone();
+                let reader = tokio::task::spawn_blocking(move || SstReader::open(&p))
+                    .await
+                    .map_err(|e| Error::Internal(e.to_string()))??;
+                handles.push(Arc::new(SstHandle::new(info.clone(), reader, path)));
+            }
+            levels.push(handles);
+        }
+        // Local files no manifest references are leftovers of a previous process.
+        if let Ok(mut dir) = tokio::fs::read_dir(&local_dir).await {
+            while let Ok(Some(e)) = dir.next_entry().await {
+                if !referenced.contains(&e.path()) {
+                    let _ = tokio::fs::remove_file(e.path()).await;
+                }
+            }
+        }
+
+        let state = ShardState {
+            active,
+            frozen: Vec::new(),
+            levels,
+            manifest: Arc::new(manifest),
+        };
+        let (tx, rx) = mpsc::channel(config.write_queue_max.max(1));
+        let inner = Arc::new(ShardInner {
+            name,
+            table,
+            config,
+            store,
+            paths,
+            local_dir,
+            epoch,
+            clock,
+            manifests,
+            state: RwLock::new(Arc::new(state)),
+            last_seq: AtomicU64::new(last_seq),
+            manifest_lock: tokio::sync::Mutex::new(()),
+            compaction_lock: tokio::sync::Mutex::new(()),
+            fenced: AtomicBool::new(false),
+            cancel: CancellationToken::new(),
+            flush_wanted: Notify::new(),
+            flushed: Notify::new(),
+            compaction_wanted: Notify::new(),
+            pins: Mutex::new(BTreeMap::new()),
+            in_flight: Mutex::new(HashSet::new()),
+            next_sst: AtomicU64::new(1),
+            stats: Default::default(),
+        });
+        tokio::spawn(writer_loop(inner.clone(), rx, fence + 1, last_seq + 1));
+        tokio::spawn(flush_loop(inner.clone()));
+        tokio::spawn(crate::compaction::compaction_loop(inner.clone()));
+        if inner.config.gc.interval_ms > 0 {
+            tokio::spawn(crate::gc::gc_loop(inner.clone()));
+        }
+        inner.compaction_wanted.notify_one();
+        Ok(Shard { inner, tx })
+    }
+
+    /// The shard's name (`table/shard`).
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// This writer's epoch.
+    pub fn epoch(&self) -> u64 {
+        self.inner.epoch
+    }
+
+    /// Highest sequence number visible to readers.
+    pub fn last_seq(&self) -> u64 {
+        self.inner.last_seq.load(Ordering::Acquire)
+    }
+
+    /// Statistics.
+    pub fn stats(&self) -> crate::metrics::ShardStatsSnapshot {
+        let state = self.inner.current();
+        self.inner.stats.snapshot(&state)
+    }
+
+    /// The manifest version readers currently see.
+    pub fn manifest(&self) -> Arc<Versioned<Manifest>> {
+        self.inner.current().manifest.clone()
+    }
+
+    /// Writes validated versions atomically under one new sequence number.
+    pub async fn write(&self, entries: Vec<PreparedEntry>, durability: Durability) -> Result<u64> {
+        self.inner.check_open()?;
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Request::Write {
+                entries,
+                durability,
+                reply,
+            })
+            .await
+            .map_err(|_| self.closed_error())?;
+        rx.await.map_err(|_| self.closed_error())?
+    }
+
+    fn closed_error(&self) -> Error {
+        if self.inner.fenced.load(Ordering::Acquire) {
+            self.inner.fenced_error(0)
+        } else {
+            Error::Closed(format!("shard {} is closed", self.inner.name))
+        }
+    }
+
+    /// Freezes the active memtable and waits until every frozen memtable is flushed to an
+    /// SST in the object store and committed in the manifest.
+    pub async fn flush(&self) -> Result<()> {
+        self.inner.check_open()?;
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Request::Freeze { reply })
+            .await
+            .map_err(|_| self.closed_error())?;
+        rx.await.map_err(|_| self.closed_error())?;
+        loop {
+            let notified = self.inner.flushed.notified();
+            if self.inner.current().frozen.is_empty() {
+                return Ok(());
+            }
+            self.inner.check_open()?;
+            self.inner.flush_wanted.notify_one();
+            let _ = tokio::time::timeout(Duration::from_millis(200), notified).await;
+        }
+    }
+
+    /// Runs compactions until none is due, waiting for them.
+    pub async fn compact(&self) -> Result<()> {
+        self.inner.check_open()?;
+        crate::compaction::compact_until_idle(&self.inner).await
+    }
+
+    /// Runs garbage collection once now.
+    pub async fn gc(&self) -> Result<crate::gc::GcReport> {
+        self.inner.check_open()?;
+        crate::gc::collect(&self.inner).await
+    }
+
+    /// Pins the current state: versions visible at it survive compaction until dropped.
+    pub fn snapshot(&self) -> ShardSnapshot {
+        let mut pins = self.inner.pins.lock();
+        let seq = self.last_seq();
+        *pins.entry(seq).or_default() += 1;
+        ShardSnapshot {
+            inner: self.inner.clone(),
+            seq,
+        }
+    }
+
+    fn read_seq(&self, snapshot: Option<&ShardSnapshot>) -> Result<u64> {
+        self.inner.check_open()?;
+        Ok(match snapshot {
+            Some(s) => s.seq,
+            None => self.last_seq(),
+        })
+    }
+
+    /// Point read of an encoded key; the row's non-key values, or None.
+    pub async fn get(
+        &self,
+        key: Vec<u8>,
+        snapshot: Option<&ShardSnapshot>,
+    ) -> Result<Option<RowValues>> {
+        let seq = self.read_seq(snapshot)?;
+        let state = self.inner.current();
+        let codec = self.inner.table.codec.clone();
+        tokio::task::spawn_blocking(move || {
+            let versions = point_versions(&state, &key, seq)?;
+            resolve(&codec, &versions)
+        })
+        .await
+        .map_err(|e| Error::Internal(e.to_string()))?
+    }
+
+    /// Scans encoded keys in `[start, end)` in key order, returning at most `limit` live rows.
+    pub async fn scan(
+        &self,
+        start: Vec<u8>,
+        end: Option<Vec<u8>>,
+        limit: usize,
+        snapshot: Option<&ShardSnapshot>,
+    ) -> Result<Vec<(Bytes, RowValues)>> {
+        let seq = self.read_seq(snapshot)?;
+        let state = self.inner.current();
+        let table = self.inner.table.clone();
+        tokio::task::spawn_blocking(move || {
+            let iter = state_iter(&state, &start, end.as_deref());
+            let mut rows = RowIter::new(Box::new(iter), &table.codec, seq, end);
+            let mut out = Vec::new();
+            while out.len() < limit {
+                match rows.next_row()? {
+                    Some(r) => out.push(r),
+                    None => break,
+                }
+            }
+            Ok(out)
+        })
+        .await
+        .map_err(|e| Error::Internal(e.to_string()))?
+    }
+
+    /// Stops the shard's tasks. Acknowledged writes are already durable; nothing is flushed.
+    pub async fn close(&self) {
+        self.inner.cancel.cancel();
+    }
+}
+
+/// All versions of `key` visible at `seq`, newest first, stopping once a source yields a
+/// version that alone determines the row.
+fn point_versions(state: &ShardState, key: &[u8], seq: u64) -> Result<Vec<Entry>> {
+    let mut out: Vec<Entry> = Vec::new();
+    let done = |v: &[Entry]| v.iter().any(|e| e.kind.is_full());
+    for mem in state.memtables() {
+        let v = mem.get(key, seq);
+        let stop = done(&v);
+        out.extend(v);
+        if stop {
+            return Ok(out);
+        }
+    }
+    for (li, level) in state.levels.iter().enumerate() {
+        let candidates: Vec<&Arc<SstHandle>> = if li == 0 {
+            level.iter().filter(|h| h.covers(key)).collect()
+        } else {
+            let i = level.partition_point(|h| h.info.key_max.as_slice() < key);
+            level.get(i).filter(|h| h.covers(key)).into_iter().collect()
+        };
+        for h in candidates {
+            let v = h.reader.get(key, seq)?;
+            let stop = done(&v);
+            out.extend(v);
+            if stop {
+                return Ok(out);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A merged iterator over every source of a state from `start`.
+pub(crate) fn state_iter(state: &ShardState, start: &[u8], end: Option<&[u8]>) -> MergeIter {
+    let mut sources: Vec<Box<dyn EntryIter>> = Vec::new();
+    for mem in state.memtables() {
+        sources.push(Box::new(MemtableIter::new(mem.clone(), start)));
+    }
+    for level in &state.levels {
+        for h in level {
+            let before_start = h.info.key_max.as_slice() < start;
+            let after_end = end.is_some_and(|e| h.info.key_min.as_slice() >= e);
+            if !before_start && !after_end {
+                sources.push(Box::new(SstIter::new(h.reader.clone(), start)));
+            }
+        }
+    }
+    MergeIter::new(sources)
+}
+
+async fn writer_loop(
+    inner: Arc<ShardInner>,
+    mut rx: mpsc::Receiver<Request>,
+    mut wal_id: u64,
+    mut next_seq: u64,
+) {
+    loop {
+        let first = tokio::select! {
+            r = rx.recv() => match r { Some(r) => r, None => return },
+            _ = inner.cancel.cancelled() => return,
+        };
+        // Write stall: too many memtables wait for flush.
+        while inner.current().frozen.len() >= inner.config.memtables_frozen_max {
+            let stall = std::time::Instant::now();
+            inner.flush_wanted.notify_one();
+            let notified = inner.flushed.notified();
+            tokio::select! {
+                _ = notified => {}
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                _ = inner.cancel.cancelled() => return,
+            }
+            inner.stats.record_stall(stall.elapsed());
+        }
+        let mut group = vec![first];
+        let mut bytes = 0usize;
+        while bytes < inner.config.wal_segment_bytes_max {
+            match rx.try_recv() {
+                Ok(r) => {
+                    if let Request::Write { entries, .. } = &r {
+                        bytes += entries
+                            .iter()
+                            .map(|e| e.key.len() + e.value.len() + 8)
+                            .sum::<usize>();
+                    }
+                    group.push(r);
+                }
+                Err(_) => break,
+            }
+        }
+        let mut freeze_replies = Vec::new();
+        let mut writes = Vec::new();
+        for r in group {
+            match r {
+                Request::Write {
+                    entries,
+                    durability,
+                    reply,
+                } => {
+                    if entries.is_empty() {
+                        let _ = reply.send(Ok(next_seq.saturating_sub(1)));
+                        continue;
+                    }
+                    writes.push((next_seq, entries, durability, Some(reply)));
+                    next_seq += 1;
+                }
+                Request::Freeze { reply } => freeze_replies.push(reply),
+            }
+        }
+        if !writes.is_empty() {
+            let records: Vec<(u64, &[PreparedEntry])> = writes
+                .iter()
+                .map(|(seq, entries, _, _)| (*seq, entries.as_slice()))
+                .collect();
+            let data = Bytes::from(Segment::encode(inner.epoch, &records));
+            let mut applied = false;
+            if writes.iter().any(|w| w.2 == Durability::Local) {
+                match write_local_wal(&inner, wal_id, &data).await {
+                    Ok(()) => {
+                        apply(&inner, wal_id, &writes);
+                        applied = true;
+                        for w in writes.iter_mut().filter(|w| w.2 == Durability::Local) {
+                            if let Some(reply) = w.3.take() {
+                                let _ = reply.send(Ok(w.0));
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(shard = %inner.name, error = %e, "local wal write failed; waiting for the upload")
+                    }
+                }
+            }
+            match upload_segment(&inner, wal_id, data).await {
+                Ok(()) => {}
+                Err(e) => {
+                    // Fenced or closed: nothing more can be acknowledged by this writer.
+                    for w in writes.iter_mut() {
+                        if let Some(reply) = w.3.take() {
+                            let _ = reply.send(Err(match &e {
+                                Error::Fenced { .. } => inner.fenced_error(0),
+                                _ => Error::Closed(format!("shard {} is closed", inner.name)),
+                            }));
+                        }
+                    }
+                    rx.close();
+                    while let Some(r) = rx.recv().await {
+                        if let Request::Write { reply, .. } = r {
+                            let _ = reply.send(Err(inner.fenced_error(0)));
+                        }
+                    }
+                    return;
+                }
+            }
+            let _ = tokio::fs::remove_file(inner.local_dir.join(format!("{wal_id:020}.wal"))).await;
+            if !applied {
+                apply(&inner, wal_id, &writes);
+            }
+            for w in writes.iter_mut() {
+                if let Some(reply) = w.3.take() {
+                    let _ = reply.send(Ok(w.0));
+                }
+            }
+            inner.stats.record_wal_segment(records_len(&writes));
+            wal_id += 1;
+        }
+        let state = inner.current();
+        if (!freeze_replies.is_empty() && !state.active.is_empty())
+            || state.active.size_bytes() >= inner.config.memtable_bytes_max
+        {
+            freeze(&inner);
+        }
+        for r in freeze_replies {
+            let _ = r.send(());
+        }
+    }
+}
+
+fn records_len<T>(w: &[T]) -> usize {
+    w.len()
+}
+
+fn apply(
+    inner: &ShardInner,
+    wal_id: u64,
+    writes: &[(
+        u64,
+        Vec<PreparedEntry>,
+        Durability,
+        Option<oneshot::Sender<Result<u64>>>,
+    )],
+) {
+    let state = inner.current();
+    let mut max = 0;
+    for (seq, entries, _, _) in writes {
+        state.active.insert(*seq, wal_id, entries);
+        max = max.max(*seq);
+    }
+    inner.last_seq.fetch_max(max, Ordering::AcqRel);
+}
+
+fn freeze(inner: &ShardInner) {
+    let mut guard = inner.state.write();
+    let mut next = (**guard).clone();
+    let old = std::mem::replace(&mut next.active, Arc::new(Memtable::new()));
+    next.frozen.insert(0, old);
+    *guard = Arc::new(next);
+    drop(guard);
+    inner.flush_wanted.notify_one();
+}
+
+async fn write_local_wal(inner: &ShardInner, wal_id: u64, data: &Bytes) -> Result<()> {
+    let path = inner.local_dir.join(format!("{wal_id:020}.wal"));
+    let data = data.clone();
+    tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&path)?;
+        f.write_all(&data)?;
+        f.sync_all()
+    })
+    .await
+    .map_err(|e| Error::Internal(e.to_string()))?
+    .map_err(Error::io("local wal"))
+}
+
+/// PUTs a segment at `wal_id`, retrying transient failures with the same id and bytes (ids
+/// must stay consecutive for fencing to hold). `AlreadyExists` means a newer writer's fence.
+async fn upload_segment(inner: &ShardInner, wal_id: u64, data: Bytes) -> Result<()> {
+    let path = inner.paths.wal(wal_id);
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        match inner
+            .store
+            .put_opts(
+                &path,
+                data.clone().into(),
+                PutOptions::from(PutMode::Create),
+            )
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(object_store::Error::AlreadyExists { .. }) => {
+                inner.fenced.store(true, Ordering::Release);
+                tracing::warn!(shard = %inner.name, epoch = inner.epoch, wal_id, "fenced by a newer writer");
+                return Err(inner.fenced_error(0));
+            }
+            Err(e) => {
+                tracing::warn!(shard = %inner.name, wal_id, error = %e, "wal upload failed; retrying");
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = inner.cancel.cancelled() => return Err(Error::Closed(inner.name.clone())),
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}
+
+async fn flush_loop(inner: Arc<ShardInner>) {
+    loop {
+        tokio::select! {
+            _ = inner.flush_wanted.notified() => {}
+            _ = inner.cancel.cancelled() => return,
+        }
+        loop {
+            let Some(mem) = inner.current().frozen.last().cloned() else {
+                break;
+            };
+            match flush_one(&inner, mem).await {
+                Ok(()) => {
+                    inner.flushed.notify_waiters();
+                    inner.compaction_wanted.notify_one();
+                }
+                Err(e) => {
+                    if inner.fenced.load(Ordering::Acquire) || inner.cancel.is_cancelled() {
+                        inner.flushed.notify_waiters();
+                        return;
+                    }
+                    tracing::warn!(shard = %inner.name, error = %e, "flush failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        }
+    }
+}
+
+/// Writes the oldest frozen memtable to an L0 SST, uploads it, commits the manifest, then
+/// swaps it into the readers' state.
+async fn flush_one(inner: &Arc<ShardInner>, mem: Arc<Memtable>) -> Result<()> {
+    let id = inner.new_sst_id();
+    let path = inner.local_sst_path(&id);
+    let handle = if mem.is_empty() {
+        None
+    } else {
+        let (block, bits) = (
+            inner.config.sst_block_bytes,
+            inner.config.bloom_bits_per_key,
+        );
+        let (m, p) = (mem.clone(), path.clone());
+        let stats = tokio::task::spawn_blocking(move || -> Result<crate::sst::SstStats> {
+            let mut b = SstBuilder::create(&p, block, bits)?;
+            let mut it = MemtableIter::new(m, &[]);
+            while let Some(e) = it.next_entry()? {
+                b.add(&e)?;
+            }
+            b.finish()
+        })
+        .await
+        .map_err(|e| Error::Internal(e.to_string()))??;
+        inner.in_flight.lock().insert(id);
+        let uploaded = inner.upload_sst(&id, &path).await;
+        if let Err(e) = uploaded {
+            inner.in_flight.lock().remove(&id);
+            return Err(e);
+        }
+        let info = SstInfo {
+            id,
+            key_min: stats.key_min,
+            key_max: stats.key_max,
+            seq_min: stats.seq_min,
+            seq_max: stats.seq_max,
+            entries: stats.entries,
+            size_bytes: stats.size_bytes,
+        };
+        let p = path.clone();
+        let reader = tokio::task::spawn_blocking(move || SstReader::open(&p))
+            .await
+            .map_err(|e| Error::Internal(e.to_string()))??;
+        Some(Arc::new(SstHandle::new(info, reader, path)))
+    };
+    let _lock = inner.manifest_lock.lock().await;
+    let seq_max = mem.seq_max();
+    let wal_id_max = mem.wal_id_max();
+    let committed = inner
+        .commit_manifest(|m| {
+            if let Some(h) = &handle {
+                m.levels[0].ssts.insert(0, h.info.clone());
+            }
+            m.seq_flushed = m.seq_flushed.max(seq_max);
+            m.wal_replay_after = m.wal_replay_after.max(wal_id_max);
+        })
+        .await;
+    inner.in_flight.lock().remove(&id);
+    let manifest = committed?;
+    let mut guard = inner.state.write();
+    let mut next = (**guard).clone();
+    next.frozen.retain(|m| !Arc::ptr_eq(m, &mem));
+    if let Some(h) = handle {
+        next.levels[0].insert(0, h);
+    }
+    next.manifest = manifest;
+    *guard = Arc::new(next);
+    drop(guard);
+    inner.stats.record_flush();
+    Ok(())
+}

@@ -1,0 +1,94 @@
+//! Where things live in the bucket. Every object name is built here.
+//!
+//! ```text
+//! <root>/catalog/<version>.json                        cluster catalog chain
+//! <root>/tables/<table id>/<shard id>/manifest/<v>.json shard manifest chain
+//! <root>/tables/<table id>/<shard id>/wal/<id>.wal      WAL segments (empty = fence)
+//! <root>/tables/<table id>/<shard id>/sst/<id>.sst      row SSTs
+//! ```
+
+use object_store::path::Path;
+use strata_common::ids::format_id;
+
+/// The bucket layout under a root prefix.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    root: Path,
+}
+
+impl Layout {
+    /// A layout under `root` (may be empty for the bucket root).
+    pub fn new(root: &str) -> Self {
+        Self {
+            root: Path::from(root.trim_matches('/')),
+        }
+    }
+
+    /// The root prefix.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn join(&self, rest: &str) -> Path {
+        if self.root.as_ref().is_empty() {
+            Path::from(rest)
+        } else {
+            Path::from(format!("{}/{rest}", self.root))
+        }
+    }
+
+    /// The catalog chain directory.
+    pub fn catalog_dir(&self) -> Path {
+        self.join("catalog")
+    }
+
+    /// All objects of a table.
+    pub fn table_dir(&self, table_id: u64) -> Path {
+        self.join(&format!("tables/{}", format_id(table_id)))
+    }
+
+    /// The paths of one shard.
+    pub fn shard(&self, table_id: u64, shard_id: u32) -> ShardPaths {
+        ShardPaths {
+            dir: self.join(&format!("tables/{}/{:05}", format_id(table_id), shard_id)),
+        }
+    }
+}
+
+/// Paths of one shard.
+#[derive(Debug, Clone)]
+pub struct ShardPaths {
+    dir: Path,
+}
+
+impl ShardPaths {
+    /// The shard directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The manifest chain directory.
+    pub fn manifest_dir(&self) -> Path {
+        Path::from(format!("{}/manifest", self.dir))
+    }
+
+    /// The WAL directory.
+    pub fn wal_dir(&self) -> Path {
+        Path::from(format!("{}/wal", self.dir))
+    }
+
+    /// One WAL segment.
+    pub fn wal(&self, id: u64) -> Path {
+        Path::from(format!("{}/wal/{}.wal", self.dir, format_id(id)))
+    }
+
+    /// The SST directory.
+    pub fn sst_dir(&self) -> Path {
+        Path::from(format!("{}/sst", self.dir))
+    }
+
+    /// One SST.
+    pub fn sst(&self, id: &crate::SstId) -> Path {
+        Path::from(format!("{}/sst/{}.sst", self.dir, id))
+    }
+}

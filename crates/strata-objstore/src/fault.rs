@@ -1,0 +1,299 @@
+//! Injects latency and faults (errors, timeouts, lost responses) for tests and benchmarks.
+//! Randomness comes from one seeded RNG so a failing run can be replayed.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use object_store::path::Path;
+use object_store::{
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions, Result,
+};
+use parking_lot::Mutex;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+/// What to inject. Rates are probabilities per request in `[0, 1]`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct FaultConfig {
+    /// Added before every request (a first-byte latency, e.g. 15 for S3).
+    pub latency_ms: u64,
+    /// Uniform random extra latency up to this many milliseconds.
+    pub latency_ms_jitter: u64,
+    /// Probability that a request fails with a transient error before reaching the store.
+    pub error_rate: f64,
+    /// Probability that a request hangs for `timeout_ms` and then fails as a timeout.
+    pub timeout_rate: f64,
+    /// How long an injected timeout hangs.
+    pub timeout_ms: u64,
+    /// Probability that a put reaches the store but its response is lost (reported as a
+    /// transient error): exercises retries of conditional writes.
+    pub lost_response_rate: f64,
+    /// Seed of the RNG.
+    pub seed: u64,
+}
+
+/// Operation classes that scripted faults can target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FaultOp {
+    /// get, head, get_ranges
+    Get,
+    /// put, multipart
+    Put,
+    /// list
+    List,
+    /// delete
+    Delete,
+}
+
+#[derive(Debug)]
+struct State {
+    config: FaultConfig,
+    rng: StdRng,
+    scripted: HashMap<FaultOp, u32>,
+    injected: u64,
+}
+
+/// Fault-injecting decorator.
+#[derive(Debug)]
+pub struct FaultInjectingStore {
+    inner: Arc<dyn ObjectStore>,
+    state: Arc<Mutex<State>>,
+}
+
+enum Verdict {
+    Pass,
+    Fail(&'static str),
+    Timeout(Duration),
+}
+
+fn injected(kind: &'static str) -> object_store::Error {
+    object_store::Error::Generic {
+        store: "FaultInjectingStore",
+        source: format!("injected {kind}").into(),
+    }
+}
+
+impl FaultInjectingStore {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn ObjectStore>, config: FaultConfig) -> Self {
+        let rng = StdRng::seed_from_u64(config.seed);
+        Self {
+            inner,
+            state: Arc::new(Mutex::new(State {
+                config,
+                rng,
+                scripted: HashMap::new(),
+                injected: 0,
+            })),
+        }
+    }
+
+    /// Replaces the configuration (keeps the RNG stream).
+    pub fn set_config(&self, config: FaultConfig) {
+        self.state.lock().config = config;
+    }
+
+    /// The current configuration.
+    pub fn config(&self) -> FaultConfig {
+        self.state.lock().config.clone()
+    }
+
+    /// How many faults were injected so far.
+    pub fn injected(&self) -> u64 {
+        self.state.lock().injected
+    }
+
+    /// Makes the next `n` requests of class `op` fail with a transient error.
+    pub fn fail_next(&self, op: FaultOp, n: u32) {
+        *self.state.lock().scripted.entry(op).or_default() += n;
+    }
+
+    fn decide(&self, op: FaultOp) -> (Duration, Verdict) {
+        let mut s = self.state.lock();
+        let State {
+            config,
+            rng,
+            scripted,
+            injected,
+        } = &mut *s;
+        let jitter = if config.latency_ms_jitter > 0 {
+            rng.random_range(0..=config.latency_ms_jitter)
+        } else {
+            0
+        };
+        let delay = Duration::from_millis(config.latency_ms + jitter);
+        if let Some(n) = scripted.get_mut(&op).filter(|n| **n > 0) {
+            *n -= 1;
+            *injected += 1;
+            return (delay, Verdict::Fail("scripted error"));
+        }
+        if config.error_rate > 0.0 && rng.random_bool(config.error_rate.min(1.0)) {
+            *injected += 1;
+            return (delay, Verdict::Fail("error"));
+        }
+        if config.timeout_rate > 0.0 && rng.random_bool(config.timeout_rate.min(1.0)) {
+            *injected += 1;
+            return (
+                delay,
+                Verdict::Timeout(Duration::from_millis(config.timeout_ms)),
+            );
+        }
+        (delay, Verdict::Pass)
+    }
+
+    async fn before(&self, op: FaultOp) -> Result<()> {
+        let (delay, verdict) = self.decide(op);
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        match verdict {
+            Verdict::Pass => Ok(()),
+            Verdict::Fail(kind) => Err(injected(kind)),
+            Verdict::Timeout(d) => {
+                tokio::time::sleep(d).await;
+                Err(injected("timeout"))
+            }
+        }
+    }
+
+    fn lose_response(&self) -> bool {
+        let mut s = self.state.lock();
+        let rate = s.config.lost_response_rate;
+        let lose = rate > 0.0 && s.rng.random_bool(rate.min(1.0));
+        s.injected += u64::from(lose);
+        lose
+    }
+}
+
+impl std::fmt::Display for FaultInjectingStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "FaultInjecting({})", self.inner)
+    }
+}
+
+#[async_trait]
+#[deny(clippy::missing_trait_methods)]
+impl ObjectStore for FaultInjectingStore {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> Result<PutResult> {
+        self.before(FaultOp::Put).await?;
+        let r = self.inner.put_opts(location, payload, opts).await?;
+        if self.lose_response() {
+            return Err(injected("lost response"));
+        }
+        Ok(r)
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> Result<Box<dyn MultipartUpload>> {
+        self.before(FaultOp::Put).await?;
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
+        self.before(FaultOp::Get).await?;
+        self.inner.get_opts(location, options).await
+    }
+
+    async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
+        self.before(FaultOp::Get).await?;
+        self.inner.get_ranges(location, ranges).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, Result<Path>>,
+    ) -> BoxStream<'static, Result<Path>> {
+        let this = FaultInjectingStore {
+            inner: self.inner.clone(),
+            state: self.state.clone(),
+        };
+        let this = Arc::new(this);
+        let checked = locations
+            .then(move |loc| {
+                let this = this.clone();
+                async move {
+                    let loc = loc?;
+                    this.before(FaultOp::Delete).await?;
+                    Ok(loc)
+                }
+            })
+            .boxed();
+        self.inner.delete_stream(checked)
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
+        let (delay, verdict) = self.decide(FaultOp::List);
+        let inner = self.inner.list(prefix);
+        futures::stream::once(async move {
+            tokio::time::sleep(delay).await;
+            match verdict {
+                Verdict::Pass => inner,
+                Verdict::Fail(kind) => {
+                    futures::stream::once(async move { Err(injected(kind)) }).boxed()
+                }
+                Verdict::Timeout(d) => {
+                    tokio::time::sleep(d).await;
+                    futures::stream::once(async { Err(injected("timeout")) }).boxed()
+                }
+            }
+        })
+        .flatten()
+        .boxed()
+    }
+
+    fn list_with_offset(
+        &self,
+        prefix: Option<&Path>,
+        offset: &Path,
+    ) -> BoxStream<'static, Result<ObjectMeta>> {
+        let (delay, verdict) = self.decide(FaultOp::List);
+        let inner = self.inner.list_with_offset(prefix, offset);
+        futures::stream::once(async move {
+            tokio::time::sleep(delay).await;
+            match verdict {
+                Verdict::Pass => inner,
+                Verdict::Fail(kind) => {
+                    futures::stream::once(async move { Err(injected(kind)) }).boxed()
+                }
+                Verdict::Timeout(d) => {
+                    tokio::time::sleep(d).await;
+                    futures::stream::once(async { Err(injected("timeout")) }).boxed()
+                }
+            }
+        })
+        .flatten()
+        .boxed()
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
+        self.before(FaultOp::List).await?;
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
+        self.before(FaultOp::Put).await?;
+        self.inner.copy_opts(from, to, options).await
+    }
+
+    async fn rename_opts(&self, from: &Path, to: &Path, options: RenameOptions) -> Result<()> {
+        self.before(FaultOp::Put).await?;
+        self.inner.rename_opts(from, to, options).await
+    }
+}

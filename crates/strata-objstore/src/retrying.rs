@@ -1,0 +1,248 @@
+//! Retries transient failures with exponential backoff and full jitter.
+//!
+//! A conditional write whose response was lost is ambiguous: the retry sees `AlreadyExists`
+//! (create) or `Precondition` (update) caused by its own first attempt. The decorator then
+//! reads the object back and reports success if it holds exactly the bytes it wrote, so
+//! callers never mistake their own commit for a lost race.
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use object_store::path::Path;
+use object_store::{
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    ObjectStoreExt, PutMode, PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions,
+    Result,
+};
+use rand::Rng;
+
+use crate::config::RetryConfig;
+use crate::error::is_transient;
+
+/// Retrying decorator.
+#[derive(Debug)]
+pub struct RetryingStore {
+    inner: Arc<dyn ObjectStore>,
+    policy: RetryConfig,
+}
+
+impl RetryingStore {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn ObjectStore>, policy: RetryConfig) -> Self {
+        Self { inner, policy }
+    }
+
+    fn backoff(&self, attempt: u32) -> Duration {
+        let exp = self
+            .policy
+            .backoff_ms_initial
+            .saturating_mul(1u64 << attempt.min(16))
+            .min(self.policy.backoff_ms_max);
+        Duration::from_millis(rand::rng().random_range(0..=exp.max(1)))
+    }
+
+    async fn retry<T, F, Fut>(&self, op: &str, mut f: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        let mut attempt = 0u32;
+        loop {
+            match f().await {
+                Err(e) if is_transient(&e) && attempt + 1 < self.policy.attempts_max => {
+                    tracing::debug!(op, attempt, error = %e, "retrying object store request");
+                    tokio::time::sleep(self.backoff(attempt)).await;
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// After an ambiguous failure, does the object hold exactly `expected`?
+    async fn holds(&self, location: &Path, expected: &Bytes) -> Option<PutResult> {
+        let got = self
+            .retry("get", || async {
+                self.inner.get(location).await?.bytes().await
+            })
+            .await
+            .ok()?;
+        if &got != expected {
+            return None;
+        }
+        let meta = self.inner.head(location).await.ok()?;
+        Some(PutResult {
+            e_tag: meta.e_tag,
+            version: meta.version,
+        })
+    }
+}
+
+impl std::fmt::Display for RetryingStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Retrying({})", self.inner)
+    }
+}
+
+#[async_trait]
+#[deny(clippy::missing_trait_methods)]
+impl ObjectStore for RetryingStore {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> Result<PutResult> {
+        let conditional = !matches!(opts.mode, PutMode::Overwrite);
+        let mut attempt = 0u32;
+        let mut ambiguous = false;
+        loop {
+            match self
+                .inner
+                .put_opts(location, payload.clone(), opts.clone())
+                .await
+            {
+                Err(e) if is_transient(&e) && attempt + 1 < self.policy.attempts_max => {
+                    ambiguous = true;
+                    tracing::debug!(attempt, error = %e, path = %location, "retrying put");
+                    tokio::time::sleep(self.backoff(attempt)).await;
+                    attempt += 1;
+                }
+                Err(
+                    e @ (object_store::Error::AlreadyExists { .. }
+                    | object_store::Error::Precondition { .. }),
+                ) if conditional && ambiguous => {
+                    let expected = Bytes::from(payload.clone());
+                    return match self.holds(location, &expected).await {
+                        Some(r) => Ok(r),
+                        None => Err(e),
+                    };
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> Result<Box<dyn MultipartUpload>> {
+        self.retry("put_multipart", || {
+            self.inner.put_multipart_opts(location, opts.clone())
+        })
+        .await
+    }
+
+    async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
+        self.retry("get", || self.inner.get_opts(location, options.clone()))
+            .await
+    }
+
+    async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
+        self.retry("get_ranges", || self.inner.get_ranges(location, ranges))
+            .await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, Result<Path>>,
+    ) -> BoxStream<'static, Result<Path>> {
+        // Deletes are idempotent: retry each one on its own.
+        let inner = self.inner.clone();
+        let policy = self.policy.clone();
+        locations
+            .then(move |loc| {
+                let store = RetryingStore::new(inner.clone(), policy.clone());
+                async move {
+                    let loc = loc?;
+                    store
+                        .retry("delete", || async {
+                            match store.inner.delete(&loc).await {
+                                Err(object_store::Error::NotFound { .. }) => Ok(()),
+                                other => other,
+                            }
+                        })
+                        .await?;
+                    Ok(loc)
+                }
+            })
+            .boxed()
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
+        // A listing is retried as a whole while it has yielded nothing; a failure part way
+        // through is returned to the caller (listings are unordered on some backends, so
+        // resuming could skip or repeat entries).
+        let inner = self.inner.clone();
+        let policy = self.policy.clone();
+        let prefix = prefix.cloned();
+        futures::stream::once(async move {
+            let store = RetryingStore::new(inner.clone(), policy.clone());
+            let mut attempt = 0u32;
+            loop {
+                let mut s = inner.list(prefix.as_ref());
+                match s.next().await {
+                    Some(Err(e)) if is_transient(&e) && attempt + 1 < policy.attempts_max => {
+                        tokio::time::sleep(store.backoff(attempt)).await;
+                        attempt += 1;
+                    }
+                    Some(first) => return futures::stream::once(async { first }).chain(s).boxed(),
+                    None => return futures::stream::empty().boxed(),
+                }
+            }
+        })
+        .flatten()
+        .boxed()
+    }
+
+    fn list_with_offset(
+        &self,
+        prefix: Option<&Path>,
+        offset: &Path,
+    ) -> BoxStream<'static, Result<ObjectMeta>> {
+        let inner = self.inner.clone();
+        let policy = self.policy.clone();
+        let prefix = prefix.cloned();
+        let offset = offset.clone();
+        futures::stream::once(async move {
+            let store = RetryingStore::new(inner.clone(), policy.clone());
+            let mut attempt = 0u32;
+            loop {
+                let mut s = inner.list_with_offset(prefix.as_ref(), &offset);
+                match s.next().await {
+                    Some(Err(e)) if is_transient(&e) && attempt + 1 < policy.attempts_max => {
+                        tokio::time::sleep(store.backoff(attempt)).await;
+                        attempt += 1;
+                    }
+                    Some(first) => return futures::stream::once(async { first }).chain(s).boxed(),
+                    None => return futures::stream::empty().boxed(),
+                }
+            }
+        })
+        .flatten()
+        .boxed()
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
+        self.retry("list", || self.inner.list_with_delimiter(prefix))
+            .await
+    }
+
+    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
+        self.retry("copy", || self.inner.copy_opts(from, to, options.clone()))
+            .await
+    }
+
+    async fn rename_opts(&self, from: &Path, to: &Path, options: RenameOptions) -> Result<()> {
+        self.retry("rename", || {
+            self.inner.rename_opts(from, to, options.clone())
+        })
+        .await
+    }
+}
