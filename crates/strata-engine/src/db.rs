@@ -306,6 +306,12 @@ pub struct Table {
     inner: Arc<TableInner>,
 }
 
+impl std::fmt::Debug for Table {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Table({})", self.name())
+    }
+}
+
 /// A pinned snapshot of a table (one pin per shard).
 #[derive(Debug)]
 pub struct Snapshot {

@@ -1,0 +1,156 @@
+//! Helpers shared by the engine's integration tests.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
+use strata_common::clock;
+use strata_engine::{Db, EngineConfig};
+use strata_objstore::{ObjectStoreConfig, ObjectStoreMetrics, S3Config, StoreRef};
+
+/// `id Int64` (key), `a Utf8`, `b Int64`.
+pub fn schema() -> Schema {
+    Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("a", DataType::Utf8, true),
+        Field::new("b", DataType::Int64, true),
+    ])
+}
+
+pub fn rows(ids: &[i64], a: &[Option<&str>], b: &[Option<i64>]) -> RecordBatch {
+    RecordBatch::try_new(
+        Arc::new(schema()),
+        vec![
+            Arc::new(Int64Array::from(ids.to_vec())) as ArrayRef,
+            Arc::new(StringArray::from(a.to_vec())),
+            Arc::new(Int64Array::from(b.to_vec())),
+        ],
+    )
+    .unwrap()
+}
+
+pub fn only(cols: &[(&str, ArrayRef)]) -> RecordBatch {
+    let s = schema();
+    let fields: Vec<Field> = cols
+        .iter()
+        .map(|(n, _)| s.field_with_name(n).unwrap().clone())
+        .collect();
+    RecordBatch::try_new(
+        Arc::new(Schema::new(fields)),
+        cols.iter().map(|(_, a)| a.clone()).collect(),
+    )
+    .unwrap()
+}
+
+pub fn keys(ids: &[i64]) -> RecordBatch {
+    only(&[("id", Arc::new(Int64Array::from(ids.to_vec())))])
+}
+
+/// Rows of a scan result as (id, a, b).
+pub fn decode(batch: &RecordBatch) -> Vec<(i64, Option<String>, Option<i64>)> {
+    let id = batch
+        .column_by_name("id")
+        .unwrap()
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .unwrap();
+    let a = batch
+        .column_by_name("a")
+        .unwrap()
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .unwrap();
+    let b = batch
+        .column_by_name("b")
+        .unwrap()
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .unwrap();
+    (0..batch.num_rows())
+        .map(|i| {
+            (
+                id.value(i),
+                (!a.is_null(i)).then(|| a.value(i).to_string()),
+                (!b.is_null(i)).then(|| b.value(i)),
+            )
+        })
+        .collect()
+}
+
+/// Settings that make flushes and compactions happen after a few writes.
+pub fn small_config() -> EngineConfig {
+    let mut c = EngineConfig::default();
+    c.memtable_bytes_max = 4 << 10;
+    c.l0_compaction_trigger = 2;
+    c.level_bytes_base = 16 << 10;
+    c.level_size_multiplier = 4;
+    c.sst_bytes_target = 8 << 10;
+    c.sst_block_bytes = 512;
+    c.gc.interval_ms = 0;
+    c.gc.min_age_ms = 0;
+    c
+}
+
+pub async fn open(store: &StoreRef, local: &Path, config: EngineConfig) -> Db {
+    Db::open_with_store(
+        store.clone(),
+        None,
+        ObjectStoreMetrics::default(),
+        local.to_path_buf(),
+        config,
+        clock::system(),
+    )
+    .await
+    .unwrap()
+}
+
+pub fn memory_store() -> StoreRef {
+    Arc::new(object_store::memory::InMemory::new())
+}
+
+pub fn local_store(dir: &Path) -> StoreRef {
+    Arc::new(strata_objstore::LocalDirStore::new(dir).unwrap())
+}
+
+/// LocalStack settings from the environment (set by `ci/test.sh`); None skips the test,
+/// unless `STRATA_REQUIRE_S3` is set, which turns a missing LocalStack into a failure.
+pub fn s3_config() -> Option<ObjectStoreConfig> {
+    match std::env::var("STRATA_TEST_S3_ENDPOINT") {
+        Ok(endpoint) => Some(ObjectStoreConfig::s3(S3Config {
+            bucket: std::env::var("STRATA_TEST_S3_BUCKET").unwrap_or_else(|_| "strata-test".into()),
+            region: Some("us-east-1".into()),
+            endpoint: Some(endpoint),
+            request_timeout_ms: 10_000,
+        })),
+        Err(_) => {
+            assert!(
+                std::env::var("STRATA_REQUIRE_S3").is_err(),
+                "STRATA_REQUIRE_S3 is set but STRATA_TEST_S3_ENDPOINT is not"
+            );
+            eprintln!(
+                "skipping: STRATA_TEST_S3_ENDPOINT unset (run ci/test.sh to start LocalStack)"
+            );
+            None
+        }
+    }
+}
+
+pub async fn s3_store() -> Option<StoreRef> {
+    let cfg = s3_config()?;
+    let (store, _) = strata_objstore::build(&cfg, &ObjectStoreMetrics::default())
+        .await
+        .unwrap();
+    Some(store)
+}
+
+/// A root prefix unique to this run so tests can share one bucket.
+pub fn unique_prefix(name: &str) -> String {
+    use std::hash::{BuildHasher, RandomState};
+    format!(
+        "test-{name}-{}-{:x}",
+        std::process::id(),
+        RandomState::new().hash_one(0u8)
+    )
+}

@@ -1,0 +1,201 @@
+//! Model-based test: random upserts, partial updates, deletes, flushes, compactions,
+//! snapshots and reopens against a BTreeMap oracle, on the memory and local-directory stores.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::array::{Int64Array, StringArray};
+use common::*;
+use proptest::prelude::*;
+use strata_engine::{Db, ScanOptions, Snapshot, Table, Value};
+use strata_objstore::StoreRef;
+
+type Row = (Option<String>, Option<i64>);
+type Model = BTreeMap<i64, Row>;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Upsert(Vec<(i64, Option<String>, Option<i64>)>),
+    UpdateA(Vec<(i64, Option<String>)>),
+    UpdateB(Vec<(i64, Option<i64>)>),
+    Delete(Vec<i64>),
+    Flush,
+    Compact,
+    Pin,
+    CheckPinned(usize),
+    Reopen { fresh_local_dir: bool },
+}
+
+fn key() -> impl Strategy<Value = i64> {
+    -20i64..40
+}
+
+fn text() -> impl Strategy<Value = Option<String>> {
+    proptest::option::of("[a-z]{0,12}")
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => proptest::collection::vec((key(), text(), proptest::option::of(any::<i64>())), 1..12).prop_map(Op::Upsert),
+        3 => proptest::collection::vec((key(), text()), 1..8).prop_map(Op::UpdateA),
+        3 => proptest::collection::vec((key(), proptest::option::of(any::<i64>())), 1..8).prop_map(Op::UpdateB),
+        3 => proptest::collection::vec(key(), 1..6).prop_map(Op::Delete),
+        2 => Just(Op::Flush),
+        1 => Just(Op::Compact),
+        1 => Just(Op::Pin),
+        2 => (0usize..4).prop_map(Op::CheckPinned),
+        1 => any::<bool>().prop_map(|fresh_local_dir| Op::Reopen { fresh_local_dir }),
+    ]
+}
+
+async fn check(table: &Table, model: &Model, snapshot: Option<&Snapshot>) {
+    let got = decode(&table.scan(&ScanOptions::default(), snapshot).await.unwrap());
+    let want: Vec<(i64, Option<String>, Option<i64>)> = model
+        .iter()
+        .map(|(k, (a, b))| (*k, a.clone(), *b))
+        .collect();
+    assert_eq!(got, want, "full scan differs from the model");
+    // Point reads of a few keys, present and absent, with a projection.
+    for k in [-20i64, -1, 0, 7, 19, 39] {
+        let row = table
+            .get(&[Value::Int(k)], Some(&["b", "id"]), snapshot)
+            .await
+            .unwrap();
+        match (row, model.get(&k)) {
+            (None, None) => {}
+            (Some(batch), Some((_, b))) => {
+                assert_eq!(batch.num_columns(), 2);
+                let got_b = batch
+                    .column(0)
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .unwrap();
+                let got_b = (!arrow::array::Array::is_null(got_b, 0)).then(|| got_b.value(0));
+                assert_eq!(&got_b, b, "point read of {k}");
+            }
+            (got, want) => panic!("point read of {k}: got {got:?}, want {want:?}"),
+        }
+    }
+    // A bounded range scan.
+    let got = decode(
+        &table
+            .scan(
+                &ScanOptions {
+                    start: Some(vec![Value::Int(0)]),
+                    end: Some(vec![Value::Int(20)]),
+                    limit: 5,
+                    projection: None,
+                },
+                snapshot,
+            )
+            .await
+            .unwrap(),
+    );
+    let want: Vec<_> = model
+        .range(0..20)
+        .take(5)
+        .map(|(k, (a, b))| (*k, a.clone(), *b))
+        .collect();
+    assert_eq!(got, want, "range scan differs");
+}
+
+async fn run(ops: Vec<Op>, store: StoreRef) {
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let mut dir_idx = 0;
+    let mut db: Db = open(&store, dirs[dir_idx].path(), small_config()).await;
+    db.create_table("t", schema(), &["id"]).await.unwrap();
+    let mut table = db.table("t").await.unwrap();
+    let mut model = Model::new();
+    let mut pinned: Vec<(Snapshot, Model)> = Vec::new();
+    for op in ops {
+        match op {
+            Op::Upsert(rs) => {
+                let ids: Vec<i64> = rs.iter().map(|r| r.0).collect();
+                let a: Vec<Option<&str>> = rs.iter().map(|r| r.1.as_deref()).collect();
+                let b: Vec<Option<i64>> = rs.iter().map(|r| r.2).collect();
+                table.upsert(rows(&ids, &a, &b)).await.unwrap();
+                for (k, a, b) in rs {
+                    model.insert(k, (a, b));
+                }
+            }
+            Op::UpdateA(rs) => {
+                let ids: Vec<i64> = rs.iter().map(|r| r.0).collect();
+                let a: Vec<Option<&str>> = rs.iter().map(|r| r.1.as_deref()).collect();
+                table
+                    .update(only(&[
+                        ("id", Arc::new(Int64Array::from(ids))),
+                        ("a", Arc::new(StringArray::from(a))),
+                    ]))
+                    .await
+                    .unwrap();
+                for (k, a) in rs {
+                    model.entry(k).or_insert((None, None)).0 = a;
+                }
+            }
+            Op::UpdateB(rs) => {
+                let ids: Vec<i64> = rs.iter().map(|r| r.0).collect();
+                let b: Vec<Option<i64>> = rs.iter().map(|r| r.1).collect();
+                table
+                    .update(only(&[
+                        ("id", Arc::new(Int64Array::from(ids))),
+                        ("b", Arc::new(Int64Array::from(b))),
+                    ]))
+                    .await
+                    .unwrap();
+                for (k, b) in rs {
+                    model.entry(k).or_insert((None, None)).1 = b;
+                }
+            }
+            Op::Delete(ks) => {
+                table.delete(keys(&ks)).await.unwrap();
+                for k in ks {
+                    model.remove(&k);
+                }
+            }
+            Op::Flush => table.flush().await.unwrap(),
+            Op::Compact => table.compact().await.unwrap(),
+            Op::Pin => pinned.push((table.snapshot(), model.clone())),
+            Op::CheckPinned(i) => {
+                if let Some((snap, m)) = pinned.get(i) {
+                    check(&table, m, Some(snap)).await;
+                }
+            }
+            Op::Reopen { fresh_local_dir } => {
+                pinned.clear();
+                db.close().await;
+                if fresh_local_dir {
+                    // Losing the NVMe directory loses nothing.
+                    dir_idx = 1 - dir_idx;
+                    std::fs::remove_dir_all(dirs[dir_idx].path()).ok();
+                }
+                db = open(&store, dirs[dir_idx].path(), small_config()).await;
+                table = db.table("t").await.unwrap();
+            }
+        }
+        check(&table, &model, None).await;
+    }
+    for (snap, m) in &pinned {
+        check(&table, m, Some(snap)).await;
+    }
+    db.close().await;
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn engine_matches_model_on_memory_store(ops in proptest::collection::vec(op(), 1..40)) {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(run(ops, memory_store()));
+    }
+
+    #[test]
+    fn engine_matches_model_on_local_dir_store(ops in proptest::collection::vec(op(), 1..30)) {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let bucket = tempfile::tempdir().unwrap();
+        rt.block_on(run(ops, local_store(bucket.path())));
+    }
+}
