@@ -1,1 +1,478 @@
-fn main() {}
+//! `strata-loadtest`: a YCSB-style driver against the embedded engine.
+//!
+//! Workloads A (50% read / 50% update), B (95/5), C (100% read), E (95% short scans / 5%
+//! inserts), F (50% read / 50% read-modify-write); key distributions uniform, zipfian
+//! (theta 0.99, scrambled) and hotspot; closed loop (N clients back to back) or open loop
+//! (arrivals at a target rate, latency measured from the intended start so queueing is
+//! counted). Reports throughput and p50/p99/p99.9 per operation as JSON and a table.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, ValueEnum};
+use hdrhistogram::Histogram;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use strata_engine::{
+    Db, DbConfig, Durability, EngineConfig, ScanOptions, Table, Value, WriteOptions,
+};
+use strata_objstore::{FaultConfig, ObjectStoreConfig, S3Config};
+use tokio::sync::Mutex;
+
+#[derive(Debug, Clone, Copy, ValueEnum, Serialize)]
+enum Workload {
+    A,
+    B,
+    C,
+    E,
+    F,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, Serialize)]
+enum Dist {
+    Uniform,
+    Zipfian,
+    Hotspot,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, Serialize)]
+enum Store {
+    Local,
+    Memory,
+    S3,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, Serialize, PartialEq)]
+enum Mode {
+    Closed,
+    Open,
+}
+
+#[derive(Parser, Debug, Clone, Serialize)]
+#[command(about = "YCSB-style load against the embedded Strata engine")]
+struct Args {
+    /// Workload.
+    #[arg(long, value_enum, default_value = "a")]
+    workload: Workload,
+    /// Key distribution.
+    #[arg(long, value_enum, default_value = "zipfian")]
+    distribution: Dist,
+    /// Records loaded before the run.
+    #[arg(long, default_value_t = 100_000)]
+    records: u64,
+    /// Operations in the run phase.
+    #[arg(long, default_value_t = 100_000)]
+    ops: u64,
+    /// Value size in bytes (YCSB: 1000; small records: 200).
+    #[arg(long, default_value_t = 1024)]
+    record_bytes: usize,
+    /// Concurrent clients (closed loop) or the in-flight cap (open loop).
+    #[arg(long, default_value_t = 32)]
+    clients: usize,
+    /// Closed or open loop.
+    #[arg(long, value_enum, default_value = "closed")]
+    mode: Mode,
+    /// Open loop: target operations per second.
+    #[arg(long, default_value_t = 1000.0)]
+    rate: f64,
+    /// Object store backend.
+    #[arg(long, value_enum, default_value = "local")]
+    store: Store,
+    /// Directory for the local bucket and the NVMe tier (default: a temporary directory).
+    #[arg(long)]
+    dir: Option<std::path::PathBuf>,
+    /// S3 bucket (endpoint and credentials from the AWS SDK chain, e.g. AWS_ENDPOINT_URL).
+    #[arg(long, default_value = "strata-test")]
+    bucket: String,
+    /// Injected first-byte latency on every object-store request, in ms.
+    #[arg(long, default_value_t = 0)]
+    store_latency_ms: u64,
+    /// Write durability.
+    #[arg(long, default_value = "remote")]
+    durability: String,
+    /// Hotspot: fraction of keys that are hot.
+    #[arg(long, default_value_t = 0.05)]
+    hot_fraction: f64,
+    /// Hotspot: fraction of operations that go to hot keys.
+    #[arg(long, default_value_t = 0.95)]
+    hot_op_fraction: f64,
+    /// Write the JSON report here too.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
+    /// RNG seed.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+}
+
+/// YCSB's zipfian generator (Gray et al.), scrambled by hashing so hot keys spread out.
+struct Zipf {
+    n: u64,
+    theta: f64,
+    alpha: f64,
+    zetan: f64,
+    eta: f64,
+}
+
+impl Zipf {
+    fn new(n: u64, theta: f64) -> Self {
+        let zeta = |n: u64| (1..=n).map(|i| 1.0 / (i as f64).powf(theta)).sum::<f64>();
+        let zetan = zeta(n);
+        let zeta2 = zeta(2);
+        Self {
+            n,
+            theta,
+            alpha: 1.0 / (1.0 - theta),
+            zetan,
+            eta: (1.0 - (2.0 / n as f64).powf(1.0 - theta)) / (1.0 - zeta2 / zetan),
+        }
+    }
+
+    fn next(&self, u: f64) -> u64 {
+        let uz = u * self.zetan;
+        let rank = if uz < 1.0 {
+            0
+        } else if uz < 1.0 + 0.5f64.powf(self.theta) {
+            1
+        } else {
+            ((self.n as f64) * (self.eta * u - self.eta + 1.0).powf(self.alpha)) as u64
+        };
+        xxhash_rust::xxh3::xxh3_64(&rank.min(self.n - 1).to_le_bytes()) % self.n
+    }
+}
+
+struct KeyChooser {
+    dist: Dist,
+    zipf: Option<Zipf>,
+    hot_fraction: f64,
+    hot_op_fraction: f64,
+}
+
+impl KeyChooser {
+    fn next(&self, rng: &mut StdRng, n: u64) -> u64 {
+        match self.dist {
+            Dist::Uniform => rng.random_range(0..n),
+            Dist::Zipfian => self
+                .zipf
+                .as_ref()
+                .map_or(0, |z| z.next(rng.random::<f64>()))
+                .min(n - 1),
+            Dist::Hotspot => {
+                let hot = ((n as f64) * self.hot_fraction).max(1.0) as u64;
+                if rng.random::<f64>() < self.hot_op_fraction {
+                    rng.random_range(0..hot)
+                } else {
+                    rng.random_range(hot.min(n - 1)..n)
+                }
+            }
+        }
+    }
+}
+
+fn key(i: u64) -> Vec<u8> {
+    format!("user{:020}", xxhash_rust::xxh3::xxh3_64(&i.to_le_bytes())).into_bytes()
+}
+
+fn value(rng: &mut StdRng, len: usize) -> Vec<u8> {
+    (0..len).map(|_| rng.random_range(b'a'..=b'z')).collect()
+}
+
+#[derive(Default)]
+struct Hists {
+    by_op: std::collections::BTreeMap<&'static str, Histogram<u64>>,
+    errors: u64,
+}
+
+impl Hists {
+    fn record(&mut self, op: &'static str, us: u64) {
+        self.by_op
+            .entry(op)
+            .or_insert_with(|| Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid bounds"))
+            .saturating_record(us.max(1));
+    }
+}
+
+#[derive(Serialize)]
+struct OpReport {
+    op: String,
+    count: u64,
+    p50_us: u64,
+    p99_us: u64,
+    p999_us: u64,
+    max_us: u64,
+}
+
+#[derive(Serialize)]
+struct Report {
+    args: Args,
+    load_seconds: f64,
+    load_records_per_sec: f64,
+    run_seconds: f64,
+    throughput_ops_per_sec: f64,
+    errors: u64,
+    ops: Vec<OpReport>,
+    object_store_puts: u64,
+    wal_segments: u64,
+    writes_per_wal_segment: f64,
+    ssts_per_level: Vec<usize>,
+}
+
+async fn one_op(
+    table: &Table,
+    args: &Args,
+    chooser: &KeyChooser,
+    rng: &mut StdRng,
+    inserted: &std::sync::atomic::AtomicU64,
+    opts: WriteOptions,
+) -> (&'static str, Result<(), strata_engine::Error>) {
+    let n = inserted.load(std::sync::atomic::Ordering::Relaxed);
+    let p: f64 = rng.random();
+    let k = key(chooser.next(rng, n));
+    let read = || async { table.kv_get(&k).await.map(|_| ()) };
+    match args.workload {
+        Workload::A | Workload::B | Workload::C => {
+            let read_share = match args.workload {
+                Workload::A => 0.5,
+                Workload::B => 0.95,
+                _ => 1.0,
+            };
+            if p < read_share {
+                ("read", read().await)
+            } else {
+                let v = value(rng, args.record_bytes);
+                ("update", table.kv_put(&[(&k, &v)], opts).await.map(|_| ()))
+            }
+        }
+        Workload::E => {
+            if p < 0.95 {
+                let len = rng.random_range(1..=100);
+                let r = table
+                    .scan(
+                        &ScanOptions {
+                            start: Some(vec![Value::Bytes(k.clone())]),
+                            end: None,
+                            limit: len,
+                            projection: None,
+                        },
+                        None,
+                    )
+                    .await
+                    .map(|_| ());
+                ("scan", r)
+            } else {
+                let i = inserted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let v = value(rng, args.record_bytes);
+                (
+                    "insert",
+                    table.kv_put(&[(&key(i), &v)], opts).await.map(|_| ()),
+                )
+            }
+        }
+        Workload::F => {
+            if p < 0.5 {
+                ("read", read().await)
+            } else {
+                let r = async {
+                    table.kv_get(&k).await?;
+                    let v = value(rng, args.record_bytes);
+                    table.kv_put(&[(&k, &v)], opts).await.map(|_| ())
+                }
+                .await;
+                ("read_modify_write", r)
+            }
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let args = Args::parse();
+    let tmp = tempfile::tempdir()?;
+    let dir = args.dir.clone().unwrap_or_else(|| tmp.path().to_path_buf());
+    let mut store = match args.store {
+        Store::Local => ObjectStoreConfig::local(dir.join("bucket")),
+        Store::Memory => ObjectStoreConfig::memory(),
+        Store::S3 => ObjectStoreConfig::s3(S3Config {
+            bucket: args.bucket.clone(),
+            request_timeout_ms: 30_000,
+            ..Default::default()
+        }),
+    };
+    if args.store_latency_ms > 0 {
+        store.fault = Some(FaultConfig {
+            latency_ms: args.store_latency_ms,
+            ..Default::default()
+        });
+    }
+    let engine = EngineConfig {
+        root_prefix: format!("ycsb-{}", std::process::id()),
+        ..Default::default()
+    };
+    let durability = match args.durability.as_str() {
+        "local" => Durability::Local,
+        _ => Durability::Remote,
+    };
+    let opts = WriteOptions { durability };
+    let db = Db::open(DbConfig {
+        store,
+        local_dir: dir.join("nvme"),
+        engine,
+    })
+    .await?;
+    db.create_kv_namespace("usertable").await?;
+    let table = db.table("usertable").await?;
+
+    // Load phase: batches of 100 records from `clients` concurrent loaders.
+    let load_started = Instant::now();
+    let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut loaders = Vec::new();
+    for c in 0..args.clients.max(1) {
+        let (table, next, args) = (table.clone(), next.clone(), args.clone());
+        loaders.push(tokio::spawn(async move {
+            let mut rng = StdRng::seed_from_u64(args.seed + c as u64);
+            loop {
+                let start = next.fetch_add(100, std::sync::atomic::Ordering::Relaxed);
+                if start >= args.records {
+                    return Ok::<_, strata_engine::Error>(());
+                }
+                let end = (start + 100).min(args.records);
+                let kvs: Vec<(Vec<u8>, Vec<u8>)> = (start..end)
+                    .map(|i| (key(i), value(&mut rng, args.record_bytes)))
+                    .collect();
+                let pairs: Vec<(&[u8], &[u8])> = kvs
+                    .iter()
+                    .map(|(k, v)| (k.as_slice(), v.as_slice()))
+                    .collect();
+                table.kv_put(&pairs, opts).await?;
+            }
+        }));
+    }
+    for l in loaders {
+        l.await??;
+    }
+    let load_seconds = load_started.elapsed().as_secs_f64();
+
+    // Run phase.
+    let chooser = Arc::new(KeyChooser {
+        dist: args.distribution,
+        zipf: matches!(args.distribution, Dist::Zipfian).then(|| Zipf::new(args.records, 0.99)),
+        hot_fraction: args.hot_fraction,
+        hot_op_fraction: args.hot_op_fraction,
+    });
+    let inserted = Arc::new(std::sync::atomic::AtomicU64::new(args.records));
+    let hists = Arc::new(Mutex::new(Hists::default()));
+    let issued = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let run_started = Instant::now();
+    let mut workers = Vec::new();
+    let interval = Duration::from_secs_f64(1.0 / args.rate.max(0.001));
+    for c in 0..args.clients.max(1) {
+        let (table, args, chooser, inserted, hists, issued) = (
+            table.clone(),
+            args.clone(),
+            chooser.clone(),
+            inserted.clone(),
+            hists.clone(),
+            issued.clone(),
+        );
+        workers.push(tokio::spawn(async move {
+            let mut rng = StdRng::seed_from_u64(args.seed * 1000 + c as u64);
+            loop {
+                let i = issued.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= args.ops {
+                    return;
+                }
+                // Open loop: op i is due at i * interval; its latency counts from then.
+                let intended = if args.mode == Mode::Open {
+                    let due = run_started + interval * (i as u32);
+                    tokio::time::sleep_until(due.into()).await;
+                    due
+                } else {
+                    Instant::now()
+                };
+                let (op, r) = one_op(&table, &args, &chooser, &mut rng, &inserted, opts).await;
+                let us = intended.elapsed().as_micros() as u64;
+                let mut h = hists.lock().await;
+                match r {
+                    Ok(()) => h.record(op, us),
+                    Err(e) => {
+                        h.errors += 1;
+                        if h.errors <= 5 {
+                            eprintln!("{op} failed: {e}");
+                        }
+                    }
+                }
+            }
+        }));
+    }
+    for w in workers {
+        w.await?;
+    }
+    let run_seconds = run_started.elapsed().as_secs_f64();
+    let hists = hists.lock().await;
+    let mut all = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+    let mut ops = Vec::new();
+    for (op, h) in &hists.by_op {
+        all.add(h)?;
+        ops.push(OpReport {
+            op: op.to_string(),
+            count: h.len(),
+            p50_us: h.value_at_quantile(0.5),
+            p99_us: h.value_at_quantile(0.99),
+            p999_us: h.value_at_quantile(0.999),
+            max_us: h.max(),
+        });
+    }
+    ops.push(OpReport {
+        op: "all".into(),
+        count: all.len(),
+        p50_us: all.value_at_quantile(0.5),
+        p99_us: all.value_at_quantile(0.99),
+        p999_us: all.value_at_quantile(0.999),
+        max_us: all.max(),
+    });
+    let stats = table.shards().next().map(|s| s.stats()).unwrap_or_default();
+    let report = Report {
+        load_seconds,
+        load_records_per_sec: args.records as f64 / load_seconds,
+        run_seconds,
+        throughput_ops_per_sec: all.len() as f64 / run_seconds,
+        errors: hists.errors,
+        ops,
+        object_store_puts: db.object_store_metrics().requests("put", "wal"),
+        wal_segments: stats.wal_segments,
+        writes_per_wal_segment: stats.writes_in_segments as f64 / stats.wal_segments.max(1) as f64,
+        ssts_per_level: stats.ssts_per_level.clone(),
+        args: args.clone(),
+    };
+    println!(
+        "workload {:?} {:?} {} records x {} B, {:?} loop, {} clients, store {:?}",
+        args.workload,
+        args.distribution,
+        args.records,
+        args.record_bytes,
+        args.mode,
+        args.clients,
+        args.store
+    );
+    println!(
+        "load: {:.0} records/s   run: {:.0} ops/s   errors: {}",
+        report.load_records_per_sec, report.throughput_ops_per_sec, report.errors
+    );
+    println!(
+        "{:<18} {:>9} {:>10} {:>10} {:>10} {:>10}",
+        "op", "count", "p50 us", "p99 us", "p99.9 us", "max us"
+    );
+    for o in &report.ops {
+        println!(
+            "{:<18} {:>9} {:>10} {:>10} {:>10} {:>10}",
+            o.op, o.count, o.p50_us, o.p99_us, o.p999_us, o.max_us
+        );
+    }
+    let json = serde_json::to_string_pretty(&report)?;
+    println!("{json}");
+    if let Some(path) = &args.json {
+        std::fs::write(path, &json)?;
+    }
+    db.close().await;
+    Ok(())
+}

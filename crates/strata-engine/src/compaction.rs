@@ -64,10 +64,10 @@ pub(crate) fn pick(state: &ShardState, config: &crate::config::EngineConfig) -> 
     } else {
         let mut found = None;
         let mut target = config.level_bytes_base;
-        for li in 1..last {
-            let size: u64 = levels[li].iter().map(|h| h.info.size_bytes).sum();
+        for (li, level) in levels.iter().enumerate().take(last).skip(1) {
+            let size: u64 = level.iter().map(|h| h.info.size_bytes).sum();
             if size > target {
-                let oldest = levels[li].iter().min_by_key(|h| h.info.seq_max)?.clone();
+                let oldest = level.iter().min_by_key(|h| h.info.seq_max)?.clone();
                 let (lo, hi) = (oldest.info.key_min.clone(), oldest.info.key_max.clone());
                 found = Some((li, vec![oldest], lo, hi));
                 break;

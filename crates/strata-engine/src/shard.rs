@@ -35,6 +35,14 @@ use crate::sst::{SstBuilder, SstIter, SstReader};
 use crate::state::{ShardState, SstHandle};
 use crate::wal::Segment;
 
+/// A write waiting in a group commit: sequence number, versions, durability, reply.
+type PendingWrite = (
+    u64,
+    Vec<PreparedEntry>,
+    Durability,
+    Option<oneshot::Sender<Result<u64>>>,
+);
+
 enum Request {
     Write {
         entries: Vec<PreparedEntry>,
@@ -724,16 +732,7 @@ fn records_len<T>(w: &[T]) -> usize {
     w.len()
 }
 
-fn apply(
-    inner: &ShardInner,
-    wal_id: u64,
-    writes: &[(
-        u64,
-        Vec<PreparedEntry>,
-        Durability,
-        Option<oneshot::Sender<Result<u64>>>,
-    )],
-) {
+fn apply(inner: &ShardInner, wal_id: u64, writes: &[PendingWrite]) {
     let state = inner.current();
     let mut max = 0;
     for (seq, entries, _, _) in writes {

@@ -145,7 +145,7 @@ pub fn prefix_of(location: &Path) -> String {
 
 fn prefix_of_dir(prefix: Option<&Path>) -> String {
     prefix
-        .and_then(|p| p.parts().last().map(|s| s.as_ref().to_string()))
+        .and_then(|p| p.parts().next_back().map(|s| s.as_ref().to_string()))
         .unwrap_or_else(|| "root".to_string())
 }
 

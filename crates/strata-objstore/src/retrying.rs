@@ -72,7 +72,7 @@ impl RetryingStore {
             })
             .await
             .ok()?;
-        if &got != expected {
+        if got != *expected {
             return None;
         }
         let meta = self.inner.head(location).await.ok()?;

@@ -29,7 +29,7 @@ pub struct BlockBuilder {
 impl BlockBuilder {
     /// Adds an entry; entries must arrive in (key asc, seq desc) order.
     pub fn add(&mut self, key: &[u8], seq: u64, kind: EntryKind, value: &[u8]) {
-        let shared = if self.count % RESTART_INTERVAL == 0 {
+        let shared = if self.count.is_multiple_of(RESTART_INTERVAL) {
             self.restarts.push(self.buf.len() as u32);
             0
         } else {

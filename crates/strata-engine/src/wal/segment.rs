@@ -130,7 +130,7 @@ mod tests {
 
     #[test]
     fn round_trip_and_detect_corruption() {
-        let entries = vec![
+        let entries = [
             PreparedEntry {
                 key: Bytes::from_static(b"k1"),
                 kind: EntryKind::Put,
