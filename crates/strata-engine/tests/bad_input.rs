@@ -1,5 +1,9 @@
 //! Bad input gets a clear error naming the problem, and changes nothing.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::field_reassign_with_default)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::field_reassign_with_default
+)]
 
 mod common;
 

@@ -1,6 +1,10 @@
 //! Two writers on one shard: opening the second fences the first, whose next WAL or
 //! manifest write fails with a "fenced" error; acknowledged data of both survives.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::field_reassign_with_default)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::field_reassign_with_default
+)]
 
 mod common;
 

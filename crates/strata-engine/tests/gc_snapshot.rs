@@ -1,7 +1,11 @@
 //! A reader holding an old snapshot keeps working while compaction and GC run; GC deletes
 //! only what no retained manifest or pinned snapshot needs, and the bucket alone still
 //! recovers everything afterwards.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::field_reassign_with_default)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::field_reassign_with_default
+)]
 
 mod common;
 

@@ -1,6 +1,10 @@
 //! Model-based test: random upserts, partial updates, deletes, flushes, compactions,
 //! snapshots and reopens against a BTreeMap oracle, on the memory and local-directory stores.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::field_reassign_with_default)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::field_reassign_with_default
+)]
 
 mod common;
 

@@ -1,6 +1,10 @@
 //! LASER §4 through the public API: partial updates merge column by column with older
 //! versions wherever those live (memtable, L0, deeper levels); deletes hide everything older.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::field_reassign_with_default)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::field_reassign_with_default
+)]
 
 mod common;
 

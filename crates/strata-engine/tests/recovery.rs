@@ -2,7 +2,11 @@
 //! mid-load, its local directory is deleted, and a new process reopening from the bucket
 //! alone finds every acknowledged write and nothing that was not written. Runs against the
 //! local-directory store and against LocalStack S3.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::field_reassign_with_default)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::field_reassign_with_default
+)]
 
 mod common;
 

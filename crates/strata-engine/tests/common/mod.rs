@@ -1,5 +1,10 @@
 //! Helpers shared by the engine's integration tests.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::field_reassign_with_default)]
+#![allow(
+    dead_code,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::field_reassign_with_default
+)]
 
 use std::path::Path;
 use std::sync::Arc;
