@@ -713,7 +713,7 @@ async fn writer_loop(
                     let _ = reply.send(Ok(w.0));
                 }
             }
-            inner.stats.record_wal_segment(records_len(&writes));
+            inner.stats.record_wal_segment(writes.len());
             wal_id += 1;
         }
         let state = inner.current();
@@ -726,10 +726,6 @@ async fn writer_loop(
             let _ = r.send(());
         }
     }
-}
-
-fn records_len<T>(w: &[T]) -> usize {
-    w.len()
 }
 
 fn apply(inner: &ShardInner, wal_id: u64, writes: &[PendingWrite]) {

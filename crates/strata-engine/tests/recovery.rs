@@ -12,7 +12,6 @@ mod common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 
 use common::*;
 use strata_engine::{Db, DbConfig, ScanOptions};
@@ -156,6 +155,3 @@ async fn sigkill_mid_load_recovers_from_localstack() {
     let Some(config) = s3_config() else { return };
     crash_and_recover(config, 400).await;
 }
-
-#[allow(dead_code)]
-fn _uses(_: Arc<()>) {}

@@ -165,6 +165,29 @@ impl FaultInjectingStore {
         }
     }
 
+    /// Delays a listing and possibly replaces it with an injected failure.
+    fn faulty_listing(
+        &self,
+        inner: BoxStream<'static, Result<ObjectMeta>>,
+    ) -> BoxStream<'static, Result<ObjectMeta>> {
+        let (delay, verdict) = self.decide(FaultOp::List);
+        futures::stream::once(async move {
+            tokio::time::sleep(delay).await;
+            match verdict {
+                Verdict::Pass => inner,
+                Verdict::Fail(kind) => {
+                    futures::stream::once(async move { Err(injected(kind)) }).boxed()
+                }
+                Verdict::Timeout(d) => {
+                    tokio::time::sleep(d).await;
+                    futures::stream::once(async { Err(injected("timeout")) }).boxed()
+                }
+            }
+        })
+        .flatten()
+        .boxed()
+    }
+
     fn lose_response(&self) -> bool {
         let mut s = self.state.lock();
         let rate = s.config.lost_response_rate;
@@ -239,23 +262,7 @@ impl ObjectStore for FaultInjectingStore {
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
-        let (delay, verdict) = self.decide(FaultOp::List);
-        let inner = self.inner.list(prefix);
-        futures::stream::once(async move {
-            tokio::time::sleep(delay).await;
-            match verdict {
-                Verdict::Pass => inner,
-                Verdict::Fail(kind) => {
-                    futures::stream::once(async move { Err(injected(kind)) }).boxed()
-                }
-                Verdict::Timeout(d) => {
-                    tokio::time::sleep(d).await;
-                    futures::stream::once(async { Err(injected("timeout")) }).boxed()
-                }
-            }
-        })
-        .flatten()
-        .boxed()
+        self.faulty_listing(self.inner.list(prefix))
     }
 
     fn list_with_offset(
@@ -263,23 +270,7 @@ impl ObjectStore for FaultInjectingStore {
         prefix: Option<&Path>,
         offset: &Path,
     ) -> BoxStream<'static, Result<ObjectMeta>> {
-        let (delay, verdict) = self.decide(FaultOp::List);
-        let inner = self.inner.list_with_offset(prefix, offset);
-        futures::stream::once(async move {
-            tokio::time::sleep(delay).await;
-            match verdict {
-                Verdict::Pass => inner,
-                Verdict::Fail(kind) => {
-                    futures::stream::once(async move { Err(injected(kind)) }).boxed()
-                }
-                Verdict::Timeout(d) => {
-                    tokio::time::sleep(d).await;
-                    futures::stream::once(async { Err(injected("timeout")) }).boxed()
-                }
-            }
-        })
-        .flatten()
-        .boxed()
+        self.faulty_listing(self.inner.list_with_offset(prefix, offset))
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {

@@ -64,6 +64,32 @@ impl RetryingStore {
         }
     }
 
+    /// A listing is retried as a whole while it has yielded nothing; a failure part way
+    /// through is returned to the caller (listings are unordered on some backends, so
+    /// resuming could skip or repeat entries).
+    fn retry_listing(
+        &self,
+        list: impl Fn() -> BoxStream<'static, Result<ObjectMeta>> + Send + 'static,
+    ) -> BoxStream<'static, Result<ObjectMeta>> {
+        let store = RetryingStore::new(self.inner.clone(), self.policy.clone());
+        futures::stream::once(async move {
+            let mut attempt = 0u32;
+            loop {
+                let mut s = list();
+                match s.next().await {
+                    Some(Err(e)) if is_transient(&e) && attempt + 1 < store.policy.attempts_max => {
+                        tokio::time::sleep(store.backoff(attempt)).await;
+                        attempt += 1;
+                    }
+                    Some(first) => return futures::stream::once(async { first }).chain(s).boxed(),
+                    None => return futures::stream::empty().boxed(),
+                }
+            }
+        })
+        .flatten()
+        .boxed()
+    }
+
     /// After an ambiguous failure, does the object hold exactly `expected`?
     async fn holds(&self, location: &Path, expected: &Bytes) -> Option<PutResult> {
         let got = self
@@ -176,29 +202,8 @@ impl ObjectStore for RetryingStore {
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
-        // A listing is retried as a whole while it has yielded nothing; a failure part way
-        // through is returned to the caller (listings are unordered on some backends, so
-        // resuming could skip or repeat entries).
-        let inner = self.inner.clone();
-        let policy = self.policy.clone();
-        let prefix = prefix.cloned();
-        futures::stream::once(async move {
-            let store = RetryingStore::new(inner.clone(), policy.clone());
-            let mut attempt = 0u32;
-            loop {
-                let mut s = inner.list(prefix.as_ref());
-                match s.next().await {
-                    Some(Err(e)) if is_transient(&e) && attempt + 1 < policy.attempts_max => {
-                        tokio::time::sleep(store.backoff(attempt)).await;
-                        attempt += 1;
-                    }
-                    Some(first) => return futures::stream::once(async { first }).chain(s).boxed(),
-                    None => return futures::stream::empty().boxed(),
-                }
-            }
-        })
-        .flatten()
-        .boxed()
+        let (inner, prefix) = (self.inner.clone(), prefix.cloned());
+        self.retry_listing(move || inner.list(prefix.as_ref()))
     }
 
     fn list_with_offset(
@@ -206,27 +211,8 @@ impl ObjectStore for RetryingStore {
         prefix: Option<&Path>,
         offset: &Path,
     ) -> BoxStream<'static, Result<ObjectMeta>> {
-        let inner = self.inner.clone();
-        let policy = self.policy.clone();
-        let prefix = prefix.cloned();
-        let offset = offset.clone();
-        futures::stream::once(async move {
-            let store = RetryingStore::new(inner.clone(), policy.clone());
-            let mut attempt = 0u32;
-            loop {
-                let mut s = inner.list_with_offset(prefix.as_ref(), &offset);
-                match s.next().await {
-                    Some(Err(e)) if is_transient(&e) && attempt + 1 < policy.attempts_max => {
-                        tokio::time::sleep(store.backoff(attempt)).await;
-                        attempt += 1;
-                    }
-                    Some(first) => return futures::stream::once(async { first }).chain(s).boxed(),
-                    None => return futures::stream::empty().boxed(),
-                }
-            }
-        })
-        .flatten()
-        .boxed()
+        let (inner, prefix, offset) = (self.inner.clone(), prefix.cloned(), offset.clone());
+        self.retry_listing(move || inner.list_with_offset(prefix.as_ref(), &offset))
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
