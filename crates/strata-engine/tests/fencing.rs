@@ -14,7 +14,21 @@ use strata_engine::{ScanOptions, Value};
 
 #[tokio::test]
 async fn newer_writer_fences_older_and_keeps_both_writers_data() {
-    let store = memory_store();
+    two_writers(memory_store(), small_config()).await;
+}
+
+#[tokio::test]
+async fn newer_writer_fences_older_on_localstack() {
+    let Some(store) = s3_store().await else {
+        return;
+    };
+    let mut config = small_config();
+    config.root_prefix = unique_prefix("fencing");
+    two_writers(store, config).await;
+}
+
+async fn two_writers(store: strata_objstore::StoreRef, config: strata_engine::EngineConfig) {
+    let small_config = || config.clone();
     let (d1, d2, d3) = (
         tempfile::tempdir().unwrap(),
         tempfile::tempdir().unwrap(),

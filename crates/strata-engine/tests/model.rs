@@ -106,10 +106,12 @@ async fn check(table: &Table, model: &Model, snapshot: Option<&Snapshot>) {
     assert_eq!(got, want, "range scan differs");
 }
 
-async fn run(ops: Vec<Op>, store: StoreRef) {
+async fn run(ops: Vec<Op>, store: StoreRef, root_prefix: &str) {
+    let mut config = small_config();
+    config.root_prefix = root_prefix.to_string();
     let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
     let mut dir_idx = 0;
-    let mut db: Db = open(&store, dirs[dir_idx].path(), small_config()).await;
+    let mut db: Db = open(&store, dirs[dir_idx].path(), config.clone()).await;
     db.create_table("t", schema(), &["id"]).await.unwrap();
     let mut table = db.table("t").await.unwrap();
     let mut model = Model::new();
@@ -175,7 +177,7 @@ async fn run(ops: Vec<Op>, store: StoreRef) {
                     dir_idx = 1 - dir_idx;
                     std::fs::remove_dir_all(dirs[dir_idx].path()).ok();
                 }
-                db = open(&store, dirs[dir_idx].path(), small_config()).await;
+                db = open(&store, dirs[dir_idx].path(), config.clone()).await;
                 table = db.table("t").await.unwrap();
             }
         }
@@ -188,18 +190,27 @@ async fn run(ops: Vec<Op>, store: StoreRef) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 16, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn engine_matches_model_on_memory_store(ops in proptest::collection::vec(op(), 1..40)) {
         let rt = tokio::runtime::Runtime::new().unwrap();
-        rt.block_on(run(ops, memory_store()));
+        rt.block_on(run(ops, memory_store(), "strata"));
     }
 
     #[test]
     fn engine_matches_model_on_local_dir_store(ops in proptest::collection::vec(op(), 1..30)) {
         let rt = tokio::runtime::Runtime::new().unwrap();
         let bucket = tempfile::tempdir().unwrap();
-        rt.block_on(run(ops, local_store(bucket.path())));
+        rt.block_on(run(ops, local_store(bucket.path()), "strata"));
+    }
+
+    #[test]
+    fn engine_matches_model_on_localstack(ops in proptest::collection::vec(op(), 1..25)) {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let Some(store) = s3_store().await else { return };
+            run(ops, store, &unique_prefix("model")).await;
+        });
     }
 }

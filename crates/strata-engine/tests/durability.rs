@@ -1,0 +1,73 @@
+//! `local` durability: acknowledged after a local fsync, visible at once, and uploaded to the
+//! bucket right after, so a reopen from the bucket alone finds it.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::field_reassign_with_default
+)]
+
+mod common;
+
+use common::*;
+use futures::TryStreamExt;
+use strata_engine::{Durability, Mutation, Value, WriteOptions};
+
+#[tokio::test]
+async fn local_durability_acks_then_uploads() {
+    let store = memory_store();
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&store, dir.path(), small_config()).await;
+    db.create_table("t", schema(), &["id"]).await.unwrap();
+    let t = db.table("t").await.unwrap();
+    let local = WriteOptions {
+        durability: Durability::Local,
+    };
+    let seq = t
+        .write(
+            &[Mutation::Upsert(rows(
+                &[1, 2],
+                &[Some("x"), Some("y")],
+                &[Some(1), Some(2)],
+            ))],
+            local,
+        )
+        .await
+        .unwrap();
+    assert!(seq > 0);
+    assert!(
+        t.get(&[Value::Int(2)], None, None).await.unwrap().is_some(),
+        "visible once acknowledged"
+    );
+    // The segment reaches the bucket (the same group commit uploads it).
+    let mut uploaded = false;
+    for _ in 0..100 {
+        let wal: Vec<_> = store
+            .list(None)
+            .try_filter(|m| {
+                futures::future::ready(m.location.as_ref().contains("/wal/") && m.size > 0)
+            })
+            .try_collect()
+            .await
+            .unwrap();
+        if !wal.is_empty() {
+            uploaded = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(uploaded, "a locally acknowledged write must be uploaded");
+    db.close().await;
+    // Reopen from the bucket alone.
+    let fresh = tempfile::tempdir().unwrap();
+    let db = open(&store, fresh.path(), small_config()).await;
+    let t = db.table("t").await.unwrap();
+    let got = decode(&t.scan(&Default::default(), None).await.unwrap());
+    assert_eq!(
+        got,
+        vec![
+            (1, Some("x".into()), Some(1)),
+            (2, Some("y".into()), Some(2))
+        ]
+    );
+    db.close().await;
+}
