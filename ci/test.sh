@@ -24,4 +24,9 @@ cargo fmt --all --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
-cargo test --workspace --locked
+log="$STRATA_CACHE/test-output.log"
+cargo test --workspace --locked 2>&1 | tee "$log"
+# One closing line with the totals over every test binary (cargo prints one per binary,
+# and the last is often an empty doc-test run).
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed;?$/) p += $(i-1); if ($i ~ /^failed;?$/) f += $(i-1) } }
+     END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
