@@ -97,6 +97,9 @@ struct Args {
     /// Hotspot: fraction of operations that go to hot keys.
     #[arg(long, default_value_t = 0.95)]
     hot_op_fraction: f64,
+    /// After loading, flush memtables to SSTs and compact, so reads come from the NVMe tier.
+    #[arg(long)]
+    flush_after_load: bool,
     /// Write the JSON report here too.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
@@ -215,6 +218,7 @@ struct Report {
     wal_segments: u64,
     writes_per_wal_segment: f64,
     ssts_per_level: Vec<usize>,
+    memtable_frozen_at_end: usize,
 }
 
 async fn one_op(
@@ -351,6 +355,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         l.await??;
     }
     let load_seconds = load_started.elapsed().as_secs_f64();
+    if args.flush_after_load {
+        table.flush().await?;
+        table.compact().await?;
+    }
 
     // Run phase.
     let chooser = Arc::new(KeyChooser {
@@ -442,6 +450,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         wal_segments: stats.wal_segments,
         writes_per_wal_segment: stats.writes_in_segments as f64 / stats.wal_segments.max(1) as f64,
         ssts_per_level: stats.ssts_per_level.clone(),
+        memtable_frozen_at_end: stats.memtables_frozen,
         args: args.clone(),
     };
     println!(
@@ -455,8 +464,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         args.store
     );
     println!(
-        "load: {:.0} records/s   run: {:.0} ops/s   errors: {}",
-        report.load_records_per_sec, report.throughput_ops_per_sec, report.errors
+        "load: {:.0} records/s   run: {:.0} ops/s   errors: {}   ssts per level: {:?}",
+        report.load_records_per_sec,
+        report.throughput_ops_per_sec,
+        report.errors,
+        report.ssts_per_level
     );
     println!(
         "{:<18} {:>9} {:>10} {:>10} {:>10} {:>10}",
