@@ -55,8 +55,58 @@ pub struct EngineConfig {
     pub value_bytes_max: usize,
     /// Largest write batch (encoded).
     pub batch_bytes_max: usize,
+    /// S3 levels of tables created without a column-group layout.
+    pub s3_levels: usize,
+    /// Target size of each column group's run in S3 level 1; deeper S3 levels grow by
+    /// `level_size_multiplier`. A group over its target is compacted down on its own.
+    pub s3_level_bytes_base: u64,
+    /// Target Parquet object size (tens to hundreds of MB suit S3).
+    pub parquet_file_bytes: u64,
+    /// Rows per Parquet row group.
+    pub parquet_row_group_rows: usize,
+    /// Parquet data page size (the unit a point lookup reads per column).
+    pub parquet_page_bytes: usize,
+    /// Block size of the local cache of S3-level data.
+    pub cache_block_bytes: u64,
+    /// Bytes of S3-level data blocks cached in the local directory.
+    pub cache_bytes_max: u64,
+    /// Sorted runs (frozen memtables, L0 files, non-empty deeper NVMe levels and S3 group
+    /// runs) above which writes are refused with a retryable "overloaded" error (Luo ch. 5:
+    /// no throttling below the limit, no unbounded queue above it).
+    pub sorted_runs_max: usize,
+    /// Compaction jobs for the S3 levels.
+    pub jobs: JobsConfig,
     /// Garbage collection settings.
     pub gc: GcConfig,
+}
+
+/// How S3-level compaction jobs are published and run.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct JobsConfig {
+    /// Compaction workers run inside this process (0 = only external `strata-compactor`
+    /// processes run jobs).
+    pub inprocess_workers: usize,
+    /// A worker's claim on a job lasts this long without a heartbeat.
+    pub lease_ms: u64,
+    /// How often a worker renews its lease.
+    pub heartbeat_ms: u64,
+    /// How often workers look for jobs and the ingest node looks for results.
+    pub poll_ms: u64,
+    /// Jobs a shard keeps published at once (they never touch the same runs).
+    pub outstanding_max: usize,
+}
+
+impl Default for JobsConfig {
+    fn default() -> Self {
+        Self {
+            inprocess_workers: 1,
+            lease_ms: 30_000,
+            heartbeat_ms: 5_000,
+            poll_ms: 500,
+            outstanding_max: 4,
+        }
+    }
 }
 
 impl Default for EngineConfig {
@@ -77,6 +127,15 @@ impl Default for EngineConfig {
             key_bytes_max: 4096,
             value_bytes_max: 4 << 20,
             batch_bytes_max: 64 << 20,
+            s3_levels: 2,
+            s3_level_bytes_base: 1 << 30,
+            parquet_file_bytes: 128 << 20,
+            parquet_row_group_rows: 128 * 1024,
+            parquet_page_bytes: 64 << 10,
+            cache_block_bytes: 256 << 10,
+            cache_bytes_max: 4 << 30,
+            sorted_runs_max: 24,
+            jobs: JobsConfig::default(),
             gc: GcConfig::default(),
         }
     }

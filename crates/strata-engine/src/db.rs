@@ -156,13 +156,27 @@ impl Db {
         schema: Schema,
         primary_key: &[&str],
     ) -> Result<TableEntry> {
-        self.create(name, schema, primary_key, TableKind::Table)
+        self.create(name, schema, primary_key, TableKind::Table, None)
+            .await
+    }
+
+    /// Creates a table with a column-group layout for its S3 levels (LASER §4):
+    /// `layout[i]` partitions the non-key columns for S3 level i+1, and each group of a
+    /// level must lie inside one group of the level above. Invalid layouts are rejected.
+    pub async fn create_table_with_layout(
+        &self,
+        name: &str,
+        schema: Schema,
+        primary_key: &[&str],
+        layout: Vec<Vec<Vec<String>>>,
+    ) -> Result<TableEntry> {
+        self.create(name, schema, primary_key, TableKind::Table, Some(layout))
             .await
     }
 
     /// Creates a key-value namespace (`key: binary` primary key, `value: binary`).
     pub async fn create_kv_namespace(&self, name: &str) -> Result<TableEntry> {
-        self.create(name, key_value_schema(), &["key"], TableKind::KeyValue)
+        self.create(name, key_value_schema(), &["key"], TableKind::KeyValue, None)
             .await
     }
 
@@ -172,10 +186,16 @@ impl Db {
         schema: Schema,
         primary_key: &[&str],
         kind: TableKind,
+        layout: Option<Vec<Vec<Vec<String>>>>,
     ) -> Result<TableEntry> {
         validate_name(name)?;
         let pk: Vec<String> = primary_key.iter().map(|s| s.to_string()).collect();
         validate_definition(&schema, &pk)?;
+        let layout = match layout {
+            Some(l) => l,
+            None => crate::schema::default_layout(&schema, &pk, self.inner.config.s3_levels),
+        };
+        crate::schema::validate_layout(&schema, &pk, &layout)?;
         let now = self.inner.clock.now_ms();
         self.update_catalog(|c| {
             if c.tables.contains_key(name) {
@@ -192,6 +212,7 @@ impl Db {
                     key_start: Vec::new(),
                     key_end: None,
                 }],
+                column_groups: layout.clone(),
                 created_at_ms: now,
             };
             c.next_table_id += 1;

@@ -11,6 +11,7 @@
 //! retention are separate components built on this crate; reads of explicit old sequence
 //! numbers need a pinned [`Snapshot`].
 
+pub mod columnar;
 pub mod compaction;
 pub mod config;
 pub mod db;
@@ -30,7 +31,7 @@ pub mod value;
 pub mod varint;
 pub mod wal;
 
-pub use config::{Durability, EngineConfig, GcConfig, WriteOptions};
+pub use config::{Durability, EngineConfig, GcConfig, JobsConfig, WriteOptions};
 pub use db::{Db, DbConfig, ScanOptions, Snapshot, Table};
 pub use error::{Error, Result};
 pub use gc::GcReport;

@@ -57,6 +57,12 @@ pub fn validate_definition(schema: &Schema, primary_key: &[String]) -> Result<()
         if f.name().is_empty() {
             return Err(Error::Invalid("column names must not be empty".into()));
         }
+        if RESERVED_COLUMNS.contains(&f.name().as_str()) {
+            return Err(Error::Invalid(format!(
+                "column name {} is reserved for the engine's Parquet files",
+                f.name()
+            )));
+        }
         if !value::is_supported(f.data_type()) {
             return Err(Error::Invalid(format!(
                 "column {}: type {} is not supported",
@@ -82,6 +88,92 @@ pub fn validate_definition(schema: &Schema, primary_key: &[String]) -> Result<()
     Ok(())
 }
 
+/// Column names the S3 levels' files use for their own columns.
+pub const RESERVED_COLUMNS: [&str; 4] = ["_key", "_seq", "_kind", "_present"];
+
+/// Column groups per S3 level, by column name.
+pub type ColumnGroupLayout = Vec<Vec<Vec<String>>>;
+
+/// The default layout: `levels` S3 levels of one group holding every non-key column.
+pub fn default_layout(schema: &Schema, primary_key: &[String], levels: usize) -> ColumnGroupLayout {
+    let cols: Vec<String> = schema
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .filter(|n| !primary_key.contains(n))
+        .collect();
+    vec![vec![cols]; levels.max(1)]
+}
+
+/// Checks a column-group layout (LASER §4): every S3 level partitions the non-key columns
+/// into non-empty groups, and every group of level i+1 lies inside one group of level i.
+pub fn validate_layout(
+    schema: &Schema,
+    primary_key: &[String],
+    layout: &[Vec<Vec<String>>],
+) -> Result<()> {
+    if layout.is_empty() {
+        return Err(Error::Invalid(
+            "a column-group layout needs at least one S3 level".into(),
+        ));
+    }
+    let non_key: Vec<&String> = schema
+        .fields()
+        .iter()
+        .map(|f| f.name())
+        .filter(|n| !primary_key.contains(n))
+        .collect();
+    for (li, level) in layout.iter().enumerate() {
+        let name = format!("S3 level {}", li + 1);
+        let mut seen = std::collections::HashSet::new();
+        for (gi, group) in level.iter().enumerate() {
+            if group.is_empty() && !non_key.is_empty() {
+                return Err(Error::Invalid(format!("{name}: column group {gi} is empty")));
+            }
+            for c in group {
+                if primary_key.contains(c) {
+                    return Err(Error::Invalid(format!(
+                        "{name}: key column {c} cannot be in a column group (every group carries the key)"
+                    )));
+                }
+                if schema.field_with_name(c).is_err() {
+                    return Err(Error::Invalid(format!(
+                        "{name}: column {c} of group {gi} is not in the schema"
+                    )));
+                }
+                if !seen.insert(c.as_str()) {
+                    return Err(Error::Invalid(format!(
+                        "{name}: column {c} is in more than one group"
+                    )));
+                }
+            }
+        }
+        if let Some(missing) = non_key.iter().find(|c| !seen.contains(c.as_str())) {
+            return Err(Error::Invalid(format!(
+                "{name}: column {missing} is in no group (each level must partition the non-key columns)"
+            )));
+        }
+        if non_key.is_empty() && level.len() != 1 {
+            return Err(Error::Invalid(format!(
+                "{name}: a table without non-key columns has exactly one (empty) group"
+            )));
+        }
+        if li > 0 {
+            for (gi, group) in level.iter().enumerate() {
+                let inside = layout[li - 1]
+                    .iter()
+                    .any(|upper| group.iter().all(|c| upper.contains(c)));
+                if !inside {
+                    return Err(Error::Invalid(format!(
+                        "{name}: group {gi} {group:?} is not inside one group of S3 level {li} (deeper levels may only split groups)"
+                    )));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The schema of a key-value namespace.
 pub fn key_value_schema() -> Schema {
     Schema::new(vec![
@@ -89,6 +181,9 @@ pub fn key_value_schema() -> Schema {
         Field::new("value", DataType::Binary, true),
     ])
 }
+
+/// S3 levels of a table created without a layout.
+pub const DEFAULT_S3_LEVELS: usize = 2;
 
 /// The engine's view of one table.
 #[derive(Debug)]
@@ -108,6 +203,8 @@ pub struct TableSchema {
     pub value_indices: Vec<usize>,
     /// Codec of the non-key columns.
     pub codec: RowCodec,
+    /// Column groups per S3 level.
+    pub groups: Vec<Vec<Arc<crate::columnar::GroupFormat>>>,
 }
 
 impl TableSchema {
@@ -151,7 +248,13 @@ impl TableSchema {
                 })
                 .collect::<Vec<_>>(),
         ));
-        Ok(Self {
+        let layout = if entry.column_groups.is_empty() {
+            default_layout(&entry.schema, &entry.primary_key, DEFAULT_S3_LEVELS)
+        } else {
+            entry.column_groups.clone()
+        };
+        validate_layout(&entry.schema, &entry.primary_key, &layout)?;
+        let mut me = Self {
             entry,
             schema,
             read_schema,
@@ -159,7 +262,49 @@ impl TableSchema {
             key_types,
             value_indices,
             codec,
+            groups: Vec::new(),
+        };
+        let mut groups = Vec::with_capacity(layout.len());
+        for level in &layout {
+            let mut formats = Vec::with_capacity(level.len());
+            for group in level {
+                let cols = group
+                    .iter()
+                    .map(|c| {
+                        let i = me
+                            .schema
+                            .index_of(c)
+                            .map_err(|e| Error::Internal(e.to_string()))?;
+                        me.value_indices
+                            .iter()
+                            .position(|v| *v == i)
+                            .ok_or_else(|| Error::Internal(format!("{c} is a key column")))
+                    })
+                    .collect::<Result<Vec<usize>>>()?;
+                formats.push(Arc::new(crate::columnar::GroupFormat::new(&me, cols)));
+            }
+            groups.push(formats);
+        }
+        me.groups = groups;
+        Ok(me)
+    }
+
+    /// The group of S3 level `level - 1` (0-based) that contains group `group` of `level`.
+    pub fn parent_group(&self, level: usize, group: usize) -> Option<usize> {
+        let child = &self.groups.get(level)?.get(group)?.columns;
+        self.groups.get(level.checked_sub(1)?)?.iter().position(|g| {
+            child.iter().all(|c| g.columns.contains(c))
         })
+    }
+
+    /// Groups of `level` inside group `group` of level `level - 1` (for level 0: all).
+    pub fn child_groups(&self, level: usize, parent: Option<usize>) -> Vec<usize> {
+        let Some(groups) = self.groups.get(level) else {
+            return Vec::new();
+        };
+        (0..groups.len())
+            .filter(|g| parent.is_none() || self.parent_group(level, *g) == parent)
+            .collect()
     }
 
     /// The table name.

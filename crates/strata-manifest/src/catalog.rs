@@ -48,6 +48,11 @@ pub struct TableEntry {
     pub primary_key: Vec<String>,
     /// Shards covering the whole key space.
     pub shards: Vec<ShardEntry>,
+    /// Column groups per S3 level (LASER §4): `column_groups[i]` partitions the non-key
+    /// columns for S3 level i+1; each group of a level lies inside one group of the level
+    /// above. Empty = the engine's default number of S3 levels, one group each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub column_groups: Vec<Vec<Vec<String>>>,
     /// Creation time.
     pub created_at_ms: u64,
 }

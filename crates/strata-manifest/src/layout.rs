@@ -5,6 +5,10 @@
 //! <root>/tables/<table id>/<shard id>/manifest/<v>.json shard manifest chain
 //! <root>/tables/<table id>/<shard id>/wal/<id>.wal      WAL segments (empty = fence)
 //! <root>/tables/<table id>/<shard id>/sst/<id>.sst      row SSTs
+//! <root>/tables/<table id>/<shard id>/parquet/<name>.parquet  S3-level column-group files
+//! <root>/jobs/<job id>.json                             published compaction jobs
+//! <root>/jobs/<job id>.lease                            a worker's claim (heartbeat = CAS)
+//! <root>/jobs/<job id>.result                           a worker's output, awaiting commit
 //! ```
 
 use object_store::path::Path;
@@ -40,6 +44,27 @@ impl Layout {
     /// The catalog chain directory.
     pub fn catalog_dir(&self) -> Path {
         self.join("catalog")
+    }
+
+    /// The compaction job directory (shared by every shard, so workers find all jobs with
+    /// one listing).
+    pub fn jobs_dir(&self) -> Path {
+        self.join("jobs")
+    }
+
+    /// A job's spec.
+    pub fn job(&self, id: &str) -> Path {
+        self.join(&format!("jobs/{id}.json"))
+    }
+
+    /// A job's lease.
+    pub fn job_lease(&self, id: &str) -> Path {
+        self.join(&format!("jobs/{id}.lease"))
+    }
+
+    /// A job's result.
+    pub fn job_result(&self, id: &str) -> Path {
+        self.join(&format!("jobs/{id}.result"))
     }
 
     /// All objects of a table.
@@ -90,5 +115,15 @@ impl ShardPaths {
     /// One SST.
     pub fn sst(&self, id: &crate::SstId) -> Path {
         Path::from(format!("{}/sst/{}.sst", self.dir, id))
+    }
+
+    /// The Parquet directory.
+    pub fn parquet_dir(&self) -> Path {
+        Path::from(format!("{}/parquet", self.dir))
+    }
+
+    /// One Parquet file.
+    pub fn parquet(&self, name: &str) -> Path {
+        Path::from(format!("{}/parquet/{name}.parquet", self.dir))
     }
 }

@@ -71,6 +71,53 @@ impl Level {
     }
 }
 
+/// One Parquet file of a column group in an S3 level. Rows are sorted by (key ascending,
+/// sequence descending) and carry the encoded key, the key columns, the sequence number, the
+/// entry kind, a present-columns marker and the group's columns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParquetFileInfo {
+    /// Object name under the shard's `parquet/` prefix, without extension. Never reused.
+    pub name: String,
+    /// Smallest encoded key.
+    #[serde(with = "crate::hexbytes")]
+    pub key_min: Vec<u8>,
+    /// Largest encoded key.
+    #[serde(with = "crate::hexbytes")]
+    pub key_max: Vec<u8>,
+    /// Smallest sequence number.
+    pub seq_min: u64,
+    /// Largest sequence number.
+    pub seq_max: u64,
+    /// Rows (versions) stored.
+    pub rows: u64,
+    /// Object size.
+    pub size_bytes: u64,
+    /// Offset where the data pages end and the Bloom filters, page index and footer begin:
+    /// one ranged read from here gets everything needed to plan a lookup.
+    pub tail_offset: u64,
+}
+
+/// The sorted run of one column group in one S3 level: non-overlapping files in key order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct GroupRun {
+    /// The files.
+    pub files: Vec<ParquetFileInfo>,
+}
+
+impl GroupRun {
+    /// Total bytes.
+    pub fn size_bytes(&self) -> u64 {
+        self.files.iter().map(|f| f.size_bytes).sum()
+    }
+}
+
+/// One S3 level: a run per column group of the table's layout for that level.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct S3Level {
+    /// Runs, indexed like the level's column groups.
+    pub groups: Vec<GroupRun>,
+}
+
 /// A shard's manifest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
@@ -88,6 +135,9 @@ pub struct Manifest {
     pub compaction_floor_seq: u64,
     /// NVMe-tier levels, `levels[0]` = L0.
     pub levels: Vec<Level>,
+    /// Columnar levels in the object store below the NVMe tier, shallowest first.
+    #[serde(default)]
+    pub s3_levels: Vec<S3Level>,
     /// When this version was written (writer's clock).
     pub written_at_ms: u64,
 }
@@ -102,6 +152,7 @@ impl Manifest {
             wal_replay_after: 0,
             compaction_floor_seq: 0,
             levels: vec![Level::default(); levels.max(2)],
+            s3_levels: Vec::new(),
             written_at_ms: 0,
         }
     }
@@ -109,6 +160,13 @@ impl Manifest {
     /// Every SST referenced.
     pub fn ssts(&self) -> impl Iterator<Item = &SstInfo> {
         self.levels.iter().flat_map(|l| l.ssts.iter())
+    }
+
+    /// Every Parquet file referenced.
+    pub fn parquet_files(&self) -> impl Iterator<Item = &ParquetFileInfo> {
+        self.s3_levels
+            .iter()
+            .flat_map(|l| l.groups.iter().flat_map(|g| g.files.iter()))
     }
 }
 
@@ -145,6 +203,41 @@ impl Invariants for Manifest {
                         return Err(format!(
                             "L{li} ssts {} and {} overlap or are out of order",
                             w[0].id, w[1].id
+                        ));
+                    }
+                }
+            }
+        }
+        let mut names = std::collections::HashSet::new();
+        for (li, level) in self.s3_levels.iter().enumerate() {
+            for (gi, run) in level.groups.iter().enumerate() {
+                for f in &run.files {
+                    if !names.insert(f.name.as_str()) {
+                        return Err(format!("parquet file {} listed twice", f.name));
+                    }
+                    if f.key_min > f.key_max || f.seq_min > f.seq_max {
+                        return Err(format!(
+                            "parquet file {} has inverted key or seq bounds",
+                            f.name
+                        ));
+                    }
+                    if f.seq_max > self.seq_flushed {
+                        return Err(format!(
+                            "parquet file {} holds seq {} beyond seq_flushed {}",
+                            f.name, f.seq_max, self.seq_flushed
+                        ));
+                    }
+                    if f.tail_offset > f.size_bytes {
+                        return Err(format!("parquet file {} has its tail past its end", f.name));
+                    }
+                }
+                for w in run.files.windows(2) {
+                    if w[0].key_max >= w[1].key_min {
+                        return Err(format!(
+                            "S{} group {gi} files {} and {} overlap or are out of order",
+                            li + 1,
+                            w[0].name,
+                            w[1].name
                         ));
                     }
                 }

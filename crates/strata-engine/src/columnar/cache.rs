@@ -1,0 +1,237 @@
+//! The local-directory cache of the S3 levels: each Parquet file's tail (Bloom filters, page
+//! index, footer) and fixed-size blocks of its data, with a byte budget.
+//!
+//! A cold point lookup into a file costs one ranged GET for the tail (kept on disk for the
+//! life of the file) and one ranged GET covering the blocks of the pages it needs; a warm
+//! one costs none.
+
+use std::collections::{HashMap, VecDeque};
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use object_store::path::Path;
+use object_store::{GetOptions, GetRange, ObjectStoreExt};
+use parking_lot::Mutex;
+use strata_objstore::StoreRef;
+
+use crate::error::{Error, Result};
+
+/// Cache settings.
+#[derive(Debug, Clone)]
+pub struct CacheConfig {
+    /// Directory of the cache.
+    pub dir: PathBuf,
+    /// Block size of cached data ranges.
+    pub block_bytes: u64,
+    /// Most bytes of data blocks kept (tails are not counted: one per live file).
+    pub budget_bytes: u64,
+}
+
+#[derive(Default)]
+struct Blocks {
+    present: HashMap<(String, u64), u64>,
+    order: VecDeque<(String, u64)>,
+    bytes: u64,
+}
+
+/// The cache. Shared by every shard of a process.
+pub struct BlockCache {
+    config: CacheConfig,
+    blocks: Mutex<Blocks>,
+}
+
+impl std::fmt::Debug for BlockCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "BlockCache({})", self.config.dir.display())
+    }
+}
+
+fn file_key(path: &Path) -> String {
+    format!("{:016x}", xxhash_rust::xxh3::xxh3_64(path.as_ref().as_bytes()))
+}
+
+impl BlockCache {
+    /// A cache in `config.dir` (created; left-over blocks of a previous process are
+    /// dropped, tails are kept).
+    pub fn new(config: CacheConfig) -> Result<Arc<Self>> {
+        let blocks = config.dir.join("blocks");
+        let _ = std::fs::remove_dir_all(&blocks);
+        std::fs::create_dir_all(&blocks)
+            .map_err(Error::io(format!("create {}", blocks.display())))?;
+        std::fs::create_dir_all(config.dir.join("tails"))
+            .map_err(Error::io(format!("create {}", config.dir.display())))?;
+        Ok(Arc::new(Self {
+            config,
+            blocks: Mutex::new(Blocks::default()),
+        }))
+    }
+
+    fn tail_path(&self, path: &Path) -> PathBuf {
+        self.config.dir.join("tails").join(file_key(path))
+    }
+
+    fn block_path(&self, key: &str, block: u64) -> PathBuf {
+        self.config.dir.join("blocks").join(format!("{key}.{block}"))
+    }
+
+    /// The bytes `[tail_offset, size)` of a file: from disk, or one ranged GET.
+    pub async fn tail(
+        &self,
+        store: &StoreRef,
+        path: &Path,
+        tail_offset: u64,
+        size: u64,
+    ) -> Result<Bytes> {
+        let local = self.tail_path(path);
+        if let Ok(data) = tokio::fs::read(&local).await
+            && data.len() as u64 == size - tail_offset
+        {
+            return Ok(Bytes::from(data));
+        }
+        let data = store
+            .get_range(path, tail_offset..size)
+            .await
+            .map_err(Error::store(format!("read tail of {path}")))?;
+        let tmp = local.with_extension("tmp");
+        if tokio::fs::write(&tmp, &data).await.is_ok() {
+            let _ = tokio::fs::rename(&tmp, &local).await;
+        }
+        Ok(data)
+    }
+
+    /// Forgets a file (it was compacted away).
+    pub fn evict_file(&self, path: &Path) {
+        let _ = std::fs::remove_file(self.tail_path(path));
+        let key = file_key(path);
+        let mut b = self.blocks.lock();
+        let gone: Vec<(String, u64)> = b
+            .present
+            .keys()
+            .filter(|(k, _)| *k == key)
+            .cloned()
+            .collect();
+        for g in gone {
+            if let Some(n) = b.present.remove(&g) {
+                b.bytes -= n;
+                let _ = std::fs::remove_file(self.block_path(&g.0, g.1));
+            }
+        }
+    }
+
+    /// Reads byte ranges of a file through the block cache: the missing blocks are fetched
+    /// with one ranged GET spanning them.
+    pub async fn read_ranges(
+        &self,
+        store: &StoreRef,
+        path: &Path,
+        size: u64,
+        ranges: &[Range<u64>],
+    ) -> Result<Vec<Bytes>> {
+        let bs = self.config.block_bytes.max(4096);
+        let key = file_key(path);
+        let mut needed: Vec<u64> = ranges
+            .iter()
+            .filter(|r| r.end > r.start)
+            .flat_map(|r| (r.start / bs)..=((r.end - 1) / bs))
+            .collect();
+        needed.sort_unstable();
+        needed.dedup();
+        let mut have: HashMap<u64, Bytes> = HashMap::new();
+        let mut missing = Vec::new();
+        for b in &needed {
+            let cached = self.blocks.lock().present.contains_key(&(key.clone(), *b));
+            let data = if cached {
+                tokio::fs::read(self.block_path(&key, *b)).await.ok()
+            } else {
+                None
+            };
+            match data {
+                Some(d) => {
+                    have.insert(*b, Bytes::from(d));
+                }
+                None => missing.push(*b),
+            }
+        }
+        if let (Some(first), Some(last)) = (missing.first(), missing.last()) {
+            let span = (first * bs)..((last + 1) * bs).min(size);
+            let data = store
+                .get_opts(
+                    path,
+                    GetOptions {
+                        range: Some(GetRange::Bounded(span.clone())),
+                        ..Default::default()
+                    },
+                )
+                .await
+                .map_err(Error::store(format!("read {path}")))?
+                .bytes()
+                .await
+                .map_err(Error::store(format!("read {path}")))?;
+            if data.len() as u64 != span.end - span.start {
+                return Err(Error::Corrupt(format!(
+                    "parquet {path}: short read ({} of {} bytes); the object is truncated",
+                    data.len(),
+                    span.end - span.start
+                )));
+            }
+            for b in missing {
+                let lo = (b * bs - span.start) as usize;
+                let hi = (((b + 1) * bs).min(size) - span.start) as usize;
+                let block = data.slice(lo..hi);
+                self.admit(&key, b, &block).await;
+                have.insert(b, block);
+            }
+        }
+        let mut out = Vec::with_capacity(ranges.len());
+        for r in ranges {
+            let mut buf = Vec::with_capacity((r.end - r.start) as usize);
+            let mut pos = r.start;
+            while pos < r.end {
+                let b = pos / bs;
+                let block = have
+                    .get(&b)
+                    .ok_or_else(|| Error::Internal(format!("block {b} of {path} not read")))?;
+                let lo = (pos - b * bs) as usize;
+                let hi = ((r.end - b * bs) as usize).min(block.len());
+                if lo >= hi {
+                    return Err(Error::Corrupt(format!(
+                        "parquet {path}: range {r:?} past the end of the object"
+                    )));
+                }
+                buf.extend_from_slice(&block[lo..hi]);
+                pos = b * bs + hi as u64;
+            }
+            out.push(Bytes::from(buf));
+        }
+        Ok(out)
+    }
+
+    async fn admit(&self, key: &str, block: u64, data: &Bytes) {
+        if self.config.budget_bytes == 0 {
+            return;
+        }
+        if tokio::fs::write(self.block_path(key, block), data)
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let mut b = self.blocks.lock();
+        let id = (key.to_string(), block);
+        if b.present.insert(id.clone(), data.len() as u64).is_none() {
+            b.bytes += data.len() as u64;
+            b.order.push_back(id);
+        }
+        while b.bytes > self.config.budget_bytes {
+            let Some(old) = b.order.pop_front() else {
+                break;
+            };
+            if let Some(n) = b.present.remove(&old) {
+                b.bytes -= n;
+                let _ = std::fs::remove_file(self.block_path(&old.0, old.1));
+            }
+        }
+    }
+}

@@ -1,0 +1,403 @@
+//! Reading column-group Parquet files: metadata from the cached tail, point lookups through
+//! the Bloom filter and page index, and ordered scans, all over the object-store seam with
+//! the `parquet` crate's async reader.
+
+use std::collections::{HashMap, VecDeque};
+use std::ops::Range;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
+use object_store::ObjectStoreExt;
+use object_store::path::Path;
+use parking_lot::Mutex;
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, RowSelection, RowSelector,
+};
+use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStream};
+use parquet::arrow::ParquetRecordBatchStreamBuilder;
+use parquet::bloom_filter::Sbbf;
+use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
+use parquet::file::page_index::column_index::ColumnIndexMetaData;
+use parquet::file::reader::{ChunkReader, Length};
+use parquet::file::statistics::Statistics;
+use strata_manifest::ParquetFileInfo;
+use strata_objstore::StoreRef;
+
+use super::cache::BlockCache;
+use super::format::GroupFormat;
+use crate::entry::Entry;
+use crate::error::{Error, Result};
+use crate::iter::EntryIter;
+
+/// What a reader needs of a file before reading data: parsed metadata and the key Bloom
+/// filter.
+pub struct FileMeta {
+    /// Arrow reader metadata (with the page index).
+    pub meta: ArrowReaderMetadata,
+    /// Bloom filter of `_key`, per row group.
+    pub blooms: Vec<Option<Sbbf>>,
+}
+
+/// The tail bytes of a file, served at their file offsets.
+struct Tail {
+    offset: u64,
+    size: u64,
+    bytes: Bytes,
+}
+
+impl Length for Tail {
+    fn len(&self) -> u64 {
+        self.size
+    }
+}
+
+impl ChunkReader for Tail {
+    type T = bytes::buf::Reader<Bytes>;
+
+    fn get_read(&self, start: u64) -> parquet::errors::Result<Self::T> {
+        use bytes::Buf;
+        Ok(self.get_bytes(start, (self.size - start) as usize)?.reader())
+    }
+
+    fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<Bytes> {
+        if start < self.offset || start + length as u64 > self.size {
+            return Err(parquet::errors::ParquetError::General(format!(
+                "range {start}+{length} outside the file tail {}..{}",
+                self.offset, self.size
+            )));
+        }
+        let lo = (start - self.offset) as usize;
+        Ok(self.bytes.slice(lo..lo + length))
+    }
+}
+
+/// Open files' metadata, shared by a process (bounded by count).
+#[derive(Default)]
+pub struct MetaCache {
+    files: Mutex<HashMap<String, Arc<FileMeta>>>,
+}
+
+const META_CACHE_FILES: usize = 4096;
+
+impl std::fmt::Debug for MetaCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "MetaCache({} files)", self.files.lock().len())
+    }
+}
+
+/// A Parquet file of a shard: where it is and how to read it.
+#[derive(Clone)]
+pub struct ParquetSource {
+    /// The store.
+    pub store: StoreRef,
+    /// The object.
+    pub path: Path,
+    /// Its manifest entry.
+    pub info: ParquetFileInfo,
+    /// Block cache (None = read straight from the store, e.g. compaction).
+    pub cache: Option<Arc<BlockCache>>,
+    /// Metadata cache.
+    pub metas: Arc<MetaCache>,
+}
+
+fn corrupt(path: &Path, e: impl std::fmt::Display) -> Error {
+    Error::Corrupt(format!("parquet {path}: {e}"))
+}
+
+impl ParquetSource {
+    /// The file's metadata: from memory, the local tail cache, or one ranged GET.
+    pub async fn meta(&self) -> Result<Arc<FileMeta>> {
+        if let Some(m) = self.metas.files.lock().get(&self.info.name) {
+            return Ok(m.clone());
+        }
+        let (offset, size) = (self.info.tail_offset, self.info.size_bytes);
+        if offset >= size {
+            return Err(corrupt(&self.path, "empty tail"));
+        }
+        let bytes = match &self.cache {
+            Some(c) => c.tail(&self.store, &self.path, offset, size).await?,
+            None => self
+                .store
+                .get_range(&self.path, offset..size)
+                .await
+                .map_err(Error::store(format!("read tail of {}", self.path)))?,
+        };
+        if bytes.len() as u64 != size - offset {
+            return Err(corrupt(&self.path, "short tail read: the object is truncated"));
+        }
+        let tail = Tail {
+            offset,
+            size,
+            bytes,
+        };
+        let parsed: ParquetMetaData = ParquetMetaDataReader::new()
+            .with_page_index_policy(PageIndexPolicy::Optional)
+            .parse_and_finish(&tail)
+            .map_err(|e| corrupt(&self.path, e))?;
+        let mut blooms = Vec::with_capacity(parsed.num_row_groups());
+        for rg in parsed.row_groups() {
+            let b = Sbbf::read_from_column_chunk(rg.column(0), &tail)
+                .map_err(|e| corrupt(&self.path, format!("bloom filter: {e}")))?;
+            blooms.push(b);
+        }
+        let meta = ArrowReaderMetadata::try_new(Arc::new(parsed), ArrowReaderOptions::new())
+            .map_err(|e| corrupt(&self.path, e))?;
+        let fm = Arc::new(FileMeta { meta, blooms });
+        let mut files = self.metas.files.lock();
+        if files.len() >= META_CACHE_FILES {
+            files.clear();
+        }
+        files.insert(self.info.name.clone(), fm.clone());
+        Ok(fm)
+    }
+
+    fn reader(&self, meta: Arc<FileMeta>) -> FileReader {
+        FileReader {
+            source: self.clone(),
+            meta,
+        }
+    }
+
+    /// Every version of `key` in the file with sequence number at most `seq`, newest first,
+    /// as group-local entries.
+    pub async fn lookup(&self, format: &GroupFormat, key: &[u8], seq: u64) -> Result<Vec<Entry>> {
+        let fm = self.meta().await?;
+        let md = fm.meta.metadata().clone();
+        let mut out = Vec::new();
+        for (rgi, rg) in md.row_groups().iter().enumerate() {
+            let in_range = match rg.column(0).statistics() {
+                Some(Statistics::ByteArray(s)) => {
+                    s.min_opt().is_none_or(|m| m.data() <= key)
+                        && s.max_opt().is_none_or(|m| key <= m.data())
+                }
+                _ => true,
+            };
+            if !in_range {
+                continue;
+            }
+            if let Some(Some(bloom)) = fm.blooms.get(rgi)
+                && !bloom.check(key)
+            {
+                continue;
+            }
+            let selection = page_selection(&md, rgi, key);
+            if selection.as_ref().is_some_and(|s| !s.selects_any()) {
+                continue;
+            }
+            let mut builder =
+                ParquetRecordBatchStreamBuilder::new_with_metadata(self.reader(fm.clone()), fm.meta.clone())
+                    .with_row_groups(vec![rgi])
+                    .with_batch_size(8192);
+            if let Some(sel) = selection {
+                builder = builder.with_row_selection(sel);
+            }
+            let mut stream = builder.build().map_err(|e| corrupt(&self.path, e))?;
+            let origin = self.path.to_string();
+            let end = next_key(key);
+            while let Some(batch) = stream.next().await {
+                let batch = batch.map_err(|e| corrupt(&self.path, e))?;
+                out.extend(
+                    format
+                        .from_batch(&batch, &origin, key, Some(&end))?
+                        .into_iter()
+                        .filter(|e| e.seq <= seq),
+                );
+            }
+        }
+        out.sort_by(|a, b| b.seq.cmp(&a.seq));
+        Ok(out)
+    }
+
+    /// A stream of the file's record batches from the row group holding `start`, reading
+    /// the given columns (None = all).
+    pub async fn stream(
+        &self,
+        start: &[u8],
+        columns: Option<&[usize]>,
+    ) -> Result<ParquetRecordBatchStream<FileReader>> {
+        let fm = self.meta().await?;
+        let md = fm.meta.metadata().clone();
+        let groups: Vec<usize> = md
+            .row_groups()
+            .iter()
+            .enumerate()
+            .filter(|(_, rg)| match rg.column(0).statistics() {
+                Some(Statistics::ByteArray(s)) => s.max_opt().is_none_or(|m| m.data() >= start),
+                _ => true,
+            })
+            .map(|(i, _)| i)
+            .collect();
+        let mut builder =
+            ParquetRecordBatchStreamBuilder::new_with_metadata(self.reader(fm.clone()), fm.meta.clone())
+                .with_row_groups(groups)
+                .with_batch_size(4096);
+        if let Some(cols) = columns {
+            let mask = ProjectionMask::roots(md.file_metadata().schema_descr(), cols.iter().copied());
+            builder = builder.with_projection(mask);
+        }
+        builder.build().map_err(|e| corrupt(&self.path, e))
+    }
+}
+
+/// The smallest key greater than every key with prefix `key` equal to `key`: `key + 0x00`.
+fn next_key(key: &[u8]) -> Vec<u8> {
+    let mut k = key.to_vec();
+    k.push(0);
+    k
+}
+
+/// Rows of row group `rgi` in pages whose `_key` range may hold `key` (page index), or None
+/// when the file has no page index.
+fn page_selection(md: &ParquetMetaData, rgi: usize, key: &[u8]) -> Option<RowSelection> {
+    let ci = md.column_index()?.get(rgi)?.first()?;
+    let oi = md.offset_index()?.get(rgi)?.first()?;
+    let ColumnIndexMetaData::BYTE_ARRAY(idx) = ci else {
+        return None;
+    };
+    let pages = oi.page_locations();
+    let rows = md.row_group(rgi).num_rows() as usize;
+    let mut selectors = Vec::with_capacity(pages.len());
+    for (p, loc) in pages.iter().enumerate() {
+        let first = loc.first_row_index as usize;
+        let end = pages
+            .get(p + 1)
+            .map_or(rows, |n| n.first_row_index as usize);
+        let hit = idx.min_value(p).is_none_or(|m| m <= key) && idx.max_value(p).is_none_or(|m| key <= m);
+        let n = end - first;
+        selectors.push(if hit {
+            RowSelector::select(n)
+        } else {
+            RowSelector::skip(n)
+        });
+    }
+    Some(RowSelection::from(selectors))
+}
+
+/// The async reader handed to the `parquet` crate: data ranges through the block cache
+/// (or straight from the store), metadata from [`FileMeta`].
+pub struct FileReader {
+    source: ParquetSource,
+    meta: Arc<FileMeta>,
+}
+
+impl FileReader {
+    async fn ranges(&self, ranges: Vec<Range<u64>>) -> parquet::errors::Result<Vec<Bytes>> {
+        let s = &self.source;
+        let result = match &s.cache {
+            Some(c) => c.read_ranges(&s.store, &s.path, s.info.size_bytes, &ranges).await,
+            None => s
+                .store
+                .get_ranges(&s.path, &ranges)
+                .await
+                .map_err(Error::store(format!("read {}", s.path))),
+        };
+        result.map_err(|e| parquet::errors::ParquetError::External(Box::new(e)))
+    }
+}
+
+impl AsyncFileReader for FileReader {
+    fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
+        async move {
+            let mut v = self.ranges(vec![range]).await?;
+            v.pop()
+                .ok_or_else(|| parquet::errors::ParquetError::General("empty read".into()))
+        }
+        .boxed()
+    }
+
+    fn get_byte_ranges(
+        &mut self,
+        ranges: Vec<Range<u64>>,
+    ) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
+        async move { self.ranges(ranges).await }.boxed()
+    }
+
+    fn get_metadata<'a>(
+        &'a mut self,
+        _options: Option<&'a ArrowReaderOptions>,
+    ) -> BoxFuture<'a, parquet::errors::Result<Arc<ParquetMetaData>>> {
+        let md = self.meta.meta.metadata().clone();
+        async move { Ok(md) }.boxed()
+    }
+}
+
+/// Group-local versions of a run of files (sorted, non-overlapping) from `start`, in
+/// (key, sequence descending) order, read synchronously on a blocking thread.
+pub struct RunIter {
+    handle: tokio::runtime::Handle,
+    format: Arc<GroupFormat>,
+    files: VecDeque<ParquetSource>,
+    stream: Option<(String, ParquetRecordBatchStream<FileReader>)>,
+    buffered: VecDeque<Entry>,
+    start: Vec<u8>,
+    end: Option<Vec<u8>>,
+    /// Widen to the full width with this codec (readers) or keep group-local (compaction).
+    widen: Option<crate::row::RowCodec>,
+}
+
+impl RunIter {
+    /// Iterates `files` (in key order) from `start` to `end`.
+    pub fn new(
+        handle: tokio::runtime::Handle,
+        format: Arc<GroupFormat>,
+        files: Vec<ParquetSource>,
+        start: &[u8],
+        end: Option<&[u8]>,
+        widen: Option<crate::row::RowCodec>,
+    ) -> Self {
+        let files = files
+            .into_iter()
+            .filter(|f| {
+                f.info.key_max.as_slice() >= start
+                    && end.is_none_or(|e| f.info.key_min.as_slice() < e)
+            })
+            .collect();
+        Self {
+            handle,
+            format,
+            files,
+            stream: None,
+            buffered: VecDeque::new(),
+            start: start.to_vec(),
+            end: end.map(|e| e.to_vec()),
+            widen,
+        }
+    }
+}
+
+impl EntryIter for RunIter {
+    fn next_entry(&mut self) -> Result<Option<Entry>> {
+        loop {
+            if let Some(e) = self.buffered.pop_front() {
+                return Ok(Some(match &self.widen {
+                    Some(full) => self.format.widen(full, &e)?,
+                    None => e,
+                }));
+            }
+            if self.stream.is_none() {
+                let Some(f) = self.files.pop_front() else {
+                    return Ok(None);
+                };
+                let start = self.start.clone();
+                let s = self.handle.block_on(f.stream(&start, None))?;
+                self.stream = Some((f.path.to_string(), s));
+            }
+            let Some((origin, stream)) = self.stream.as_mut() else {
+                continue;
+            };
+            match self.handle.block_on(stream.next()) {
+                None => self.stream = None,
+                Some(batch) => {
+                    let batch = batch.map_err(|e| Error::Corrupt(format!("parquet {origin}: {e}")))?;
+                    let entries =
+                        self.format
+                            .from_batch(&batch, origin, &self.start, self.end.as_deref())?;
+                    self.buffered.extend(entries);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! Writing a sorted run of one column group as Parquet files of a target size, with the
+//! `parquet` crate's async writer over the object-store seam.
+
+use std::sync::Arc;
+
+use object_store::ObjectStoreExt;
+use object_store::buffered::BufWriter;
+use object_store::path::Path;
+use parquet::arrow::AsyncArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::metadata::ParquetMetaData;
+use parquet::file::properties::{BloomFilterPosition, EnabledStatistics, WriterProperties};
+use parquet::schema::types::ColumnPath;
+use strata_manifest::ParquetFileInfo;
+use strata_objstore::StoreRef;
+
+use super::format::{GroupFormat, KEY_COLUMN};
+use crate::entry::Entry;
+use crate::error::{Error, Result};
+
+/// File-shape settings.
+#[derive(Debug, Clone, Copy)]
+pub struct FileShape {
+    /// Target object size; a file is closed at the first key boundary past it.
+    pub file_bytes_target: u64,
+    /// Rows per row group.
+    pub row_group_rows: usize,
+    /// Data page size limit (small pages make point lookups read little).
+    pub page_bytes: usize,
+}
+
+fn properties(shape: &FileShape) -> WriterProperties {
+    WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::default()))
+        .set_max_row_group_row_count(Some(shape.row_group_rows.max(1)))
+        .set_data_page_size_limit(shape.page_bytes.max(1024))
+        .set_statistics_enabled(EnabledStatistics::Page)
+        .set_column_bloom_filter_enabled(ColumnPath::from(KEY_COLUMN), true)
+        .set_bloom_filter_position(BloomFilterPosition::End)
+        .set_column_dictionary_enabled(ColumnPath::from(KEY_COLUMN), false)
+        .build()
+}
+
+struct Open {
+    name: String,
+    writer: AsyncArrowWriter<BufWriter>,
+    info: ParquetFileInfo,
+}
+
+/// Writes group-local versions (in key, sequence-descending order) into files named
+/// `<prefix>-<n>` via `path_of`.
+pub struct RunWriter {
+    store: StoreRef,
+    format: Arc<GroupFormat>,
+    shape: FileShape,
+    prefix: String,
+    path_of: Box<dyn Fn(&str) -> Path + Send + Sync>,
+    open: Option<Open>,
+    pending: Vec<Entry>,
+    next: usize,
+    done: Vec<ParquetFileInfo>,
+}
+
+const BATCH_ROWS: usize = 4096;
+
+impl RunWriter {
+    /// A writer of one run.
+    pub fn new(
+        store: StoreRef,
+        format: Arc<GroupFormat>,
+        shape: FileShape,
+        prefix: String,
+        path_of: Box<dyn Fn(&str) -> Path + Send + Sync>,
+    ) -> Self {
+        Self {
+            store,
+            format,
+            shape,
+            prefix,
+            path_of,
+            open: None,
+            pending: Vec::new(),
+            next: 0,
+            done: Vec::new(),
+        }
+    }
+
+    /// Adds the versions of one key (newest first). Files end only between keys.
+    pub async fn add_key(&mut self, versions: Vec<Entry>) -> Result<()> {
+        if versions.is_empty() {
+            return Ok(());
+        }
+        if let Some(o) = &self.open
+            && o.writer.bytes_written() as u64 + o.writer.in_progress_size() as u64
+                >= self.shape.file_bytes_target
+        {
+            self.write_pending().await?;
+            self.close_file().await?;
+        }
+        if self.open.is_none() {
+            let name = format!("{}-{:04}", self.prefix, self.next);
+            self.next += 1;
+            let path = (self.path_of)(&name);
+            let writer = AsyncArrowWriter::try_new(
+                BufWriter::new(self.store.clone(), path),
+                self.format.schema.clone(),
+                Some(properties(&self.shape)),
+            )
+            .map_err(|e| Error::Internal(format!("parquet writer: {e}")))?;
+            self.open = Some(Open {
+                name: name.clone(),
+                writer,
+                info: ParquetFileInfo {
+                    name,
+                    key_min: versions[0].key.to_vec(),
+                    key_max: Vec::new(),
+                    seq_min: u64::MAX,
+                    seq_max: 0,
+                    rows: 0,
+                    size_bytes: 0,
+                    tail_offset: 0,
+                },
+            });
+        }
+        if let Some(o) = self.open.as_mut() {
+            o.info.key_max = versions[0].key.to_vec();
+            for v in &versions {
+                o.info.seq_min = o.info.seq_min.min(v.seq);
+                o.info.seq_max = o.info.seq_max.max(v.seq);
+            }
+            o.info.rows += versions.len() as u64;
+        }
+        self.pending.extend(versions);
+        if self.pending.len() >= BATCH_ROWS {
+            self.write_pending().await?;
+        }
+        Ok(())
+    }
+
+    async fn write_pending(&mut self) -> Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let batch = self.format.to_batch(&self.pending)?;
+        self.pending.clear();
+        let Some(o) = self.open.as_mut() else {
+            return Err(Error::Internal("rows without an open file".into()));
+        };
+        o.writer
+            .write(&batch)
+            .await
+            .map_err(|e| Error::Internal(format!("write parquet {}: {e}", o.name)))
+    }
+
+    async fn close_file(&mut self) -> Result<()> {
+        let Some(mut o) = self.open.take() else {
+            return Ok(());
+        };
+        let md: ParquetMetaData = o
+            .writer
+            .close()
+            .await
+            .map_err(|e| Error::Internal(format!("close parquet {}: {e}", o.name)))?;
+        let data_end = md
+            .row_groups()
+            .iter()
+            .flat_map(|rg| rg.columns().iter())
+            .map(|c| {
+                let (start, len) = c.byte_range();
+                start + len
+            })
+            .max()
+            .unwrap_or(4);
+        let size = self
+            .store
+            .head(&(self.path_of)(&o.name))
+            .await
+            .map_err(Error::store(format!("stat parquet {}", o.name)))?
+            .size;
+        o.info.size_bytes = size;
+        o.info.tail_offset = data_end;
+        self.done.push(o.info);
+        Ok(())
+    }
+
+    /// Finishes the last file and returns every file written.
+    pub async fn finish(mut self) -> Result<Vec<ParquetFileInfo>> {
+        self.write_pending().await?;
+        self.close_file().await?;
+        Ok(self.done)
+    }
+
+    /// Names of files started so far (to clean up after a failure).
+    pub fn started(&self) -> Vec<Path> {
+        (0..self.next)
+            .map(|n| (self.path_of)(&format!("{}-{:04}", self.prefix, n)))
+            .collect()
+    }
+}
