@@ -79,9 +79,13 @@ pub(crate) fn pick(state: &ShardState, config: &crate::config::EngineConfig) -> 
     let (upper, upper_inputs, lo, hi) = job?;
     let output = upper + 1;
     let lower_inputs = overlapping(&levels[output], &lo, &hi);
+    // Bottommost only if no deeper level, NVMe or S3, may hold older versions of the range.
     let bottommost = levels[output + 1..]
         .iter()
-        .all(|l| overlapping(l, &lo, &hi).is_empty());
+        .all(|l| overlapping(l, &lo, &hi).is_empty())
+        && !state.manifest.value.parquet_files().any(|f| {
+            f.key_max.as_slice() >= lo.as_slice() && f.key_min.as_slice() <= hi.as_slice()
+        });
     Some(Job {
         upper,
         output,
@@ -111,13 +115,53 @@ pub(crate) async fn compaction_loop(inner: Arc<ShardInner>) {
     }
 }
 
+/// Whether a job would consume SSTs an outstanding cross-tier job reads.
+fn touches_locked(inner: &ShardInner, job: &Job) -> bool {
+    let locked = inner.locked_ssts.lock();
+    job.upper_inputs
+        .iter()
+        .chain(job.lower_inputs.iter())
+        .any(|h| locked.contains(&h.info.id))
+}
+
 /// Runs compactions until none is due.
 pub(crate) async fn compact_until_idle(inner: &Arc<ShardInner>) -> Result<()> {
     let _one_at_a_time = inner.compaction_lock.lock().await;
     while let Some(job) = pick(&inner.current(), &inner.config) {
+        if touches_locked(inner, &job) {
+            break; // retried when the cross-tier job settles
+        }
         run(inner, job).await?;
     }
+    inner.jobs_wanted.notify_one();
     Ok(())
+}
+
+/// Compacts every NVMe level into the last one, regardless of size targets. Returns false
+/// when an outstanding cross-tier job holds files it needs (wait for the job, then retry).
+pub(crate) async fn compact_all_to_last(inner: &Arc<ShardInner>) -> Result<bool> {
+    let _one_at_a_time = inner.compaction_lock.lock().await;
+    loop {
+        let state = inner.current();
+        let last = state.levels.len() - 1;
+        let Some(upper) = (0..last).find(|l| !state.levels[*l].is_empty()) else {
+            return Ok(true);
+        };
+        let upper_inputs = state.levels[upper].clone();
+        let (lo, hi) = range_of(&upper_inputs);
+        let output = upper + 1;
+        let job = Job {
+            upper,
+            output,
+            upper_inputs,
+            lower_inputs: overlapping(&state.levels[output], &lo, &hi),
+            bottommost: false,
+        };
+        if touches_locked(inner, &job) {
+            return Ok(false);
+        }
+        run(inner, job).await?;
+    }
 }
 
 /// Collapses one key's versions (newest first) into one version per snapshot stripe.

@@ -39,6 +39,15 @@ struct DbInner {
     clock: ClockRef,
     catalog: VersionedStore<Catalog>,
     open: tokio::sync::Mutex<HashMap<u64, Table>>,
+    s3: crate::s3::S3Context,
+    workers: tokio_util::sync::CancellationToken,
+    worker_stats: Vec<Arc<crate::jobs::WorkerStats>>,
+}
+
+impl Drop for DbInner {
+    fn drop(&mut self) {
+        self.workers.cancel();
+    }
 }
 
 /// An embedded Strata database.
@@ -103,8 +112,40 @@ impl Db {
             .map_err(Error::io(format!("create {}", local_dir.display())))?;
         let layout = Layout::new(&config.root_prefix);
         let catalog = VersionedStore::new(store.clone(), layout.catalog_dir());
+        let cache = crate::columnar::BlockCache::new(crate::columnar::CacheConfig {
+            dir: local_dir.join("cache"),
+            block_bytes: config.cache_block_bytes,
+            budget_bytes: config.cache_bytes_max,
+        })?;
+        let s3 = crate::s3::S3Context {
+            cache,
+            metas: Arc::new(crate::columnar::MetaCache::default()),
+            layout: layout.clone(),
+        };
+        let workers = tokio_util::sync::CancellationToken::new();
+        let mut worker_stats = Vec::new();
+        for i in 0..config.jobs.inprocess_workers {
+            let w = crate::jobs::Worker::new(
+                store.clone(),
+                layout.clone(),
+                crate::jobs::WorkerConfig {
+                    name: format!("inprocess-{}-{i}", std::process::id()),
+                    lease_ms: config.jobs.lease_ms,
+                    heartbeat_ms: config.jobs.heartbeat_ms,
+                    poll_ms: config.jobs.poll_ms,
+                    scratch: local_dir.join("scratch"),
+                },
+                clock.clone(),
+            );
+            worker_stats.push(w.stats.clone());
+            let cancel = workers.clone();
+            tokio::spawn(async move { w.run(cancel).await });
+        }
         Ok(Db {
             inner: Arc::new(DbInner {
+                s3,
+                workers,
+                worker_stats,
                 store,
                 fault,
                 metrics,
@@ -176,8 +217,14 @@ impl Db {
 
     /// Creates a key-value namespace (`key: binary` primary key, `value: binary`).
     pub async fn create_kv_namespace(&self, name: &str) -> Result<TableEntry> {
-        self.create(name, key_value_schema(), &["key"], TableKind::KeyValue, None)
-            .await
+        self.create(
+            name,
+            key_value_schema(),
+            &["key"],
+            TableKind::KeyValue,
+            None,
+        )
+        .await
     }
 
     async fn create(
@@ -284,6 +331,7 @@ impl Db {
                     local,
                     self.inner.config.clone(),
                     self.inner.clock.clone(),
+                    self.inner.s3.clone(),
                 )
                 .await?,
             ));
@@ -299,8 +347,14 @@ impl Db {
         Ok(table)
     }
 
-    /// Stops every open shard.
+    /// Counters of this process's compaction workers.
+    pub fn worker_stats(&self) -> &[Arc<crate::jobs::WorkerStats>] {
+        &self.inner.worker_stats
+    }
+
+    /// Stops every open shard and the in-process compaction workers.
     pub async fn close(&self) {
+        self.inner.workers.cancel();
         let open: Vec<Table> = self
             .inner
             .open
@@ -530,6 +584,32 @@ impl Table {
     pub async fn compact(&self) -> Result<()> {
         for (_, s) in &self.inner.shards {
             s.compact().await?;
+        }
+        Ok(())
+    }
+
+    /// Moves everything in the NVMe tier down to the S3 levels now (through compaction
+    /// jobs, run by this process's or external workers), waiting until committed.
+    pub async fn drain_to_s3(&self) -> Result<()> {
+        for (_, s) in &self.inner.shards {
+            s.drain_to_s3().await?;
+        }
+        Ok(())
+    }
+
+    /// Moves column group `group` of S3 level `level` (0-based) down one level now
+    /// (CG-local compaction), waiting until committed.
+    pub async fn compact_s3_group(&self, level: usize, group: usize) -> Result<()> {
+        for (_, s) in &self.inner.shards {
+            s.compact_s3_group(level, group).await?;
+        }
+        Ok(())
+    }
+
+    /// Waits until every published compaction job is settled.
+    pub async fn wait_jobs(&self) -> Result<()> {
+        for (_, s) in &self.inner.shards {
+            s.wait_jobs().await?;
         }
         Ok(())
     }

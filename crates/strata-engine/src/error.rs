@@ -39,6 +39,21 @@ pub enum Error {
         /// Oldest readable sequence number.
         floor: u64,
     },
+    /// Too much compaction work is pending: the write was refused and changed nothing.
+    /// Retry after a short wait.
+    #[error(
+        "overloaded: shard {shard} has {runs} sorted runs (limit {limit}) or {frozen} memtables waiting for flush; retry later"
+    )]
+    Overloaded {
+        /// The shard.
+        shard: String,
+        /// Sorted runs now.
+        runs: usize,
+        /// The limit.
+        limit: usize,
+        /// Frozen memtables.
+        frozen: usize,
+    },
     /// The database or shard was closed.
     #[error("closed: {0}")]
     Closed(String),
@@ -82,6 +97,7 @@ impl Error {
             Error::Fenced { .. } => ErrorKind::Fenced,
             Error::SnapshotTooOld { .. } => ErrorKind::SnapshotTooOld,
             Error::Closed(_) => ErrorKind::Closed,
+            Error::Overloaded { .. } => ErrorKind::Overloaded,
             Error::Corrupt(_) => ErrorKind::Data,
             Error::Io { .. } => ErrorKind::Unavailable,
             Error::Store { source, .. } => strata_objstore::error::store_error_kind(source),

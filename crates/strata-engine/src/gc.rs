@@ -6,7 +6,11 @@
 //! - an SST: no retained version references it and it is not being uploaded;
 //! - a WAL segment: non-empty (fences are kept forever) and covered by the oldest retained
 //!   version's replay point;
-//! - a manifest version: not retained (never the newest).
+//! - a Parquet file: no retained version (nor a read in flight) references it and it is not
+//!   the output of a job this writer still awaits (outputs of dead or losing attempts are
+//!   collected this way);
+//! - a job's objects: the job is not outstanding (an older writer's, or abandoned);
+//! - a manifest version: not retained (never the newest, never one a read in flight uses).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -28,6 +32,10 @@ pub struct GcReport {
     pub wal_segments_deleted: usize,
     /// Manifest versions deleted.
     pub manifests_deleted: usize,
+    /// Parquet objects deleted.
+    pub parquet_deleted: usize,
+    /// Abandoned jobs whose objects were deleted.
+    pub jobs_deleted: usize,
 }
 
 pub(crate) async fn gc_loop(inner: Arc<ShardInner>) {
@@ -67,14 +75,16 @@ pub(crate) async fn collect(inner: &ShardInner) -> Result<GcReport> {
         .saturating_sub(inner.config.gc.manifest_versions_retained.max(1));
     let mut retained = Vec::new();
     let mut discard = Vec::new();
+    let reading: HashSet<u64> = inner.readers.lock().keys().copied().collect();
     for (i, (v, meta)) in versions.iter().enumerate() {
-        if i >= keep_from || age_ms(now, meta) < min_age || *v == newest {
+        if i >= keep_from || age_ms(now, meta) < min_age || *v == newest || reading.contains(v) {
             retained.push(*v);
         } else {
             discard.push(*v);
         }
     }
     let mut referenced: HashSet<SstId> = HashSet::new();
+    let mut parquet_referenced: HashSet<String> = HashSet::new();
     let mut replay_floor = u64::MAX;
     for v in &retained {
         let m = match inner.manifests.get(*v).await {
@@ -84,10 +94,20 @@ pub(crate) async fn collect(inner: &ShardInner) -> Result<GcReport> {
             Err(e) => return Err(e.into()),
         };
         referenced.extend(m.ssts().map(|s| s.id));
+        parquet_referenced.extend(m.parquet_files().map(|f| f.name.clone()));
         replay_floor = replay_floor.min(m.wal_replay_after);
     }
     // Objects in use by this process's readers are referenced by the current state too.
-    referenced.extend(inner.current().levels.iter().flatten().map(|h| h.info.id));
+    let current = inner.current();
+    referenced.extend(current.levels.iter().flatten().map(|h| h.info.id));
+    parquet_referenced.extend(
+        current
+            .manifest
+            .value
+            .parquet_files()
+            .map(|f| f.name.clone()),
+    );
+    let awaited: Vec<String> = inner.outstanding.lock().keys().cloned().collect();
     let in_flight: HashSet<SstId> = inner.in_flight.lock().clone();
 
     let ssts: Vec<object_store::ObjectMeta> = inner
@@ -124,6 +144,45 @@ pub(crate) async fn collect(inner: &ShardInner) -> Result<GcReport> {
         if id <= replay_floor && m.size > 0 && age_ms(now, &m) >= min_age {
             delete(inner, &m.location).await?;
             report.wal_segments_deleted += 1;
+        }
+    }
+
+    let parquet: Vec<object_store::ObjectMeta> = inner
+        .store
+        .list(Some(&inner.paths.parquet_dir()))
+        .try_collect()
+        .await
+        .map_err(Error::store("list parquet"))?;
+    for m in parquet {
+        let Some(name) = m
+            .location
+            .filename()
+            .and_then(|f| f.strip_suffix(".parquet"))
+        else {
+            continue;
+        };
+        if parquet_referenced.contains(name)
+            || awaited.iter().any(|j| name.starts_with(j.as_str()))
+            || age_ms(now, &m) < min_age
+        {
+            continue;
+        }
+        delete(inner, &m.location).await?;
+        report.parquet_deleted += 1;
+    }
+
+    let layout = &inner.s3.layout;
+    for id in crate::jobs::list(&inner.store, layout, &inner.job_prefix()).await? {
+        if awaited.contains(&id) {
+            continue;
+        }
+        let old = match inner.store.head(&layout.job(&id)).await {
+            Ok(meta) => age_ms(now, &meta) >= min_age,
+            Err(_) => true,
+        };
+        if old {
+            crate::jobs::remove(&inner.store, layout, &id).await?;
+            report.jobs_deleted += 1;
         }
     }
 

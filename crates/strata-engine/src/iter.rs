@@ -44,12 +44,40 @@ impl Ord for HeapItem {
     }
 }
 
-/// Merges sources into one ordered stream, dropping exact duplicates (same key and seq).
+/// Merges sources into one ordered stream. Versions with the same key and sequence number
+/// from several sources are parts of one version (column groups of the S3 levels): they
+/// are merged into one when a codec is given, else exact duplicates are dropped.
 pub struct MergeIter {
     sources: Vec<Box<dyn EntryIter>>,
     heap: BinaryHeap<Reverse<HeapItem>>,
     last: Option<(Bytes, u64)>,
     primed: bool,
+    parts: Option<RowCodec>,
+}
+
+/// Merges two parts of the same version: columns carried by either.
+pub fn union_parts(codec: &RowCodec, a: &Entry, b: &Entry) -> Result<Entry> {
+    if a.kind == EntryKind::Delete || b.kind == EntryKind::Delete {
+        return Ok(if a.kind == EntryKind::Delete { a } else { b }.clone());
+    }
+    let mut va = codec.decode(&a.value)?;
+    let vb = codec.decode(&b.value)?;
+    for (x, y) in va.iter_mut().zip(vb) {
+        if x.is_none() {
+            *x = y;
+        }
+    }
+    let kind = if a.kind == EntryKind::Put || b.kind == EntryKind::Put {
+        EntryKind::Put
+    } else {
+        EntryKind::Partial
+    };
+    Ok(Entry {
+        key: a.key.clone(),
+        seq: a.seq,
+        kind,
+        value: Bytes::from(codec.encode(&va)?),
+    })
 }
 
 impl MergeIter {
@@ -60,7 +88,34 @@ impl MergeIter {
             heap: BinaryHeap::new(),
             last: None,
             primed: false,
+            parts: None,
         }
+    }
+
+    /// Merges `sources` (newest first), merging parts of one version into one.
+    pub fn with_parts(sources: Vec<Box<dyn EntryIter>>, codec: RowCodec) -> Self {
+        let mut m = Self::new(sources);
+        m.parts = Some(codec);
+        m
+    }
+
+    /// Adds sources older than every source given so far (before the first read).
+    pub fn add_sources(&mut self, more: Vec<Box<dyn EntryIter>>) {
+        debug_assert!(!self.primed);
+        self.sources.extend(more);
+    }
+
+    fn pop(&mut self) -> Result<Option<Entry>> {
+        let Some(Reverse(item)) = self.heap.pop() else {
+            return Ok(None);
+        };
+        if let Some(next) = self.sources[item.source].next_entry()? {
+            self.heap.push(Reverse(HeapItem {
+                entry: next,
+                source: item.source,
+            }));
+        }
+        Ok(Some(item.entry))
     }
 }
 
@@ -74,22 +129,26 @@ impl EntryIter for MergeIter {
             }
             self.primed = true;
         }
-        while let Some(Reverse(item)) = self.heap.pop() {
-            if let Some(next) = self.sources[item.source].next_entry()? {
-                self.heap.push(Reverse(HeapItem {
-                    entry: next,
-                    source: item.source,
-                }));
+        while let Some(mut entry) = self.pop()? {
+            if let Some(codec) = self.parts.clone() {
+                while self.heap.peek().is_some_and(|Reverse(top)| {
+                    top.entry.key == entry.key && top.entry.seq == entry.seq
+                }) {
+                    if let Some(part) = self.pop()? {
+                        entry = union_parts(&codec, &entry, &part)?;
+                    }
+                }
+                return Ok(Some(entry));
             }
             let dup = self
                 .last
                 .as_ref()
-                .is_some_and(|(k, s)| *k == item.entry.key && *s == item.entry.seq);
+                .is_some_and(|(k, s)| *k == entry.key && *s == entry.seq);
             if dup {
                 continue;
             }
-            self.last = Some((item.entry.key.clone(), item.entry.seq));
-            return Ok(Some(item.entry));
+            self.last = Some((entry.key.clone(), entry.seq));
+            return Ok(Some(entry));
         }
         Ok(None)
     }

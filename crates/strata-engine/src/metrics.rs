@@ -16,6 +16,31 @@ pub struct ShardStats {
     stalls: AtomicU64,
     stall_us_max: AtomicU64,
     stall_us_total: AtomicU64,
+    s3_jobs: AtomicU64,
+    s3_bytes_read: AtomicU64,
+    s3_bytes_written: AtomicU64,
+    overloaded: AtomicU64,
+}
+
+/// Sorted runs a read may have to merge: frozen memtables, each L0 file, each non-empty
+/// deeper NVMe level and each non-empty S3 group run (Luo ch. 5's component count).
+pub fn sorted_runs(state: &ShardState) -> usize {
+    state.frozen.len()
+        + state.levels.first().map_or(0, |l| l.len())
+        + state
+            .levels
+            .iter()
+            .skip(1)
+            .filter(|l| !l.is_empty())
+            .count()
+        + state
+            .manifest
+            .value
+            .s3_levels
+            .iter()
+            .flat_map(|l| l.groups.iter())
+            .filter(|g| !g.files.is_empty())
+            .count()
 }
 
 /// A copy of the counters plus the shape of the tree.
@@ -31,7 +56,7 @@ pub struct ShardStatsSnapshot {
     pub compactions: u64,
     /// Time spent compacting, microseconds.
     pub compaction_us: u64,
-    /// Write stalls (waits for flush).
+    /// Write stalls: periods in which writes were refused as overloaded.
     pub stalls: u64,
     /// Longest stall, microseconds.
     pub stall_us_max: u64,
@@ -43,6 +68,20 @@ pub struct ShardStatsSnapshot {
     pub bytes_per_level: Vec<u64>,
     /// Frozen memtables awaiting flush.
     pub memtables_frozen: usize,
+    /// Sorted runs now (see [`sorted_runs`]).
+    pub sorted_runs: usize,
+    /// Parquet files per S3 level and group.
+    pub s3_files: Vec<Vec<usize>>,
+    /// Bytes per S3 level and group.
+    pub s3_bytes: Vec<Vec<u64>>,
+    /// S3 compaction jobs committed.
+    pub s3_jobs: u64,
+    /// Bytes read by committed S3 jobs.
+    pub s3_bytes_read: u64,
+    /// Bytes written by committed S3 jobs.
+    pub s3_bytes_written: u64,
+    /// Writes refused as overloaded.
+    pub overloaded: u64,
 }
 
 impl ShardStats {
@@ -69,6 +108,16 @@ impl ShardStats {
         self.stall_us_max.fetch_max(us, Ordering::Relaxed);
     }
 
+    pub(crate) fn record_s3_job(&self, read: u64, written: u64) {
+        self.s3_jobs.fetch_add(1, Ordering::Relaxed);
+        self.s3_bytes_read.fetch_add(read, Ordering::Relaxed);
+        self.s3_bytes_written.fetch_add(written, Ordering::Relaxed);
+    }
+
+    pub(crate) fn record_overloaded(&self) {
+        self.overloaded.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn snapshot(&self, state: &ShardState) -> ShardStatsSnapshot {
         ShardStatsSnapshot {
             wal_segments: self.wal_segments.load(Ordering::Relaxed),
@@ -86,6 +135,25 @@ impl ShardStats {
                 .map(|l| l.iter().map(|h| h.info.size_bytes).sum())
                 .collect(),
             memtables_frozen: state.frozen.len(),
+            sorted_runs: sorted_runs(state),
+            s3_files: state
+                .manifest
+                .value
+                .s3_levels
+                .iter()
+                .map(|l| l.groups.iter().map(|g| g.files.len()).collect())
+                .collect(),
+            s3_bytes: state
+                .manifest
+                .value
+                .s3_levels
+                .iter()
+                .map(|l| l.groups.iter().map(|g| g.size_bytes()).collect())
+                .collect(),
+            s3_jobs: self.s3_jobs.load(Ordering::Relaxed),
+            s3_bytes_read: self.s3_bytes_read.load(Ordering::Relaxed),
+            s3_bytes_written: self.s3_bytes_written.load(Ordering::Relaxed),
+            overloaded: self.overloaded.load(Ordering::Relaxed),
         }
     }
 }

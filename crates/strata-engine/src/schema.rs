@@ -128,7 +128,9 @@ pub fn validate_layout(
         let mut seen = std::collections::HashSet::new();
         for (gi, group) in level.iter().enumerate() {
             if group.is_empty() && !non_key.is_empty() {
-                return Err(Error::Invalid(format!("{name}: column group {gi} is empty")));
+                return Err(Error::Invalid(format!(
+                    "{name}: column group {gi} is empty"
+                )));
             }
             for c in group {
                 if primary_key.contains(c) {
@@ -292,9 +294,10 @@ impl TableSchema {
     /// The group of S3 level `level - 1` (0-based) that contains group `group` of `level`.
     pub fn parent_group(&self, level: usize, group: usize) -> Option<usize> {
         let child = &self.groups.get(level)?.get(group)?.columns;
-        self.groups.get(level.checked_sub(1)?)?.iter().position(|g| {
-            child.iter().all(|c| g.columns.contains(c))
-        })
+        self.groups
+            .get(level.checked_sub(1)?)?
+            .iter()
+            .position(|g| child.iter().all(|c| g.columns.contains(c)))
     }
 
     /// Groups of `level` inside group `group` of level `level - 1` (for level 0: all).

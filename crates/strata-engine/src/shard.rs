@@ -82,6 +82,20 @@ pub(crate) struct ShardInner {
     /// SSTs uploaded but not yet committed: GC must not delete them.
     pub(crate) in_flight: Mutex<HashSet<SstId>>,
     next_sst: AtomicU64,
+    /// Shard id within the table.
+    pub(crate) shard_id: u32,
+    /// Reading context of the S3 levels.
+    pub(crate) s3: crate::s3::S3Context,
+    /// Published S3 compaction jobs awaiting results.
+    pub(crate) outstanding: Mutex<std::collections::HashMap<String, crate::s3::Outstanding>>,
+    /// Last-NVMe-level SSTs an outstanding cross-tier job reads: NVMe compaction leaves them.
+    pub(crate) locked_ssts: Mutex<HashSet<SstId>>,
+    pub(crate) next_job: AtomicU64,
+    pub(crate) jobs_wanted: Notify,
+    /// Manifest versions in-flight reads use (GC keeps their objects).
+    pub(crate) readers: Mutex<BTreeMap<u64, usize>>,
+    /// Since when writes are refused as overloaded (a stall).
+    pub(crate) overloaded_since: Mutex<Option<std::time::Instant>>,
     pub(crate) stats: crate::metrics::ShardStats,
 }
 
@@ -95,6 +109,24 @@ pub struct Shard {
 impl std::fmt::Debug for Shard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Shard({}, epoch {})", self.inner.name, self.inner.epoch)
+    }
+}
+
+/// Keeps a manifest version's objects from GC while a read uses them.
+pub(crate) struct ReadGuard {
+    inner: Arc<ShardInner>,
+    version: u64,
+}
+
+impl Drop for ReadGuard {
+    fn drop(&mut self) {
+        let mut r = self.inner.readers.lock();
+        if let Some(n) = r.get_mut(&self.version) {
+            *n -= 1;
+            if *n == 0 {
+                r.remove(&self.version);
+            }
+        }
     }
 }
 
@@ -163,6 +195,21 @@ impl ShardInner {
         self.state.read().clone()
     }
 
+    /// The current state plus a guard that keeps the objects of its manifest version from
+    /// GC while a read runs.
+    pub(crate) fn read_state(self: &Arc<Self>) -> (Arc<ShardState>, ReadGuard) {
+        let state = self.current();
+        let v = state.manifest.version;
+        *self.readers.lock().entry(v).or_default() += 1;
+        (
+            state,
+            ReadGuard {
+                inner: self.clone(),
+                version: v,
+            },
+        )
+    }
+
     /// Commits a manifest derived from the current one by `change`, holding the manifest
     /// lock. A lost race means a newer writer exists: the shard is fenced.
     pub(crate) async fn commit_manifest(
@@ -208,6 +255,7 @@ impl ShardInner {
 
 impl Shard {
     /// Opens `table`'s shard `shard_id` as its writer, fencing any previous writer.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn open(
         table: Arc<TableSchema>,
         shard_id: u32,
@@ -216,8 +264,10 @@ impl Shard {
         local_root: PathBuf,
         config: EngineConfig,
         clock: ClockRef,
+        s3: crate::s3::S3Context,
     ) -> Result<Shard> {
         let name = format!("{}/{}", table.name(), shard_id);
+        let group_counts: Vec<usize> = table.groups.iter().map(|g| g.len()).collect();
         let manifests = VersionedStore::<Manifest>::new(store.clone(), paths.manifest_dir());
 
         // 1. Bump the writer epoch.
@@ -229,6 +279,7 @@ impl Shard {
             };
             next.writer_epoch += 1;
             next.written_at_ms = clock.now_ms();
+            crate::s3::shape_levels(&mut next, &group_counts)?;
             match manifests.commit(latest.as_ref(), next).await {
                 Ok(v) => break v,
                 Err(strata_manifest::Error::Conflict { .. }) => continue,
@@ -390,7 +441,17 @@ impl Shard {
             in_flight: Mutex::new(HashSet::new()),
             next_sst: AtomicU64::new(1),
             stats: Default::default(),
+            shard_id,
+            s3,
+            outstanding: Mutex::new(Default::default()),
+            locked_ssts: Mutex::new(HashSet::new()),
+            next_job: AtomicU64::new(1),
+            jobs_wanted: Notify::new(),
+            readers: Mutex::new(BTreeMap::new()),
+            overloaded_since: Mutex::new(None),
         });
+        crate::s3::clear_stale_jobs(&inner).await?;
+        tokio::spawn(crate::s3::job_loop(inner.clone()));
         tokio::spawn(writer_loop(inner.clone(), rx, fence + 1, last_seq + 1));
         tokio::spawn(flush_loop(inner.clone()));
         tokio::spawn(crate::compaction::compaction_loop(inner.clone()));
@@ -430,6 +491,7 @@ impl Shard {
     /// Writes validated versions atomically under one new sequence number.
     pub async fn write(&self, entries: Vec<PreparedEntry>, durability: Durability) -> Result<u64> {
         self.inner.check_open()?;
+        self.admit()?;
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(Request::Write {
@@ -440,6 +502,98 @@ impl Shard {
             .await
             .map_err(|_| self.closed_error())?;
         rx.await.map_err(|_| self.closed_error())?
+    }
+
+    /// Refuses the write when compaction is too far behind (Luo ch. 5: a global limit on
+    /// sorted runs; below it nothing is throttled). A refusal period is a stall.
+    fn admit(&self) -> Result<()> {
+        let state = self.inner.current();
+        let runs = crate::metrics::sorted_runs(&state);
+        let frozen = state.frozen.len();
+        let limit = self.inner.config.sorted_runs_max;
+        let mut since = self.inner.overloaded_since.lock();
+        if runs > limit || frozen >= self.inner.config.memtables_frozen_max.max(1) {
+            if since.is_none() {
+                *since = Some(std::time::Instant::now());
+                tracing::warn!(shard = %self.inner.name, runs, frozen, "write stall: refusing writes until compaction catches up");
+            }
+            self.inner.stats.record_overloaded();
+            self.inner.flush_wanted.notify_one();
+            self.inner.compaction_wanted.notify_one();
+            self.inner.jobs_wanted.notify_one();
+            return Err(Error::Overloaded {
+                shard: self.inner.name.clone(),
+                runs,
+                limit,
+                frozen,
+            });
+        }
+        if let Some(t) = since.take() {
+            self.inner.stats.record_stall(t.elapsed());
+        }
+        Ok(())
+    }
+
+    /// Moves everything in the NVMe tier down to the S3 levels now (flush, compact the NVMe
+    /// levels into the last one, then cross-tier jobs), waiting until committed.
+    pub async fn drain_to_s3(&self) -> Result<()> {
+        self.flush().await?;
+        loop {
+            self.wait_jobs().await?;
+            if crate::compaction::compact_all_to_last(&self.inner).await? {
+                break;
+            }
+        }
+        self.run_jobs_forced(|spec| matches!(spec.source, crate::jobs::JobSource::CrossTier { .. }))
+            .await
+    }
+
+    /// Moves one column group of S3 level `level` (0-based) down a level now (CG-local
+    /// compaction), waiting until committed.
+    pub async fn compact_s3_group(&self, level: usize, group: usize) -> Result<()> {
+        self.run_jobs_forced(move |spec| {
+            matches!(spec.source, crate::jobs::JobSource::Group { level: l, group: g, .. } if l == level && g == group)
+        })
+        .await
+    }
+
+    async fn run_jobs_forced(&self, which: impl Fn(&crate::jobs::JobSpec) -> bool) -> Result<()> {
+        self.inner.check_open()?;
+        self.wait_jobs().await?;
+        let cands: Vec<_> = self
+            .inner
+            .candidates(&self.inner.current(), true)
+            .into_iter()
+            .filter(|(s, _)| which(s))
+            .collect();
+        if cands.is_empty() {
+            return Ok(());
+        }
+        self.inner.publish(cands).await?;
+        self.wait_jobs().await
+    }
+
+    /// Waits until every published job of this shard is settled (committed or abandoned).
+    pub async fn wait_jobs(&self) -> Result<()> {
+        loop {
+            self.inner.check_open()?;
+            if self.inner.outstanding.lock().is_empty() {
+                return Ok(());
+            }
+            self.inner.settle_results().await?;
+            if self.inner.outstanding.lock().is_empty() {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(
+                self.inner.config.jobs.poll_ms.clamp(10, 200),
+            ))
+            .await;
+        }
+    }
+
+    /// Job ids this shard has published and not settled.
+    pub fn outstanding_jobs(&self) -> Vec<String> {
+        self.inner.outstanding.lock().keys().cloned().collect()
     }
 
     fn closed_error(&self) -> Error {
@@ -509,11 +663,17 @@ impl Shard {
         snapshot: Option<&ShardSnapshot>,
     ) -> Result<Option<RowValues>> {
         let seq = self.read_seq(snapshot)?;
-        let state = self.inner.current();
-        let codec = self.inner.table.codec.clone();
+        let (state, _guard) = self.inner.read_state();
+        let inner = self.inner.clone();
+        let handle = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || {
-            let versions = point_versions(&state, &key, seq)?;
-            resolve(&codec, &versions)
+            let mut versions = point_versions(&state, &key, seq)?;
+            let codec = &inner.table.codec;
+            if !crate::s3::decided(codec, &mut versions)? {
+                crate::s3::s3_point_versions(&inner, &state, &key, seq, &mut versions, &handle)?;
+                crate::s3::coalesce(codec, &mut versions)?;
+            }
+            resolve(codec, &versions)
         })
         .await
         .map_err(|e| Error::Internal(e.to_string()))?
@@ -528,10 +688,20 @@ impl Shard {
         snapshot: Option<&ShardSnapshot>,
     ) -> Result<Vec<(Bytes, RowValues)>> {
         let seq = self.read_seq(snapshot)?;
-        let state = self.inner.current();
+        let (state, _guard) = self.inner.read_state();
+        let inner = self.inner.clone();
         let table = self.inner.table.clone();
+        let handle = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || {
-            let iter = state_iter(&state, &start, end.as_deref());
+            let mut iter = state_iter(&state, &start, end.as_deref(), &table.codec);
+            iter.add_sources(crate::s3::s3_iters(
+                &inner,
+                &state,
+                &start,
+                end.as_deref(),
+                None,
+                &handle,
+            ));
             let mut rows = RowIter::new(Box::new(iter), &table.codec, seq, end);
             let mut out = Vec::new();
             while out.len() < limit {
@@ -585,7 +755,12 @@ fn point_versions(state: &ShardState, key: &[u8], seq: u64) -> Result<Vec<Entry>
 }
 
 /// A merged iterator over every source of a state from `start`.
-pub(crate) fn state_iter(state: &ShardState, start: &[u8], end: Option<&[u8]>) -> MergeIter {
+pub(crate) fn state_iter(
+    state: &ShardState,
+    start: &[u8],
+    end: Option<&[u8]>,
+    codec: &crate::row::RowCodec,
+) -> MergeIter {
     let mut sources: Vec<Box<dyn EntryIter>> = Vec::new();
     for mem in state.memtables() {
         sources.push(Box::new(MemtableIter::new(mem.clone(), start)));
@@ -599,7 +774,7 @@ pub(crate) fn state_iter(state: &ShardState, start: &[u8], end: Option<&[u8]>) -
             }
         }
     }
-    MergeIter::new(sources)
+    MergeIter::with_parts(sources, codec.clone())
 }
 
 async fn writer_loop(

@@ -1,5 +1,7 @@
 //! Model-based test: random upserts, partial updates, deletes, flushes, compactions,
-//! snapshots and reopens against a BTreeMap oracle, on the memory and local-directory stores.
+//! snapshots and reopens against a BTreeMap oracle, on the memory and local-directory stores
+//! and LocalStack, over three tiers (memtable, NVMe levels, S3 levels) with several
+//! column-group layouts.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -30,7 +32,26 @@ enum Op {
     Compact,
     Pin,
     CheckPinned(usize),
-    Reopen { fresh_local_dir: bool },
+    Reopen {
+        fresh_local_dir: bool,
+    },
+    /// Move the NVMe tier to S3 level 1.
+    DrainToS3,
+    /// Move one column group of an S3 level down.
+    CompactS3 {
+        level: usize,
+        group: usize,
+    },
+}
+
+/// Column-group layouts of the two non-key columns `a`, `b` over two S3 levels.
+fn layout(n: usize) -> Vec<Vec<Vec<String>>> {
+    let g = |cols: &[&str]| cols.iter().map(|c| c.to_string()).collect::<Vec<_>>();
+    match n {
+        0 => vec![vec![g(&["a", "b"])], vec![g(&["a", "b"])]],
+        1 => vec![vec![g(&["a", "b"])], vec![g(&["a"]), g(&["b"])]],
+        _ => vec![vec![g(&["b"]), g(&["a"])], vec![g(&["b"]), g(&["a"])]],
+    }
 }
 
 fn key() -> impl Strategy<Value = i64> {
@@ -52,6 +73,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Pin),
         2 => (0usize..4).prop_map(Op::CheckPinned),
         1 => any::<bool>().prop_map(|fresh_local_dir| Op::Reopen { fresh_local_dir }),
+        2 => Just(Op::DrainToS3),
+        2 => (0usize..1, 0usize..2).prop_map(|(level, group)| Op::CompactS3 { level, group }),
     ]
 }
 
@@ -106,13 +129,15 @@ async fn check(table: &Table, model: &Model, snapshot: Option<&Snapshot>) {
     assert_eq!(got, want, "range scan differs");
 }
 
-async fn run(ops: Vec<Op>, store: StoreRef, root_prefix: &str) {
+async fn run(ops: Vec<Op>, store: StoreRef, root_prefix: &str, layout_n: usize) {
     let mut config = small_config();
     config.root_prefix = root_prefix.to_string();
     let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
     let mut dir_idx = 0;
     let mut db: Db = open(&store, dirs[dir_idx].path(), config.clone()).await;
-    db.create_table("t", schema(), &["id"]).await.unwrap();
+    db.create_table_with_layout("t", schema(), &["id"], layout(layout_n))
+        .await
+        .unwrap();
     let mut table = db.table("t").await.unwrap();
     let mut model = Model::new();
     let mut pinned: Vec<(Snapshot, Model)> = Vec::new();
@@ -169,6 +194,11 @@ async fn run(ops: Vec<Op>, store: StoreRef, root_prefix: &str) {
                     check(&table, m, Some(snap)).await;
                 }
             }
+            Op::DrainToS3 => table.drain_to_s3().await.unwrap(),
+            Op::CompactS3 { level, group } => {
+                let groups = layout(layout_n)[level].len();
+                table.compact_s3_group(level, group % groups).await.unwrap()
+            }
             Op::Reopen { fresh_local_dir } => {
                 pinned.clear();
                 db.close().await;
@@ -193,24 +223,24 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 16, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
-    fn engine_matches_model_on_memory_store(ops in proptest::collection::vec(op(), 1..40)) {
+    fn engine_matches_model_on_memory_store(ops in proptest::collection::vec(op(), 1..40), layout_n in 0usize..3) {
         let rt = tokio::runtime::Runtime::new().unwrap();
-        rt.block_on(run(ops, memory_store(), "strata"));
+        rt.block_on(run(ops, memory_store(), "strata", layout_n));
     }
 
     #[test]
-    fn engine_matches_model_on_local_dir_store(ops in proptest::collection::vec(op(), 1..30)) {
+    fn engine_matches_model_on_local_dir_store(ops in proptest::collection::vec(op(), 1..30), layout_n in 0usize..3) {
         let rt = tokio::runtime::Runtime::new().unwrap();
         let bucket = tempfile::tempdir().unwrap();
-        rt.block_on(run(ops, local_store(bucket.path()), "strata"));
+        rt.block_on(run(ops, local_store(bucket.path()), "strata", layout_n));
     }
 
     #[test]
-    fn engine_matches_model_on_localstack(ops in proptest::collection::vec(op(), 1..25)) {
+    fn engine_matches_model_on_localstack(ops in proptest::collection::vec(op(), 1..25), layout_n in 0usize..3) {
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(async {
             let Some(store) = s3_store().await else { return };
-            run(ops, store, &unique_prefix("model")).await;
+            run(ops, store, &unique_prefix("model"), layout_n).await;
         });
     }
 }

@@ -87,6 +87,13 @@ pub struct ShardPaths {
 }
 
 impl ShardPaths {
+    /// The paths of the shard stored at `dir` (as returned by [`ShardPaths::dir`]).
+    pub fn from_dir(dir: &str) -> Self {
+        Self {
+            dir: Path::from(dir),
+        }
+    }
+
     /// The shard directory.
     pub fn dir(&self) -> &Path {
         &self.dir

@@ -49,7 +49,10 @@ impl std::fmt::Debug for BlockCache {
 }
 
 fn file_key(path: &Path) -> String {
-    format!("{:016x}", xxhash_rust::xxh3::xxh3_64(path.as_ref().as_bytes()))
+    format!(
+        "{:016x}",
+        xxhash_rust::xxh3::xxh3_64(path.as_ref().as_bytes())
+    )
 }
 
 impl BlockCache {
@@ -73,7 +76,10 @@ impl BlockCache {
     }
 
     fn block_path(&self, key: &str, block: u64) -> PathBuf {
-        self.config.dir.join("blocks").join(format!("{key}.{block}"))
+        self.config
+            .dir
+            .join("blocks")
+            .join(format!("{key}.{block}"))
     }
 
     /// The bytes `[tail_offset, size)` of a file: from disk, or one ranged GET.

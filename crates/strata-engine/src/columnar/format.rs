@@ -104,9 +104,8 @@ impl GroupFormat {
                 None => Some(*c),
                 Some(cols) => cols.iter().position(|x| x == c),
             };
-            let pos = pos.ok_or_else(|| {
-                Error::Internal(format!("column {c} is not in the source group"))
-            })?;
+            let pos = pos
+                .ok_or_else(|| Error::Internal(format!("column {c} is not in the source group")))?;
             out.push(values.get(pos).cloned().flatten());
         }
         Ok(Entry {

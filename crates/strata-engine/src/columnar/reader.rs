@@ -12,12 +12,12 @@ use futures::{FutureExt, StreamExt};
 use object_store::ObjectStoreExt;
 use object_store::path::Path;
 use parking_lot::Mutex;
+use parquet::arrow::ParquetRecordBatchStreamBuilder;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, RowSelection, RowSelector,
 };
 use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStream};
-use parquet::arrow::ParquetRecordBatchStreamBuilder;
 use parquet::bloom_filter::Sbbf;
 use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
 use parquet::file::page_index::column_index::ColumnIndexMetaData;
@@ -59,7 +59,9 @@ impl ChunkReader for Tail {
 
     fn get_read(&self, start: u64) -> parquet::errors::Result<Self::T> {
         use bytes::Buf;
-        Ok(self.get_bytes(start, (self.size - start) as usize)?.reader())
+        Ok(self
+            .get_bytes(start, (self.size - start) as usize)?
+            .reader())
     }
 
     fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<Bytes> {
@@ -126,7 +128,10 @@ impl ParquetSource {
                 .map_err(Error::store(format!("read tail of {}", self.path)))?,
         };
         if bytes.len() as u64 != size - offset {
-            return Err(corrupt(&self.path, "short tail read: the object is truncated"));
+            return Err(corrupt(
+                &self.path,
+                "short tail read: the object is truncated",
+            ));
         }
         let tail = Tail {
             offset,
@@ -187,10 +192,12 @@ impl ParquetSource {
             if selection.as_ref().is_some_and(|s| !s.selects_any()) {
                 continue;
             }
-            let mut builder =
-                ParquetRecordBatchStreamBuilder::new_with_metadata(self.reader(fm.clone()), fm.meta.clone())
-                    .with_row_groups(vec![rgi])
-                    .with_batch_size(8192);
+            let mut builder = ParquetRecordBatchStreamBuilder::new_with_metadata(
+                self.reader(fm.clone()),
+                fm.meta.clone(),
+            )
+            .with_row_groups(vec![rgi])
+            .with_batch_size(8192);
             if let Some(sel) = selection {
                 builder = builder.with_row_selection(sel);
             }
@@ -207,7 +214,7 @@ impl ParquetSource {
                 );
             }
         }
-        out.sort_by(|a, b| b.seq.cmp(&a.seq));
+        out.sort_by_key(|e| std::cmp::Reverse(e.seq));
         Ok(out)
     }
 
@@ -230,12 +237,15 @@ impl ParquetSource {
             })
             .map(|(i, _)| i)
             .collect();
-        let mut builder =
-            ParquetRecordBatchStreamBuilder::new_with_metadata(self.reader(fm.clone()), fm.meta.clone())
-                .with_row_groups(groups)
-                .with_batch_size(4096);
+        let mut builder = ParquetRecordBatchStreamBuilder::new_with_metadata(
+            self.reader(fm.clone()),
+            fm.meta.clone(),
+        )
+        .with_row_groups(groups)
+        .with_batch_size(4096);
         if let Some(cols) = columns {
-            let mask = ProjectionMask::roots(md.file_metadata().schema_descr(), cols.iter().copied());
+            let mask =
+                ProjectionMask::roots(md.file_metadata().schema_descr(), cols.iter().copied());
             builder = builder.with_projection(mask);
         }
         builder.build().map_err(|e| corrupt(&self.path, e))
@@ -265,7 +275,8 @@ fn page_selection(md: &ParquetMetaData, rgi: usize, key: &[u8]) -> Option<RowSel
         let end = pages
             .get(p + 1)
             .map_or(rows, |n| n.first_row_index as usize);
-        let hit = idx.min_value(p).is_none_or(|m| m <= key) && idx.max_value(p).is_none_or(|m| key <= m);
+        let hit =
+            idx.min_value(p).is_none_or(|m| m <= key) && idx.max_value(p).is_none_or(|m| key <= m);
         let n = end - first;
         selectors.push(if hit {
             RowSelector::select(n)
@@ -287,7 +298,10 @@ impl FileReader {
     async fn ranges(&self, ranges: Vec<Range<u64>>) -> parquet::errors::Result<Vec<Bytes>> {
         let s = &self.source;
         let result = match &s.cache {
-            Some(c) => c.read_ranges(&s.store, &s.path, s.info.size_bytes, &ranges).await,
+            Some(c) => {
+                c.read_ranges(&s.store, &s.path, s.info.size_bytes, &ranges)
+                    .await
+            }
             None => s
                 .store
                 .get_ranges(&s.path, &ranges)
@@ -391,7 +405,8 @@ impl EntryIter for RunIter {
             match self.handle.block_on(stream.next()) {
                 None => self.stream = None,
                 Some(batch) => {
-                    let batch = batch.map_err(|e| Error::Corrupt(format!("parquet {origin}: {e}")))?;
+                    let batch =
+                        batch.map_err(|e| Error::Corrupt(format!("parquet {origin}: {e}")))?;
                     let entries =
                         self.format
                             .from_batch(&batch, origin, &self.start, self.end.as_deref())?;

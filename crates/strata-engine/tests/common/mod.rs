@@ -95,6 +95,17 @@ pub fn small_config() -> EngineConfig {
     c.sst_block_bytes = 512;
     c.gc.interval_ms = 0;
     c.gc.min_age_ms = 0;
+    c.s3_level_bytes_base = 64 << 10;
+    c.parquet_file_bytes = 16 << 10;
+    c.parquet_row_group_rows = 64;
+    c.parquet_page_bytes = 1024;
+    c.cache_block_bytes = 4096;
+    c.jobs.poll_ms = 20;
+    c.jobs.heartbeat_ms = 200;
+    c.jobs.lease_ms = 2_000;
+    // Tests that do not exercise overload keep writing; tests/overload.rs covers refusals.
+    c.sorted_runs_max = 10_000;
+    c.memtables_frozen_max = 64;
     c
 }
 

@@ -1,0 +1,640 @@
+//! The writer's side of the S3 levels: picking compaction jobs (greedy, smallest first),
+//! publishing them, committing results, and reading through the levels.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use strata_manifest::{Manifest, ParquetFileInfo, S3Level, SstId};
+
+use crate::columnar::{BlockCache, MetaCache, ParquetSource, RunIter};
+use crate::entry::{Entry, EntryKind};
+use crate::error::{Error, Result};
+use crate::iter::EntryIter;
+use crate::jobs::{self, JobSource, JobSpec, JobTarget};
+use crate::shard::ShardInner;
+use crate::state::ShardState;
+
+/// What a job holds while outstanding: runs no other job may touch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Resource {
+    /// The last NVMe level's files taken as input.
+    Nvme,
+    /// The run of (S3 level, group).
+    Run(usize, usize),
+}
+
+/// A published job awaiting its result.
+#[derive(Debug, Clone)]
+pub(crate) struct Outstanding {
+    pub(crate) spec: JobSpec,
+    pub(crate) resources: HashSet<Resource>,
+    pub(crate) done: Arc<tokio::sync::Notify>,
+}
+
+/// Process-wide reading context of the S3 levels.
+#[derive(Debug, Clone)]
+pub struct S3Context {
+    /// Local block and tail cache.
+    pub cache: Arc<BlockCache>,
+    /// Parsed metadata of open files.
+    pub metas: Arc<MetaCache>,
+    /// Bucket layout (for the job directory).
+    pub layout: strata_manifest::Layout,
+}
+
+/// Gives a manifest the S3 levels of the table's layout (new shards, or older manifests).
+pub(crate) fn shape_levels(m: &mut Manifest, groups: &[usize]) -> Result<()> {
+    if m.s3_levels.is_empty() {
+        m.s3_levels = groups
+            .iter()
+            .map(|n| S3Level {
+                groups: vec![Default::default(); *n],
+            })
+            .collect();
+        return Ok(());
+    }
+    let have: Vec<usize> = m.s3_levels.iter().map(|l| l.groups.len()).collect();
+    if have != groups {
+        return Err(Error::Invalid(format!(
+            "the manifest has S3 levels with {have:?} groups but the table's layout has {groups:?}"
+        )));
+    }
+    Ok(())
+}
+
+fn overlapping(files: &[ParquetFileInfo], lo: &[u8], hi: &[u8]) -> Vec<ParquetFileInfo> {
+    files
+        .iter()
+        .filter(|f| f.key_max.as_slice() >= lo && f.key_min.as_slice() <= hi)
+        .cloned()
+        .collect()
+}
+
+fn size(files: &[ParquetFileInfo]) -> u64 {
+    files.iter().map(|f| f.size_bytes).sum()
+}
+
+impl ShardInner {
+    pub(crate) fn job_prefix(&self) -> String {
+        format!("{:020}-{:05}-", self.table.entry.id, self.shard_id)
+    }
+
+    fn new_job_id(&self) -> String {
+        format!(
+            "{}{:010}-{:010}",
+            self.job_prefix(),
+            self.epoch,
+            self.next_job.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+
+    /// Whether any deeper S3 level than `level` holds files overlapping `[lo, hi]` in the
+    /// groups descending from the target groups (conservatively: in any group).
+    fn deeper_overlap(m: &Manifest, level: usize, lo: &[u8], hi: &[u8]) -> bool {
+        m.s3_levels.iter().skip(level + 1).any(|l| {
+            l.groups
+                .iter()
+                .any(|g| !overlapping(&g.files, lo, hi).is_empty())
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn spec(
+        &self,
+        m: &Manifest,
+        source: JobSource,
+        target_level: usize,
+        target_groups: Vec<usize>,
+        lo: &[u8],
+        hi: &[u8],
+        source_bytes: u64,
+    ) -> JobSpec {
+        let targets: Vec<JobTarget> = target_groups
+            .into_iter()
+            .map(|g| JobTarget {
+                group: g,
+                overlapping: overlapping(&m.s3_levels[target_level].groups[g].files, lo, hi),
+            })
+            .collect();
+        let input_bytes = source_bytes + targets.iter().map(|t| size(&t.overlapping)).sum::<u64>();
+        JobSpec {
+            id: String::new(),
+            table: self.table.entry.clone(),
+            shard_dir: self.paths.dir().to_string(),
+            source,
+            target_level,
+            targets,
+            bottommost: !Self::deeper_overlap(m, target_level, lo, hi),
+            pins: self.pins.lock().keys().copied().collect(),
+            file_bytes: self.config.parquet_file_bytes,
+            row_group_rows: self.config.parquet_row_group_rows,
+            page_bytes: self.config.parquet_page_bytes,
+            input_bytes,
+            created_at_ms: self.clock.now_ms(),
+        }
+    }
+
+    /// Candidate jobs now, with the resources each holds. `force` moves everything down
+    /// regardless of level targets (tests, and draining before shutdown).
+    pub(crate) fn candidates(
+        &self,
+        state: &ShardState,
+        force: bool,
+    ) -> Vec<(JobSpec, HashSet<Resource>)> {
+        let m = &state.manifest.value;
+        let mut out = Vec::new();
+        if m.s3_levels.is_empty() {
+            return out;
+        }
+        let last = state.levels.len() - 1;
+        let last_files = &state.levels[last];
+        let mult = self.config.level_size_multiplier.max(2);
+        let last_target = self
+            .config
+            .level_bytes_base
+            .saturating_mul(mult.saturating_pow(last.saturating_sub(1) as u32));
+        let last_size: u64 = last_files.iter().map(|h| h.info.size_bytes).sum();
+        let s1 = &m.s3_levels[0];
+        if !last_files.is_empty() && (force || last_size > last_target) {
+            let chosen: Vec<_> = if force {
+                last_files.iter().map(|h| h.info.clone()).collect()
+            } else {
+                // The file whose move rewrites the least of S3 level 1 per byte moved.
+                let best = last_files.iter().max_by(|a, b| {
+                    let score = |h: &crate::state::SstHandle| {
+                        let ov: u64 = s1
+                            .groups
+                            .iter()
+                            .map(|g| size(&overlapping(&g.files, &h.info.key_min, &h.info.key_max)))
+                            .sum();
+                        h.info.size_bytes as f64 / (h.info.size_bytes + ov).max(1) as f64
+                    };
+                    score(a).total_cmp(&score(b))
+                });
+                best.map(|h| vec![h.info.clone()]).unwrap_or_default()
+            };
+            if !chosen.is_empty() {
+                let lo = chosen
+                    .iter()
+                    .map(|s| s.key_min.clone())
+                    .min()
+                    .unwrap_or_default();
+                let hi = chosen
+                    .iter()
+                    .map(|s| s.key_max.clone())
+                    .max()
+                    .unwrap_or_default();
+                let bytes = chosen.iter().map(|s| s.size_bytes).sum();
+                let groups: Vec<usize> = (0..s1.groups.len()).collect();
+                let mut res: HashSet<Resource> =
+                    groups.iter().map(|g| Resource::Run(0, *g)).collect();
+                res.insert(Resource::Nvme);
+                out.push((
+                    self.spec(
+                        m,
+                        JobSource::CrossTier { ssts: chosen },
+                        0,
+                        groups,
+                        &lo,
+                        &hi,
+                        bytes,
+                    ),
+                    res,
+                ));
+            }
+        }
+        let mut target = self.config.s3_level_bytes_base;
+        for level in 0..m.s3_levels.len().saturating_sub(1) {
+            for (g, run) in m.s3_levels[level].groups.iter().enumerate() {
+                if run.files.is_empty() || !(force || run.size_bytes() > target) {
+                    continue;
+                }
+                let children = self.table.child_groups(level + 1, Some(g));
+                let next = &m.s3_levels[level + 1];
+                let files: Vec<ParquetFileInfo> = if force {
+                    run.files.clone()
+                } else {
+                    let best = run.files.iter().max_by(|a, b| {
+                        let score = |f: &ParquetFileInfo| {
+                            let ov: u64 = children
+                                .iter()
+                                .map(|c| {
+                                    size(&overlapping(
+                                        &next.groups[*c].files,
+                                        &f.key_min,
+                                        &f.key_max,
+                                    ))
+                                })
+                                .sum();
+                            f.size_bytes as f64 / (f.size_bytes + ov).max(1) as f64
+                        };
+                        score(a).total_cmp(&score(b))
+                    });
+                    best.cloned().into_iter().collect()
+                };
+                let lo = files
+                    .iter()
+                    .map(|f| f.key_min.clone())
+                    .min()
+                    .unwrap_or_default();
+                let hi = files
+                    .iter()
+                    .map(|f| f.key_max.clone())
+                    .max()
+                    .unwrap_or_default();
+                let bytes = size(&files);
+                let mut res: HashSet<Resource> = children
+                    .iter()
+                    .map(|c| Resource::Run(level + 1, *c))
+                    .collect();
+                res.insert(Resource::Run(level, g));
+                out.push((
+                    self.spec(
+                        m,
+                        JobSource::Group {
+                            level,
+                            group: g,
+                            files,
+                        },
+                        level + 1,
+                        children,
+                        &lo,
+                        &hi,
+                        bytes,
+                    ),
+                    res,
+                ));
+            }
+            target = target.saturating_mul(mult);
+        }
+        out
+    }
+
+    /// Publishes due jobs that conflict with no outstanding one, smallest first (greedy).
+    pub(crate) async fn publish_due(
+        self: &Arc<Self>,
+        force: bool,
+    ) -> Result<Vec<Arc<tokio::sync::Notify>>> {
+        let cands = self.candidates(&self.current(), force);
+        self.publish(cands).await
+    }
+
+    /// Publishes candidates that conflict with no outstanding job, smallest first.
+    pub(crate) async fn publish(
+        self: &Arc<Self>,
+        mut cands: Vec<(JobSpec, HashSet<Resource>)>,
+    ) -> Result<Vec<Arc<tokio::sync::Notify>>> {
+        cands.sort_by_key(|(s, _)| s.input_bytes);
+        // Cross-tier inputs are locked under the NVMe compaction lock, so an NVMe compaction
+        // never consumes a file a job reads (its pick and run hold the lock throughout).
+        let _nvme = if cands
+            .iter()
+            .any(|(s, _)| matches!(s.source, JobSource::CrossTier { .. }))
+        {
+            Some(self.compaction_lock.lock().await)
+        } else {
+            None
+        };
+        let last_ids: HashSet<SstId> = self
+            .current()
+            .levels
+            .last()
+            .map(|l| l.iter().map(|h| h.info.id).collect())
+            .unwrap_or_default();
+        let mut published = Vec::new();
+        for (mut spec, res) in cands {
+            {
+                let out = self.outstanding.lock();
+                if out.len() >= self.config.jobs.outstanding_max.max(1)
+                    || out.values().any(|o| !o.resources.is_disjoint(&res))
+                {
+                    continue;
+                }
+            }
+            if let JobSource::CrossTier { ssts } = &spec.source
+                && !ssts.iter().all(|s| last_ids.contains(&s.id))
+            {
+                continue; // compacted meanwhile
+            }
+            spec.id = self.new_job_id();
+            if let JobSource::CrossTier { ssts } = &spec.source {
+                self.locked_ssts.lock().extend(ssts.iter().map(|s| s.id));
+            }
+            let done = Arc::new(tokio::sync::Notify::new());
+            self.outstanding.lock().insert(
+                spec.id.clone(),
+                Outstanding {
+                    spec: spec.clone(),
+                    resources: res,
+                    done: done.clone(),
+                },
+            );
+            if let Err(e) = jobs::publish(&self.store, &self.s3.layout, &spec).await {
+                self.forget_job(&spec.id);
+                return Err(e);
+            }
+            tracing::debug!(shard = %self.name, job = %spec.id, bytes = spec.input_bytes, "published compaction job");
+            published.push(done);
+        }
+        Ok(published)
+    }
+
+    fn forget_job(&self, id: &str) {
+        if let Some(o) = self.outstanding.lock().remove(id) {
+            if let JobSource::CrossTier { ssts } = &o.spec.source {
+                let mut locked = self.locked_ssts.lock();
+                for s in ssts {
+                    locked.remove(&s.id);
+                }
+            }
+            o.done.notify_waiters();
+        }
+    }
+
+    /// Commits every job whose result is in. Returns how many were settled.
+    pub(crate) async fn settle_results(self: &Arc<Self>) -> Result<usize> {
+        let ids: Vec<String> = self.outstanding.lock().keys().cloned().collect();
+        let mut settled = 0;
+        for id in ids {
+            let Some(result) = jobs::result(&self.store, &self.s3.layout, &id).await? else {
+                continue;
+            };
+            let Some(o) = self.outstanding.lock().get(&id).cloned() else {
+                continue;
+            };
+            let committed = self.commit_job(&o.spec, &result).await;
+            match &committed {
+                Ok(true) => {}
+                Ok(false) => {
+                    tracing::info!(shard = %self.name, job = %id, "inputs changed; job abandoned")
+                }
+                Err(Error::Fenced { .. }) => return committed.map(|_| settled),
+                Err(e) => {
+                    tracing::warn!(shard = %self.name, job = %id, error = %e, "committing job failed; will retry");
+                    continue;
+                }
+            }
+            self.forget_job(&id);
+            jobs::remove(&self.store, &self.s3.layout, &id).await?;
+            settled += 1;
+            self.stats
+                .record_s3_job(result.bytes_read, result.bytes_written);
+        }
+        Ok(settled)
+    }
+
+    async fn commit_job(&self, spec: &JobSpec, result: &jobs::JobResult) -> Result<bool> {
+        if result.outputs.len() != spec.targets.len() {
+            return Err(Error::Corrupt(format!(
+                "job {} result has {} outputs for {} targets",
+                spec.id,
+                result.outputs.len(),
+                spec.targets.len()
+            )));
+        }
+        let _lock = self.manifest_lock.lock().await;
+        let cur = self.current();
+        let m = &cur.manifest.value;
+        let tl = spec.target_level;
+        let present = |level: usize, group: usize, names: &[ParquetFileInfo]| {
+            m.s3_levels
+                .get(level)
+                .and_then(|l| l.groups.get(group))
+                .is_some_and(|run| {
+                    names
+                        .iter()
+                        .all(|f| run.files.iter().any(|x| x.name == f.name))
+                })
+        };
+        let last = m.levels.len() - 1;
+        let inputs_ok = match &spec.source {
+            JobSource::CrossTier { ssts } => ssts
+                .iter()
+                .all(|s| m.levels[last].ssts.iter().any(|x| x.id == s.id)),
+            JobSource::Group {
+                level,
+                group,
+                files,
+            } => present(*level, *group, files),
+        } && spec
+            .targets
+            .iter()
+            .all(|t| present(tl, t.group, &t.overlapping));
+        if !inputs_ok {
+            return Ok(false);
+        }
+        let floor = match &spec.source {
+            JobSource::CrossTier { ssts } => ssts.iter().map(|s| s.seq_max).max().unwrap_or(0),
+            JobSource::Group { files, .. } => files.iter().map(|f| f.seq_max).max().unwrap_or(0),
+        };
+        let manifest = self
+            .commit_manifest(|m| {
+                match &spec.source {
+                    JobSource::CrossTier { ssts } => {
+                        let ids: HashSet<SstId> = ssts.iter().map(|s| s.id).collect();
+                        m.levels[last].ssts.retain(|s| !ids.contains(&s.id));
+                    }
+                    JobSource::Group {
+                        level,
+                        group,
+                        files,
+                    } => {
+                        let names: HashSet<&str> = files.iter().map(|f| f.name.as_str()).collect();
+                        m.s3_levels[*level].groups[*group]
+                            .files
+                            .retain(|f| !names.contains(f.name.as_str()));
+                    }
+                }
+                for (t, outs) in spec.targets.iter().zip(&result.outputs) {
+                    let names: HashSet<&str> =
+                        t.overlapping.iter().map(|f| f.name.as_str()).collect();
+                    let run = &mut m.s3_levels[tl].groups[t.group].files;
+                    run.retain(|f| !names.contains(f.name.as_str()));
+                    run.extend(outs.iter().cloned());
+                    run.sort_by(|a, b| a.key_min.cmp(&b.key_min));
+                }
+                m.compaction_floor_seq = m.compaction_floor_seq.max(floor);
+            })
+            .await?;
+        let mut guard = self.state.write();
+        let mut next = (**guard).clone();
+        if let JobSource::CrossTier { ssts } = &spec.source {
+            let ids: HashSet<SstId> = ssts.iter().map(|s| s.id).collect();
+            for h in next.levels[last]
+                .iter()
+                .filter(|h| ids.contains(&h.info.id))
+            {
+                h.mark_obsolete();
+            }
+            next.levels[last].retain(|h| !ids.contains(&h.info.id));
+        }
+        next.manifest = manifest;
+        *guard = Arc::new(next);
+        Ok(true)
+    }
+}
+
+/// The writer's job task: publishes due jobs and commits results.
+pub(crate) async fn job_loop(inner: Arc<ShardInner>) {
+    let every = Duration::from_millis(inner.config.jobs.poll_ms.max(10));
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = inner.jobs_wanted.notified() => {}
+            _ = inner.cancel.cancelled() => return,
+        }
+        if inner.fenced.load(Ordering::Acquire) {
+            return;
+        }
+        match inner.settle_results().await {
+            Ok(n) if n > 0 => inner.compaction_wanted.notify_one(),
+            Ok(_) => {}
+            Err(e) => {
+                if inner.fenced.load(Ordering::Acquire) {
+                    return;
+                }
+                tracing::warn!(shard = %inner.name, error = %e, "settling compaction jobs failed")
+            }
+        }
+        if let Err(e) = inner.publish_due(false).await {
+            tracing::warn!(shard = %inner.name, error = %e, "publishing compaction jobs failed");
+        }
+    }
+}
+
+/// Removes jobs an older writer of this shard published (their results can no longer be
+/// committed by it; the files they wrote are garbage collected).
+pub(crate) async fn clear_stale_jobs(inner: &ShardInner) -> Result<()> {
+    for id in jobs::list(&inner.store, &inner.s3.layout, &inner.job_prefix()).await? {
+        jobs::remove(&inner.store, &inner.s3.layout, &id).await?;
+    }
+    Ok(())
+}
+
+/// Sources for reading the S3 levels of a state (full-width versions), from `start`.
+/// `groups_needed` limits each level to groups holding one of these non-key columns (codec
+/// positions); an empty list still reads one group per level, for row existence.
+pub(crate) fn s3_iters(
+    inner: &ShardInner,
+    state: &ShardState,
+    start: &[u8],
+    end: Option<&[u8]>,
+    needed: Option<&[usize]>,
+    handle: &tokio::runtime::Handle,
+) -> Vec<Box<dyn EntryIter>> {
+    let mut out: Vec<Box<dyn EntryIter>> = Vec::new();
+    for (li, level) in state.manifest.value.s3_levels.iter().enumerate() {
+        let Some(formats) = inner.table.groups.get(li) else {
+            continue;
+        };
+        let mut wanted: Vec<usize> = match needed {
+            None => (0..formats.len()).collect(),
+            Some(cols) => (0..formats.len())
+                .filter(|g| formats[*g].columns.iter().any(|c| cols.contains(c)))
+                .collect(),
+        };
+        if wanted.is_empty() {
+            wanted.push(0);
+        }
+        for g in wanted {
+            let files: Vec<ParquetSource> = level.groups[g]
+                .files
+                .iter()
+                .map(|f| inner.parquet_source(f))
+                .collect();
+            if files.is_empty() {
+                continue;
+            }
+            out.push(Box::new(RunIter::new(
+                handle.clone(),
+                formats[g].clone(),
+                files,
+                start,
+                end,
+                Some(inner.table.codec.clone()),
+            )));
+        }
+    }
+    out
+}
+
+impl ShardInner {
+    pub(crate) fn parquet_source(&self, f: &ParquetFileInfo) -> ParquetSource {
+        ParquetSource {
+            store: self.store.clone(),
+            path: self.paths.parquet(&f.name),
+            info: f.clone(),
+            cache: Some(self.s3.cache.clone()),
+            metas: self.s3.metas.clone(),
+        }
+    }
+}
+
+/// Adds the S3 levels' versions of `key` (at most `seq`) to `out`, level by level, until
+/// the versions gathered decide the row.
+pub(crate) fn s3_point_versions(
+    inner: &ShardInner,
+    state: &ShardState,
+    key: &[u8],
+    seq: u64,
+    out: &mut Vec<Entry>,
+    handle: &tokio::runtime::Handle,
+) -> Result<()> {
+    for (li, level) in state.manifest.value.s3_levels.iter().enumerate() {
+        let Some(formats) = inner.table.groups.get(li) else {
+            continue;
+        };
+        for (g, run) in level.groups.iter().enumerate() {
+            let i = run.files.partition_point(|f| f.key_max.as_slice() < key);
+            let Some(f) = run.files.get(i).filter(|f| f.key_min.as_slice() <= key) else {
+                continue;
+            };
+            let source = inner.parquet_source(f);
+            let found = handle.block_on(source.lookup(&formats[g], key, seq))?;
+            for e in found {
+                out.push(formats[g].widen(&inner.table.codec, &e)?);
+            }
+        }
+        if decided(&inner.table.codec, out)? {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// Sorts versions newest first and merges parts of the same version (one per column group).
+pub(crate) fn coalesce(codec: &crate::row::RowCodec, versions: &mut Vec<Entry>) -> Result<()> {
+    versions.sort_by_key(|e| std::cmp::Reverse(e.seq));
+    let mut out: Vec<Entry> = Vec::with_capacity(versions.len());
+    for e in versions.drain(..) {
+        match out.last_mut() {
+            Some(prev) if prev.seq == e.seq => {
+                *prev = crate::iter::union_parts(codec, prev, &e)?;
+            }
+            _ => out.push(e),
+        }
+    }
+    *versions = out;
+    Ok(())
+}
+
+/// Whether the versions gathered so far decide the row: the newest is a delete, or every
+/// column has a value from a version newer than anything deeper.
+pub(crate) fn decided(codec: &crate::row::RowCodec, versions: &mut Vec<Entry>) -> Result<bool> {
+    coalesce(codec, versions)?;
+    let Some(first) = versions.first() else {
+        return Ok(false);
+    };
+    if first.kind == EntryKind::Delete || first.kind == EntryKind::Put {
+        return Ok(true);
+    }
+    let mut f = crate::entry::Folded::from_entry(codec, first.kind, &first.value)?;
+    for e in &versions[1..] {
+        if f.merge_older(codec, e.kind, &e.value)? {
+            return Ok(true);
+        }
+    }
+    Ok(f.values.iter().all(Option::is_some))
+}
