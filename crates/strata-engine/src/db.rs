@@ -134,6 +134,7 @@ impl Db {
                     heartbeat_ms: config.jobs.heartbeat_ms,
                     poll_ms: config.jobs.poll_ms,
                     scratch: local_dir.join("scratch"),
+                    debug_pause_per_file_ms: 0,
                 },
                 clock.clone(),
             );
@@ -622,6 +623,8 @@ impl Table {
             total.ssts_deleted += r.ssts_deleted;
             total.wal_segments_deleted += r.wal_segments_deleted;
             total.manifests_deleted += r.manifests_deleted;
+            total.parquet_deleted += r.parquet_deleted;
+            total.jobs_deleted += r.jobs_deleted;
         }
         Ok(total)
     }

@@ -342,11 +342,12 @@ pub async fn execute(
     attempt: u64,
     scratch: &std::path::Path,
     metas: &Arc<MetaCache>,
+    pause_per_file_ms: u64,
 ) -> Result<JobResult> {
     let started = std::time::Instant::now();
     let table = Arc::new(TableSchema::new(spec.table.clone())?);
     let paths = ShardPaths::from_dir(&spec.shard_dir);
-    let mut bytes_read = spec.input_bytes;
+    let bytes_read = spec.input_bytes;
     // Row SSTs come from the bucket into scratch space.
     let mut readers = Vec::new();
     if let JobSource::CrossTier { ssts } = &spec.source {
@@ -478,10 +479,15 @@ pub async fn execute(
         })
         .await
         .map_err(|e| Error::Internal(e.to_string()))??;
+        if pause_per_file_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(
+                pause_per_file_ms * files.len() as u64,
+            ))
+            .await;
+        }
         bytes_written += files.iter().map(|f| f.size_bytes).sum::<u64>();
         outputs.push(files);
     }
-    bytes_read += 0;
     Ok(JobResult {
         job: spec.id.clone(),
         attempt,
@@ -522,6 +528,9 @@ pub struct WorkerConfig {
     pub poll_ms: u64,
     /// Scratch directory.
     pub scratch: std::path::PathBuf,
+    /// Fault injection for tests: pause after each output file (lets a test kill a worker
+    /// mid-job with some output written). 0 in production.
+    pub debug_pause_per_file_ms: u64,
 }
 
 /// Counters of a worker.
@@ -667,7 +676,14 @@ impl Worker {
             }
         };
         let scratch = self.config.scratch.join(spec.output_prefix(attempt));
-        let run = execute(&self.store, &spec, attempt, &scratch, &self.metas);
+        let run = execute(
+            &self.store,
+            &spec,
+            attempt,
+            &scratch,
+            &self.metas,
+            self.config.debug_pause_per_file_ms,
+        );
         let outcome = tokio::select! {
             r = run => Some(r),
             _ = heartbeat => None,
