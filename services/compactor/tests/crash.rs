@@ -1,7 +1,11 @@
 //! A compaction worker killed mid-job (real processes, LocalStack): its job is reclaimed
 //! after the lease expires and finished by another worker; the result equals the oracle;
 //! the dead attempt's output is garbage collected; nothing is lost or duplicated.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::field_reassign_with_default
+)]
 
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
