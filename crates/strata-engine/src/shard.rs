@@ -558,19 +558,21 @@ impl Shard {
     }
 
     async fn run_jobs_forced(&self, which: impl Fn(&crate::jobs::JobSpec) -> bool) -> Result<()> {
-        self.inner.check_open()?;
-        self.wait_jobs().await?;
-        let cands: Vec<_> = self
-            .inner
-            .candidates(&self.inner.current(), true)
-            .into_iter()
-            .filter(|(s, _)| which(s))
-            .collect();
-        if cands.is_empty() {
-            return Ok(());
+        // Background jobs may take the runs first; repeat until nothing matching is left.
+        loop {
+            self.inner.check_open()?;
+            self.wait_jobs().await?;
+            let cands: Vec<_> = self
+                .inner
+                .candidates(&self.inner.current(), true)
+                .into_iter()
+                .filter(|(s, _)| which(s))
+                .collect();
+            if cands.is_empty() {
+                return Ok(());
+            }
+            self.inner.publish(cands).await?;
         }
-        self.inner.publish(cands).await?;
-        self.wait_jobs().await
     }
 
     /// Waits until every published job of this shard is settled (committed or abandoned).

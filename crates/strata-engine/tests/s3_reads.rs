@@ -1,0 +1,237 @@
+//! Reading through the S3 levels: object-store reads of a cold point lookup, refusal of
+//! writes over the sorted-run limit, and scans racing compaction and GC.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::field_reassign_with_default
+)]
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use strata_common::clock;
+use strata_engine::{Db, ScanOptions, Value};
+use strata_objstore::{ObjectStoreConfig, ObjectStoreMetrics};
+
+fn texts(ids: &[i64]) -> Vec<String> {
+    ids.iter().map(|i| format!("value-{i:08}")).collect()
+}
+
+async fn load(t: &strata_engine::Table, ids: &[i64]) {
+    let a = texts(ids);
+    let a: Vec<Option<&str>> = a.iter().map(|s| Some(s.as_str())).collect();
+    let b: Vec<Option<i64>> = ids.iter().map(|i| Some(i * 3)).collect();
+    t.upsert(rows(ids, &a, &b)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cold_point_lookup_costs_at_most_two_reads_per_file() {
+    let metrics = ObjectStoreMetrics::default();
+    let (store, _) = strata_objstore::build(&ObjectStoreConfig::memory(), &metrics)
+        .await
+        .unwrap();
+    let mut config = small_config();
+    config.parquet_file_bytes = 4 << 20; // one file
+    config.parquet_row_group_rows = 1000;
+    config.parquet_page_bytes = 2048;
+    config.cache_block_bytes = 16 << 10;
+    // No background compaction: only the lookups below read Parquet files.
+    config.level_bytes_base = 1 << 40;
+    config.s3_level_bytes_base = 1 << 40;
+    let open = |dir: std::path::PathBuf| {
+        Db::open_with_store(
+            store.clone(),
+            None,
+            metrics.clone(),
+            dir,
+            config.clone(),
+            clock::system(),
+        )
+    };
+    let d1 = tempfile::tempdir().unwrap();
+    let db = open(d1.path().to_path_buf()).await.unwrap();
+    db.create_table("t", schema(), &["id"]).await.unwrap();
+    let t = db.table("t").await.unwrap();
+    let ids: Vec<i64> = (0..20_000).collect();
+    for chunk in ids.chunks(5000) {
+        load(&t, chunk).await;
+    }
+    t.drain_to_s3().await.unwrap();
+    let m = t.shards().next().unwrap().manifest();
+    let key = t.table_schema().encode_key(&[Value::Int(12_345)]).unwrap();
+    let files: Vec<_> = m
+        .value
+        .parquet_files()
+        .filter(|f| f.key_min <= key && key <= f.key_max)
+        .cloned()
+        .collect();
+    assert_eq!(files.len(), 1, "one file holds the key: {files:?}");
+    assert!(
+        files[0].size_bytes > 100 << 10,
+        "a file of some size: {files:?}"
+    );
+    db.close().await;
+    drop(db);
+
+    // A new process with an empty local directory: every cache is cold.
+    let d2 = tempfile::tempdir().unwrap();
+    let db = open(d2.path().to_path_buf()).await.unwrap();
+    let t = db.table("t").await.unwrap();
+    let reads = || metrics.requests("get", "parquet") + metrics.requests("head", "parquet");
+    let before = reads();
+    let bytes_before = metrics.bytes("get", "parquet");
+    let row = t
+        .get(&[Value::Int(12_345)], None, None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        decode(&row),
+        vec![(12_345, Some(texts(&[12_345])[0].clone()), Some(37_035))]
+    );
+    let cold = reads() - before;
+    assert!(cold <= 2, "cold lookup read the file {cold} times");
+    let bytes = metrics.bytes("get", "parquet") - bytes_before;
+    assert!(
+        bytes < files[0].size_bytes / 2,
+        "the lookup read {bytes} of {} bytes",
+        files[0].size_bytes
+    );
+    // Warm: the tail and the blocks are on the local directory.
+    let before = reads();
+    assert!(
+        t.get(&[Value::Int(12_345)], None, None)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert_eq!(reads() - before, 0, "warm lookup reads nothing");
+    // A key outside every file's range opens no file.
+    let before = reads();
+    assert!(
+        t.get(&[Value::Int(99_999)], None, None)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(reads() - before, 0);
+    db.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_over_the_sorted_run_limit_are_refused_and_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = small_config();
+    config.sorted_runs_max = 3;
+    config.l0_compaction_trigger = 100; // nothing compacts on its own
+    let db = open(&memory_store(), dir.path(), config).await;
+    db.create_table("t", schema(), &["id"]).await.unwrap();
+    let t = db.table("t").await.unwrap();
+    for i in 0..4 {
+        load(&t, &[i]).await;
+        t.flush().await.unwrap();
+    }
+    let shard = t.shards().next().unwrap().clone();
+    let seq = shard.last_seq();
+    assert_eq!(shard.stats().sorted_runs, 4);
+    let err = t
+        .upsert(rows(&[100], &[Some("x")], &[Some(1)]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), strata_common::ErrorKind::Overloaded, "{err}");
+    assert!(err.kind().is_retryable());
+    assert!(err.to_string().contains("4 sorted runs (limit 3)"), "{err}");
+    assert_eq!(shard.last_seq(), seq, "a refused write changes nothing");
+    assert!(
+        t.get(&[Value::Int(100)], None, None)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // Reads are never refused.
+    assert_eq!(
+        t.scan(&ScanOptions::default(), None)
+            .await
+            .unwrap()
+            .num_rows(),
+        4
+    );
+
+    // Compaction catches up; writes are accepted again and the stall is recorded.
+    t.drain_to_s3().await.unwrap();
+    assert!(shard.stats().sorted_runs <= 3);
+    t.upsert(rows(&[100], &[Some("x")], &[Some(1)]))
+        .await
+        .unwrap();
+    let stats = shard.stats();
+    assert_eq!(stats.stalls, 1, "{stats:?}");
+    assert!(stats.stall_us_max > 0 && stats.overloaded >= 1, "{stats:?}");
+    db.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scans_survive_concurrent_compaction_and_gc() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = small_config();
+    config.gc.min_age_ms = 0;
+    config.gc.manifest_versions_retained = 1;
+    let store = memory_store();
+    let db = open(&store, dir.path(), config).await;
+    db.create_table_with_layout(
+        "t",
+        schema(),
+        &["id"],
+        vec![
+            vec![vec!["a".into(), "b".into()]],
+            vec![vec!["a".into()], vec!["b".into()]],
+        ],
+    )
+    .await
+    .unwrap();
+    let t = db.table("t").await.unwrap();
+    let ids: Vec<i64> = (0..3000).collect();
+    load(&t, &ids).await;
+    t.drain_to_s3().await.unwrap();
+    let want = t.scan(&ScanOptions::default(), None).await.unwrap();
+    assert_eq!(want.num_rows(), 3000);
+    let want = Arc::new(decode(&want));
+
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut readers = Vec::new();
+    for _ in 0..2 {
+        let (t, want, stop) = (t.clone(), want.clone(), stop.clone());
+        readers.push(tokio::spawn(async move {
+            let mut scans = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let got = t.scan(&ScanOptions::default(), None).await.unwrap();
+                assert_eq!(&decode(&got), want.as_ref());
+                scans += 1;
+            }
+            scans
+        }));
+    }
+    let mut deleted = 0;
+    for round in 0..6 {
+        // Rewrite the same values so the oracle stays fixed while files churn.
+        let part: Vec<i64> = ids.iter().copied().filter(|i| i % 6 == round).collect();
+        load(&t, &part).await;
+        t.drain_to_s3().await.unwrap();
+        t.compact_s3_group(0, 0).await.unwrap();
+        let r = t.gc().await.unwrap();
+        deleted += r.parquet_deleted;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut scans = 0;
+    for r in readers {
+        scans += r.await.unwrap();
+    }
+    assert!(scans > 2, "scans ran during the churn: {scans}");
+    assert!(deleted > 0, "GC collected replaced Parquet files");
+    assert_eq!(
+        decode(&t.scan(&ScanOptions::default(), None).await.unwrap()),
+        *want
+    );
+    db.close().await;
+}
