@@ -66,6 +66,8 @@ pub struct EngineConfig {
     pub parquet_row_group_rows: usize,
     /// Parquet data page size (the unit a point lookup reads per column).
     pub parquet_page_bytes: usize,
+    /// Rows per Parquet data page at most (what a point lookup decodes per column).
+    pub parquet_page_rows: usize,
     /// Block size of the local cache of S3-level data.
     pub cache_block_bytes: u64,
     /// Bytes of S3-level data blocks cached in the local directory.
@@ -132,6 +134,7 @@ impl Default for EngineConfig {
             parquet_file_bytes: 128 << 20,
             parquet_row_group_rows: 128 * 1024,
             parquet_page_bytes: 64 << 10,
+            parquet_page_rows: 256,
             cache_block_bytes: 256 << 10,
             cache_bytes_max: 4 << 30,
             sorted_runs_max: 24,

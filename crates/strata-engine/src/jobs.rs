@@ -92,10 +92,17 @@ pub struct JobSpec {
     pub row_group_rows: usize,
     /// Output page size.
     pub page_bytes: usize,
+    /// Output rows per page.
+    #[serde(default = "default_page_rows")]
+    pub page_rows: usize,
     /// Bytes read by the job (the greedy scheduler runs the smallest first).
     pub input_bytes: u64,
     /// When it was published.
     pub created_at_ms: u64,
+}
+
+fn default_page_rows() -> usize {
+    1024
 }
 
 impl JobSpec {
@@ -445,6 +452,7 @@ pub async fn execute(
                 file_bytes_target: spec.file_bytes,
                 row_group_rows: spec.row_group_rows,
                 page_bytes: spec.page_bytes,
+                page_rows: spec.page_rows,
             },
             format!("{}-g{:03}", spec.output_prefix(attempt), target.group),
             {

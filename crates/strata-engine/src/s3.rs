@@ -131,6 +131,7 @@ impl ShardInner {
             file_bytes: self.config.parquet_file_bytes,
             row_group_rows: self.config.parquet_row_group_rows,
             page_bytes: self.config.parquet_page_bytes,
+            page_rows: self.config.parquet_page_rows,
             input_bytes,
             created_at_ms: self.clock.now_ms(),
         }

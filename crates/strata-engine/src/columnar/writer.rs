@@ -27,6 +27,9 @@ pub struct FileShape {
     pub row_group_rows: usize,
     /// Data page size limit (small pages make point lookups read little).
     pub page_bytes: usize,
+    /// Rows per data page at most: a point lookup reads about this many rows of each
+    /// column it needs.
+    pub page_rows: usize,
 }
 
 fn properties(shape: &FileShape) -> WriterProperties {
@@ -34,6 +37,8 @@ fn properties(shape: &FileShape) -> WriterProperties {
         .set_compression(Compression::ZSTD(ZstdLevel::default()))
         .set_max_row_group_row_count(Some(shape.row_group_rows.max(1)))
         .set_data_page_size_limit(shape.page_bytes.max(1024))
+        .set_data_page_row_count_limit(shape.page_rows.max(64))
+        .set_write_batch_size(shape.page_rows.clamp(64, 1024))
         .set_statistics_enabled(EnabledStatistics::Page)
         .set_column_bloom_filter_enabled(ColumnPath::from(KEY_COLUMN), true)
         .set_bloom_filter_position(BloomFilterPosition::End)
