@@ -180,9 +180,10 @@ pub async fn result(store: &StoreRef, layout: &Layout, id: &str) -> Result<Optio
     }
 }
 
-/// Deletes a job's objects (spec, lease, result).
+/// Deletes a job's objects. The spec goes first: a worker that claims the job after that
+/// finds no spec and lets go (see [`Worker::run_one`]).
 pub async fn remove(store: &StoreRef, layout: &Layout, id: &str) -> Result<()> {
-    for p in [layout.job_result(id), layout.job_lease(id), layout.job(id)] {
+    for p in [layout.job(id), layout.job_result(id), layout.job_lease(id)] {
         match store.delete(&p).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
             Err(e) => return Err(Error::store(format!("delete {p}"))(e)),
@@ -645,6 +646,11 @@ impl Worker {
             else {
                 continue;
             };
+            // Settled and removed between our listing and the claim: do not redo it.
+            if self.store.head(&self.layout.job(&s.id)).await.is_err() {
+                let _ = self.store.delete(&self.layout.job_lease(&s.id)).await;
+                continue;
+            }
             self.work(s, held, cancel).await?;
             return Ok(true);
         }

@@ -82,6 +82,10 @@ pub struct ShardStatsSnapshot {
     pub s3_bytes_written: u64,
     /// Writes refused as overloaded.
     pub overloaded: u64,
+    /// Input bytes of S3 compaction jobs that are due or published and not yet committed.
+    pub pending_compaction_bytes: u64,
+    /// S3 compaction jobs published and not yet committed.
+    pub jobs_outstanding: usize,
 }
 
 impl ShardStats {
@@ -154,6 +158,8 @@ impl ShardStats {
             s3_bytes_read: self.s3_bytes_read.load(Ordering::Relaxed),
             s3_bytes_written: self.s3_bytes_written.load(Ordering::Relaxed),
             overloaded: self.overloaded.load(Ordering::Relaxed),
+            pending_compaction_bytes: 0,
+            jobs_outstanding: 0,
         }
     }
 }

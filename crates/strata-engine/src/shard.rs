@@ -480,7 +480,23 @@ impl Shard {
     /// Statistics.
     pub fn stats(&self) -> crate::metrics::ShardStatsSnapshot {
         let state = self.inner.current();
-        self.inner.stats.snapshot(&state)
+        let mut s = self.inner.stats.snapshot(&state);
+        let outstanding: Vec<u64> = self
+            .inner
+            .outstanding
+            .lock()
+            .values()
+            .map(|o| o.spec.input_bytes)
+            .collect();
+        s.jobs_outstanding = outstanding.len();
+        let due: u64 = self
+            .inner
+            .candidates(&state, false)
+            .iter()
+            .map(|(spec, _)| spec.input_bytes)
+            .sum();
+        s.pending_compaction_bytes = outstanding.iter().sum::<u64>() + due;
+        s
     }
 
     /// The manifest version readers currently see.

@@ -136,6 +136,7 @@ async fn writes_over_the_sorted_run_limit_are_refused_and_change_nothing() {
     let shard = t.shards().next().unwrap().clone();
     let seq = shard.last_seq();
     assert_eq!(shard.stats().sorted_runs, 4);
+    assert_eq!(shard.stats().ssts_per_level[0], 4, "sorted runs per level");
     let err = t
         .upsert(rows(&[100], &[Some("x")], &[Some(1)]))
         .await
@@ -233,5 +234,41 @@ async fn scans_survive_concurrent_compaction_and_gc() {
         decode(&t.scan(&ScanOptions::default(), None).await.unwrap()),
         *want
     );
+    db.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_compaction_bytes_report_due_s3_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = small_config();
+    config.jobs.inprocess_workers = 0; // nothing runs the jobs
+    config.s3_level_bytes_base = 1024;
+    let db = open(&memory_store(), dir.path(), config).await;
+    db.create_table("t", schema(), &["id"]).await.unwrap();
+    let t = db.table("t").await.unwrap();
+    let shard = t.shards().next().unwrap().clone();
+    assert_eq!(shard.stats().pending_compaction_bytes, 0);
+    let ids: Vec<i64> = (0..2000).collect();
+    load(&t, &ids).await;
+    t.flush().await.unwrap();
+    // Publishing happens in the background; with no worker the job stays outstanding.
+    let drain = {
+        let t = t.clone();
+        tokio::spawn(async move { t.drain_to_s3().await })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let s = shard.stats();
+        if s.jobs_outstanding > 0 {
+            assert!(s.pending_compaction_bytes > 0, "{s:?}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no job published: {s:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    drain.abort();
     db.close().await;
 }

@@ -32,12 +32,18 @@ pub struct FileShape {
     pub page_rows: usize,
 }
 
+/// Largest dictionary page.
+const DICTIONARY_PAGE_BYTES: usize = 64 << 10;
+
 fn properties(shape: &FileShape) -> WriterProperties {
     WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::default()))
         .set_max_row_group_row_count(Some(shape.row_group_rows.max(1)))
         .set_data_page_size_limit(shape.page_bytes.max(1024))
         .set_data_page_row_count_limit(shape.page_rows.max(64))
+        // A point lookup decompresses the dictionary page of every column it reads: keep
+        // dictionaries small (high-cardinality columns fall back to plain encoding early).
+        .set_dictionary_page_size_limit(DICTIONARY_PAGE_BYTES)
         .set_write_batch_size(shape.page_rows.clamp(64, 1024))
         .set_statistics_enabled(EnabledStatistics::Page)
         .set_column_bloom_filter_enabled(ColumnPath::from(KEY_COLUMN), true)
