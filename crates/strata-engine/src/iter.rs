@@ -130,12 +130,12 @@ impl EntryIter for MergeIter {
             self.primed = true;
         }
         while let Some(mut entry) = self.pop()? {
-            if let Some(codec) = self.parts.clone() {
+            if self.parts.is_some() {
                 while self.heap.peek().is_some_and(|Reverse(top)| {
                     top.entry.key == entry.key && top.entry.seq == entry.seq
                 }) {
-                    if let Some(part) = self.pop()? {
-                        entry = union_parts(&codec, &entry, &part)?;
+                    if let (Some(part), Some(codec)) = (self.pop()?, self.parts.as_ref()) {
+                        entry = union_parts(codec, &entry, &part)?;
                     }
                 }
                 return Ok(Some(entry));

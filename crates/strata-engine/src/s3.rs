@@ -30,7 +30,6 @@ pub(crate) enum Resource {
 pub(crate) struct Outstanding {
     pub(crate) spec: JobSpec,
     pub(crate) resources: HashSet<Resource>,
-    pub(crate) done: Arc<tokio::sync::Notify>,
 }
 
 /// Process-wide reading context of the S3 levels.
@@ -274,10 +273,7 @@ impl ShardInner {
     }
 
     /// Publishes due jobs that conflict with no outstanding one, smallest first (greedy).
-    pub(crate) async fn publish_due(
-        self: &Arc<Self>,
-        force: bool,
-    ) -> Result<Vec<Arc<tokio::sync::Notify>>> {
+    pub(crate) async fn publish_due(self: &Arc<Self>, force: bool) -> Result<()> {
         let cands = self.candidates(&self.current(), force);
         self.publish(cands).await
     }
@@ -286,7 +282,7 @@ impl ShardInner {
     pub(crate) async fn publish(
         self: &Arc<Self>,
         mut cands: Vec<(JobSpec, HashSet<Resource>)>,
-    ) -> Result<Vec<Arc<tokio::sync::Notify>>> {
+    ) -> Result<()> {
         cands.sort_by_key(|(s, _)| s.input_bytes);
         // Cross-tier inputs are locked under the NVMe compaction lock, so an NVMe compaction
         // never consumes a file a job reads (its pick and run hold the lock throughout).
@@ -304,7 +300,6 @@ impl ShardInner {
             .last()
             .map(|l| l.iter().map(|h| h.info.id).collect())
             .unwrap_or_default();
-        let mut published = Vec::new();
         for (mut spec, res) in cands {
             {
                 let out = self.outstanding.lock();
@@ -323,13 +318,11 @@ impl ShardInner {
             if let JobSource::CrossTier { ssts } = &spec.source {
                 self.locked_ssts.lock().extend(ssts.iter().map(|s| s.id));
             }
-            let done = Arc::new(tokio::sync::Notify::new());
             self.outstanding.lock().insert(
                 spec.id.clone(),
                 Outstanding {
                     spec: spec.clone(),
                     resources: res,
-                    done: done.clone(),
                 },
             );
             if let Err(e) = jobs::publish(&self.store, &self.s3.layout, &spec).await {
@@ -337,20 +330,25 @@ impl ShardInner {
                 return Err(e);
             }
             tracing::debug!(shard = %self.name, job = %spec.id, bytes = spec.input_bytes, "published compaction job");
-            published.push(done);
         }
-        Ok(published)
+        Ok(())
     }
 
     fn forget_job(&self, id: &str) {
-        if let Some(o) = self.outstanding.lock().remove(id) {
-            if let JobSource::CrossTier { ssts } = &o.spec.source {
-                let mut locked = self.locked_ssts.lock();
-                for s in ssts {
-                    locked.remove(&s.id);
-                }
+        let removed = self.outstanding.lock().remove(id);
+        if let Some(Outstanding {
+            spec:
+                JobSpec {
+                    source: JobSource::CrossTier { ssts },
+                    ..
+                },
+            ..
+        }) = removed
+        {
+            let mut locked = self.locked_ssts.lock();
+            for s in ssts {
+                locked.remove(&s.id);
             }
-            o.done.notify_waiters();
         }
     }
 

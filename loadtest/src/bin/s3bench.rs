@@ -163,7 +163,7 @@ async fn main() -> Res<()> {
         load.elapsed().as_secs_f64()
     );
 
-    let cancel = tokio_util_cancel();
+    let cancel = tokio_util::sync::CancellationToken::new();
     for i in 0..args.workers {
         let w = Worker::new(
             db.store().clone(),
@@ -292,8 +292,4 @@ async fn main() -> Res<()> {
     });
     println!("{}", serde_json::to_string_pretty(&report)?);
     Ok(())
-}
-
-fn tokio_util_cancel() -> tokio_util::sync::CancellationToken {
-    tokio_util::sync::CancellationToken::new()
 }

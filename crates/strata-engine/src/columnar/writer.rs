@@ -200,11 +200,4 @@ impl RunWriter {
         self.close_file().await?;
         Ok(self.done)
     }
-
-    /// Names of files started so far (to clean up after a failure).
-    pub fn started(&self) -> Vec<Path> {
-        (0..self.next)
-            .map(|n| (self.path_of)(&format!("{}-{:04}", self.prefix, n)))
-            .collect()
-    }
 }
