@@ -10,7 +10,7 @@ pidfile="$STRATA_CACHE/localstack.pid"
 log="$STRATA_CACHE/localstack.log"
 python="${PYTHON:-python3.11}"
 
-healthy() { curl -fsS "http://127.0.0.1:$LOCALSTACK_PORT/_localstack/health" 2>/dev/null | grep -q '"s3": "\(running\|available\)"'; }
+healthy() { curl -fsS --max-time 5 "http://127.0.0.1:$LOCALSTACK_PORT/_localstack/health" 2>/dev/null | grep -q '"s3": "\(running\|available\)"'; }
 
 install() {
   if [ ! -x "$venv/bin/python" ] || ! cmp -s "$here/localstack-constraints.txt" "$venv/.constraints"; then
@@ -33,8 +33,8 @@ start() {
     for _ in $(seq 1 120); do healthy && break; sleep 1; done
     healthy || { echo "LocalStack did not become healthy"; tail -50 "$log"; exit 1; }
   fi
-  curl -fsS -X PUT "http://127.0.0.1:$LOCALSTACK_PORT/$STRATA_TEST_S3_BUCKET" >/dev/null || true
-  curl -fsS -o /dev/null "http://127.0.0.1:$LOCALSTACK_PORT/$STRATA_TEST_S3_BUCKET" \
+  curl -fsS --max-time 10 -X PUT "http://127.0.0.1:$LOCALSTACK_PORT/$STRATA_TEST_S3_BUCKET" >/dev/null || true
+  curl -fsS --max-time 10 -o /dev/null "http://127.0.0.1:$LOCALSTACK_PORT/$STRATA_TEST_S3_BUCKET" \
     || { echo "bucket $STRATA_TEST_S3_BUCKET not reachable"; exit 1; }
   echo "LocalStack S3 ready at $STRATA_TEST_S3_ENDPOINT, bucket $STRATA_TEST_S3_BUCKET"
 }
