@@ -8,38 +8,12 @@
 
 mod common;
 
+use common::{strs, wide, wide_batch as batch};
+
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
-use arrow::datatypes::{DataType, Field, Schema};
 use strata_engine::{ScanOptions, Value};
-
-fn wide() -> Schema {
-    Schema::new(vec![
-        Field::new("k", DataType::Int64, false),
-        Field::new("a", DataType::Utf8, true),
-        Field::new("b", DataType::Utf8, true),
-        Field::new("c", DataType::Utf8, true),
-        Field::new("d", DataType::Utf8, true),
-    ])
-}
-
-fn batch(cols: &[(&str, ArrayRef)]) -> RecordBatch {
-    let s = wide();
-    let fields: Vec<Field> = cols
-        .iter()
-        .map(|(n, _)| s.field_with_name(n).unwrap().clone())
-        .collect();
-    RecordBatch::try_new(
-        Arc::new(Schema::new(fields)),
-        cols.iter().map(|c| c.1.clone()).collect(),
-    )
-    .unwrap()
-}
-
-fn strs(v: &[&str]) -> ArrayRef {
-    Arc::new(StringArray::from(v.to_vec()))
-}
 
 #[tokio::test]
 async fn laser_partial_update_across_levels() {

@@ -8,39 +8,13 @@
 
 mod common;
 
+use common::{strs, wide, wide_batch as batch};
+
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, Int64Array, RecordBatch, StringArray};
-use arrow::datatypes::{DataType, Field, Schema};
 use object_store::{ObjectStoreExt, PutPayload};
 use strata_engine::{ScanOptions, Table, Value};
-
-fn wide() -> Schema {
-    Schema::new(vec![
-        Field::new("k", DataType::Int64, false),
-        Field::new("a", DataType::Utf8, true),
-        Field::new("b", DataType::Utf8, true),
-        Field::new("c", DataType::Utf8, true),
-        Field::new("d", DataType::Utf8, true),
-    ])
-}
-
-fn batch(cols: &[(&str, ArrayRef)]) -> RecordBatch {
-    let s = wide();
-    let fields: Vec<Field> = cols
-        .iter()
-        .map(|(n, _)| s.field_with_name(n).unwrap().clone())
-        .collect();
-    RecordBatch::try_new(
-        Arc::new(Schema::new(fields)),
-        cols.iter().map(|c| c.1.clone()).collect(),
-    )
-    .unwrap()
-}
-
-fn strs(v: &[&str]) -> ArrayRef {
-    Arc::new(StringArray::from(v.to_vec()))
-}
 
 fn k(v: &[i64]) -> ArrayRef {
     Arc::new(Int64Array::from(v.to_vec()))
@@ -355,5 +329,57 @@ async fn damaged_parquet_objects_give_clear_errors() {
     );
     let row = t.get(&[Value::Int(5)], None, None).await.unwrap().unwrap();
     assert!(!row.column(1).is_null(0));
+    db.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tombstones_are_dropped_only_at_the_last_s3_level() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = common::open(&common::memory_store(), dir.path(), common::small_config()).await;
+    db.create_table_with_layout("t", wide(), &["k"], laser_layout())
+        .await
+        .unwrap();
+    let t = db.table("t").await.unwrap();
+    t.upsert(batch(&[
+        ("k", k(&[1, 2])),
+        ("a", strs(&["a1", "a2"])),
+        ("b", strs(&["b1", "b2"])),
+        ("c", strs(&["c1", "c2"])),
+        ("d", strs(&["d1", "d2"])),
+    ]))
+    .await
+    .unwrap();
+    t.drain_to_s3().await.unwrap();
+    t.compact_s3_group(0, 0).await.unwrap();
+    t.compact_s3_group(0, 1).await.unwrap();
+    t.delete(batch(&[("k", k(&[1]))])).await.unwrap();
+    t.drain_to_s3().await.unwrap();
+    let rows_at = |t: &Table, level: usize| -> u64 {
+        let m = t.shards().next().unwrap().manifest();
+        m.value.s3_levels[level]
+            .groups
+            .iter()
+            .flat_map(|g| g.files.iter())
+            .map(|f| f.rows)
+            .sum()
+    };
+    // Level 1 is not the last: the tombstone is kept, once per group.
+    assert_eq!(
+        rows_at(&t, 0),
+        2,
+        "the delete, in both groups of S3 level 1"
+    );
+    assert!(get(&t, 1).await.is_none());
+    // At the last level the tombstone and the version it hides both disappear.
+    t.compact_s3_group(0, 0).await.unwrap();
+    t.compact_s3_group(0, 1).await.unwrap();
+    assert_eq!(rows_at(&t, 0), 0);
+    assert_eq!(
+        rows_at(&t, 1),
+        3,
+        "key 2 only, once per group of S3 level 2"
+    );
+    assert!(get(&t, 1).await.is_none());
+    assert_eq!(get(&t, 2).await.unwrap(), some(&["a2", "b2", "c2", "d2"]));
     db.close().await;
 }

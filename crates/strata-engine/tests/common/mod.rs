@@ -49,6 +49,35 @@ pub fn only(cols: &[(&str, ArrayRef)]) -> RecordBatch {
     .unwrap()
 }
 
+/// `k Int64` (key) and four strings `a b c d`: LASER's examples.
+pub fn wide() -> Schema {
+    Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("a", DataType::Utf8, true),
+        Field::new("b", DataType::Utf8, true),
+        Field::new("c", DataType::Utf8, true),
+        Field::new("d", DataType::Utf8, true),
+    ])
+}
+
+/// A batch of some columns of [`wide`].
+pub fn wide_batch(cols: &[(&str, ArrayRef)]) -> RecordBatch {
+    let s = wide();
+    let fields: Vec<Field> = cols
+        .iter()
+        .map(|(n, _)| s.field_with_name(n).unwrap().clone())
+        .collect();
+    RecordBatch::try_new(
+        Arc::new(Schema::new(fields)),
+        cols.iter().map(|c| c.1.clone()).collect(),
+    )
+    .unwrap()
+}
+
+pub fn strs(v: &[&str]) -> ArrayRef {
+    Arc::new(StringArray::from(v.to_vec()))
+}
+
 pub fn keys(ids: &[i64]) -> RecordBatch {
     only(&[("id", Arc::new(Int64Array::from(ids.to_vec())))])
 }
