@@ -6,6 +6,8 @@
 //!
 //! Merging: a key's versions are collapsed within each *stripe* between pinned snapshots
 //! (a pinned reader must still find the newest version at or below its sequence number);
+//! versions above the history horizon (written within `history_retention_ms`) are each a
+//! stripe of their own, so time travel to any sequence number above it stays exact;
 //! at the bottom level a partial row with nothing older becomes a whole row and a delete
 //! with nothing older disappears.
 
@@ -164,14 +166,22 @@ pub(crate) async fn compact_all_to_last(inner: &Arc<ShardInner>) -> Result<bool>
     }
 }
 
-/// Collapses one key's versions (newest first) into one version per snapshot stripe.
+/// Collapses one key's versions (newest first) into one version per snapshot stripe; every
+/// version above `keep_above` (the history horizon) is kept as it is.
 pub(crate) fn collapse(
     codec: &RowCodec,
     versions: &[Entry],
     pins: &[u64],
+    keep_above: u64,
     bottommost: bool,
 ) -> Result<Vec<Entry>> {
-    let stripe = |seq: u64| pins.partition_point(|p| *p < seq);
+    let stripe = |seq: u64| {
+        if seq > keep_above {
+            (1, seq)
+        } else {
+            (0, pins.partition_point(|p| *p < seq) as u64)
+        }
+    };
     let mut out: Vec<Entry> = Vec::new();
     let mut i = 0;
     while i < versions.len() {
@@ -212,6 +222,7 @@ struct Output {
 async fn run(inner: &Arc<ShardInner>, job: Job) -> Result<()> {
     let started = std::time::Instant::now();
     let pins: Vec<u64> = inner.pins.lock().keys().copied().collect();
+    let keep_above = inner.history_horizon();
     let readers: Vec<Arc<SstReader>> = job
         .upper_inputs
         .iter()
@@ -224,7 +235,8 @@ async fn run(inner: &Arc<ShardInner>, job: Job) -> Result<()> {
         .chain(job.lower_inputs.iter())
         .map(|h| h.info.seq_max)
         .max()
-        .unwrap_or(0);
+        .unwrap_or(0)
+        .min(keep_above);
     let codec = inner.table.codec.clone();
     let worker = inner.clone();
     let bottommost = job.bottommost;
@@ -245,7 +257,7 @@ async fn run(inner: &Arc<ShardInner>, job: Job) -> Result<()> {
                 if group.is_empty() {
                     return Ok(());
                 }
-                let collapsed = collapse(&codec, group, &pins, bottommost)?;
+                let collapsed = collapse(&codec, group, &pins, keep_above, bottommost)?;
                 group.clear();
                 if collapsed.is_empty() {
                     return Ok(());
@@ -415,7 +427,7 @@ mod tests {
             e(5, EntryKind::Partial, &[Some(9), None]),
             e(3, EntryKind::Put, &[Some(1), Some(2)]),
         ];
-        let out = collapse(&codec(), &v, &[], false).unwrap();
+        let out = collapse(&codec(), &v, &[], u64::MAX, false).unwrap();
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].seq, 5);
         assert_eq!(out[0].kind, EntryKind::Put);
@@ -431,8 +443,25 @@ mod tests {
             e(5, EntryKind::Put, &[Some(9), Some(9)]),
             e(3, EntryKind::Put, &[Some(1), Some(2)]),
         ];
-        let out = collapse(&codec(), &v, &[4], false).unwrap();
+        let out = collapse(&codec(), &v, &[4], u64::MAX, false).unwrap();
         assert_eq!(out.iter().map(|x| x.seq).collect::<Vec<_>>(), vec![5, 3]);
+    }
+
+    #[test]
+    fn keeps_every_version_above_the_history_horizon() {
+        let v = vec![
+            e(7, EntryKind::Partial, &[Some(7), None]),
+            e(6, EntryKind::Put, &[Some(6), Some(6)]),
+            e(3, EntryKind::Put, &[Some(3), Some(3)]),
+            e(2, EntryKind::Put, &[Some(2), Some(2)]),
+        ];
+        // Horizon 4: 7 and 6 stay as written, 3 and 2 collapse to 3.
+        let out = collapse(&codec(), &v, &[], 4, false).unwrap();
+        assert_eq!(out.iter().map(|x| x.seq).collect::<Vec<_>>(), vec![7, 6, 3]);
+        assert_eq!(out[0].kind, EntryKind::Partial);
+        // A pin below the horizon still splits the old stripe.
+        let out = collapse(&codec(), &v, &[2], 4, false).unwrap();
+        assert_eq!(out.iter().map(|x| x.seq).collect::<Vec<_>>(), vec![7, 6, 3, 2]);
     }
 
     #[test]
@@ -442,9 +471,9 @@ mod tests {
             e(3, EntryKind::Put, &[Some(1), Some(2)]),
         ];
         assert_eq!(
-            collapse(&codec(), &v, &[], false).unwrap()[0].kind,
+            collapse(&codec(), &v, &[], u64::MAX, false).unwrap()[0].kind,
             EntryKind::Delete
         );
-        assert!(collapse(&codec(), &v, &[], true).unwrap().is_empty());
+        assert!(collapse(&codec(), &v, &[], u64::MAX, true).unwrap().is_empty());
     }
 }

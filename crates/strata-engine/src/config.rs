@@ -80,6 +80,12 @@ pub struct EngineConfig {
     pub jobs: JobsConfig,
     /// Garbage collection settings.
     pub gc: GcConfig,
+    /// How far back time travel (`AS OF`) reaches: compaction keeps every version written
+    /// within this window (0 keeps only what pinned snapshots need).
+    pub history_retention_ms: u64,
+    /// A durable snapshot pin (a reader in another process, e.g. a query) lapses this long
+    /// after its last renewal; readers renew at a third of it.
+    pub pin_lease_ms: u64,
 }
 
 /// How S3-level compaction jobs are published and run.
@@ -140,6 +146,8 @@ impl Default for EngineConfig {
             sorted_runs_max: 24,
             jobs: JobsConfig::default(),
             gc: GcConfig::default(),
+            history_retention_ms: 15 * 60_000,
+            pin_lease_ms: 60_000,
         }
     }
 }

@@ -42,6 +42,7 @@ struct DbInner {
     s3: crate::s3::S3Context,
     workers: tokio_util::sync::CancellationToken,
     worker_stats: Vec<Arc<crate::jobs::WorkerStats>>,
+    remote: crate::view::RemoteViews,
 }
 
 impl Drop for DbInner {
@@ -142,8 +143,16 @@ impl Db {
             let cancel = workers.clone();
             tokio::spawn(async move { w.run(cancel).await });
         }
+        let remote = crate::view::RemoteViews::new(
+            store.clone(),
+            s3.clone(),
+            clock.clone(),
+            local_dir.join("views"),
+            config.pin_lease_ms,
+        );
         Ok(Db {
             inner: Arc::new(DbInner {
+                remote,
                 s3,
                 workers,
                 worker_stats,
@@ -348,6 +357,53 @@ impl Db {
         Ok(table)
     }
 
+    /// A consistent read-only view of a table (one pinned view per shard) with every write
+    /// acknowledged before the call, or as of an older snapshot. Reads the writer's state
+    /// when this process writes the table, otherwise the bucket alone (WAL tail included):
+    /// query services call this without becoming writers.
+    pub async fn view(&self, name: &str, as_of: Option<crate::view::AsOf>) -> Result<TableView> {
+        let catalog = self.inner.catalog.latest().await?;
+        let entry = catalog
+            .and_then(|c| c.value.tables.get(name).cloned())
+            .ok_or_else(|| Error::TableNotFound(name.to_string()))?;
+        let open = self.inner.open.lock().await.get(&entry.id).cloned();
+        let mut shards = Vec::with_capacity(entry.shards.len());
+        let schema = match &open {
+            Some(t) => t.inner.schema.clone(),
+            None => Arc::new(TableSchema::new(entry.clone())?),
+        };
+        for (i, s) in entry.shards.iter().enumerate() {
+            let view = match &open {
+                Some(t) => t.inner.shards[i].1.view()?,
+                None => {
+                    self.inner
+                        .remote
+                        .open(schema.clone(), self.inner.layout.shard(entry.id, s.id))
+                        .await?
+                }
+            };
+            shards.push(match as_of {
+                Some(a) => view.at(a)?,
+                None => view,
+            });
+        }
+        Ok(TableView {
+            schema,
+            entry,
+            shards,
+        })
+    }
+
+    /// The catalog entry of a table.
+    pub async fn describe(&self, name: &str) -> Result<TableEntry> {
+        self.inner
+            .catalog
+            .latest()
+            .await?
+            .and_then(|c| c.value.tables.get(name).cloned())
+            .ok_or_else(|| Error::TableNotFound(name.to_string()))
+    }
+
     /// Counters of this process's compaction workers.
     pub fn worker_stats(&self) -> &[Arc<crate::jobs::WorkerStats>] {
         &self.inner.worker_stats
@@ -368,6 +424,17 @@ impl Db {
             t.close().await;
         }
     }
+}
+
+/// A consistent read-only view of a table: one pinned [`crate::view::ShardView`] per shard.
+#[derive(Debug)]
+pub struct TableView {
+    /// The engine's view of the table.
+    pub schema: Arc<TableSchema>,
+    /// The catalog entry (shard key ranges).
+    pub entry: TableEntry,
+    /// One view per shard, in shard order.
+    pub shards: Vec<crate::view::ShardView>,
 }
 
 struct TableInner {

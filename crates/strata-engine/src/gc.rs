@@ -10,7 +10,8 @@
 //!   the output of a job this writer still awaits (outputs of dead or losing attempts are
 //!   collected this way);
 //! - a job's objects: the job is not outstanding (an older writer's, or abandoned);
-//! - a manifest version: not retained (never the newest, never one a read in flight uses).
+//! - a manifest version: not retained (never the newest, never one a read in flight uses,
+//!   never one a live durable pin of another process names; lapsed pins are deleted).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -75,7 +76,9 @@ pub(crate) async fn collect(inner: &ShardInner) -> Result<GcReport> {
         .saturating_sub(inner.config.gc.manifest_versions_retained.max(1));
     let mut retained = Vec::new();
     let mut discard = Vec::new();
-    let reading: HashSet<u64> = inner.readers.lock().keys().copied().collect();
+    let mut reading: HashSet<u64> = inner.readers.lock().keys().copied().collect();
+    // Views in other processes (queries) pin the manifest version they read.
+    reading.extend(crate::view::pinned_versions(&inner.store, &inner.paths, now, true).await?);
     for (i, (v, meta)) in versions.iter().enumerate() {
         if i >= keep_from || age_ms(now, meta) < min_age || *v == newest || reading.contains(v) {
             retained.push(*v);

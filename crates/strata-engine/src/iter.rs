@@ -156,25 +156,25 @@ impl EntryIter for MergeIter {
 
 /// Resolves each key's versions at `seq` into the row a reader sees; deleted keys are
 /// skipped. Stops at `end` (exclusive).
-pub struct RowIter<'a> {
+pub struct RowIter {
     inner: Box<dyn EntryIter>,
-    codec: &'a RowCodec,
+    codec: RowCodec,
     seq: u64,
     end: Option<Vec<u8>>,
     pending: Option<Entry>,
 }
 
-impl<'a> RowIter<'a> {
+impl RowIter {
     /// Resolves `inner` at snapshot `seq`.
     pub fn new(
         inner: Box<dyn EntryIter>,
-        codec: &'a RowCodec,
+        codec: &RowCodec,
         seq: u64,
         end: Option<Vec<u8>>,
     ) -> Self {
         Self {
             inner,
-            codec,
+            codec: codec.clone(),
             seq,
             end,
             pending: None,
@@ -209,11 +209,11 @@ impl<'a> RowIter<'a> {
                 if e.seq <= self.seq && !full {
                     match &mut folded {
                         None => {
-                            let f = Folded::from_entry(self.codec, e.kind, &e.value)?;
+                            let f = Folded::from_entry(&self.codec, e.kind, &e.value)?;
                             full = f.kind.is_full();
                             folded = Some(f);
                         }
-                        Some(f) => full = f.merge_older(self.codec, e.kind, &e.value)?,
+                        Some(f) => full = f.merge_older(&self.codec, e.kind, &e.value)?,
                     }
                 }
                 next = self.inner.next_entry()?;

@@ -86,6 +86,9 @@ pub struct JobSpec {
     pub bottommost: bool,
     /// Pinned snapshots: versions they see survive.
     pub pins: Vec<u64>,
+    /// History horizon: every version above it survives (time travel).
+    #[serde(default = "no_history")]
+    pub keep_above: u64,
     /// Output object size target.
     pub file_bytes: u64,
     /// Output rows per row group.
@@ -99,6 +102,10 @@ pub struct JobSpec {
     pub input_bytes: u64,
     /// When it was published.
     pub created_at_ms: u64,
+}
+
+fn no_history() -> u64 {
+    u64::MAX
 }
 
 fn default_page_rows() -> usize {
@@ -462,6 +469,7 @@ pub async fn execute(
             },
         );
         let (pins, bottommost, codec) = (spec.pins.clone(), spec.bottommost, to.codec.clone());
+        let keep_above = spec.keep_above;
         let h = handle.clone();
         let files = tokio::task::spawn_blocking(move || -> Result<Vec<ParquetFileInfo>> {
             let mut writer = writer;
@@ -475,7 +483,7 @@ pub async fn execute(
                     (Some(_), None) => false,
                 };
                 if boundary && !group.is_empty() {
-                    let collapsed = collapse(&codec, &group, &pins, bottommost)?;
+                    let collapsed = collapse(&codec, &group, &pins, keep_above, bottommost)?;
                     group.clear();
                     h.block_on(writer.add_key(collapsed))?;
                 }

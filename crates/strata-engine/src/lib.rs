@@ -31,12 +31,14 @@ pub mod sst;
 pub mod state;
 pub mod value;
 pub mod varint;
+pub mod view;
 pub mod wal;
 
 pub use config::{Durability, EngineConfig, GcConfig, JobsConfig, WriteOptions};
-pub use db::{Db, DbConfig, ScanOptions, Snapshot, Table};
+pub use db::{Db, DbConfig, ScanOptions, Snapshot, Table, TableView};
 pub use error::{Error, Result};
 pub use gc::GcReport;
 pub use schema::Mutation;
 pub use shard::{Shard, ShardSnapshot};
 pub use value::Value;
+pub use view::{AsOf, ScanSummary, ShardView, ViewRows};

@@ -13,7 +13,9 @@ use crate::entry::{Entry, EntryKind};
 use crate::error::{Error, Result};
 use crate::iter::EntryIter;
 use crate::jobs::{self, JobSource, JobSpec, JobTarget};
+use crate::schema::TableSchema;
 use crate::shard::ShardInner;
+use strata_objstore::StoreRef;
 use crate::state::ShardState;
 
 /// What a job holds while outstanding: runs no other job may touch.
@@ -127,6 +129,7 @@ impl ShardInner {
             targets,
             bottommost: !Self::deeper_overlap(m, target_level, lo, hi),
             pins: self.pins.lock().keys().copied().collect(),
+            keep_above: self.history_horizon(),
             file_bytes: self.config.parquet_file_bytes,
             row_group_rows: self.config.parquet_row_group_rows,
             page_bytes: self.config.parquet_page_bytes,
@@ -427,7 +430,8 @@ impl ShardInner {
         let floor = match &spec.source {
             JobSource::CrossTier { ssts } => ssts.iter().map(|s| s.seq_max).max().unwrap_or(0),
             JobSource::Group { files, .. } => files.iter().map(|f| f.seq_max).max().unwrap_or(0),
-        };
+        }
+        .min(spec.keep_above);
         let manifest = self
             .commit_manifest(|m| {
                 match &spec.source {
@@ -523,43 +527,30 @@ pub(crate) fn s3_iters(
     needed: Option<&[usize]>,
     handle: &tokio::runtime::Handle,
 ) -> Vec<Box<dyn EntryIter>> {
-    let mut out: Vec<Box<dyn EntryIter>> = Vec::new();
-    for (li, level) in state.manifest.value.s3_levels.iter().enumerate() {
-        let Some(formats) = inner.table.groups.get(li) else {
-            continue;
-        };
-        let mut wanted: Vec<usize> = match needed {
-            None => (0..formats.len()).collect(),
-            Some(cols) => (0..formats.len())
-                .filter(|g| formats[*g].columns.iter().any(|c| cols.contains(c)))
-                .collect(),
-        };
-        if wanted.is_empty() {
-            wanted.push(0);
-        }
-        for g in wanted {
-            let files: Vec<ParquetSource> = level.groups[g]
-                .files
-                .iter()
-                .map(|f| inner.parquet_source(f))
-                .collect();
-            if files.is_empty() {
-                continue;
-            }
-            out.push(Box::new(RunIter::new(
-                handle.clone(),
-                formats[g].clone(),
-                files,
-                start,
-                end,
-                Some(inner.table.codec.clone()),
-            )));
-        }
-    }
-    out
+    let files = BucketFiles {
+        store: &inner.store,
+        paths: &inner.paths,
+        s3: &inner.s3,
+    };
+    run_iters(
+        &inner.table,
+        &files,
+        &state.manifest.value,
+        start,
+        end,
+        needed,
+        handle,
+    )
 }
 
-impl ShardInner {
+/// Where a shard's Parquet files are and how they are cached.
+pub(crate) struct BucketFiles<'a> {
+    pub(crate) store: &'a StoreRef,
+    pub(crate) paths: &'a strata_manifest::ShardPaths,
+    pub(crate) s3: &'a S3Context,
+}
+
+impl BucketFiles<'_> {
     pub(crate) fn parquet_source(&self, f: &ParquetFileInfo) -> ParquetSource {
         ParquetSource {
             store: self.store.clone(),
@@ -568,6 +559,73 @@ impl ShardInner {
             cache: Some(self.s3.cache.clone()),
             metas: self.s3.metas.clone(),
         }
+    }
+}
+
+/// The groups of each S3 level a reader of the non-key columns `needed` (None = all) must
+/// read: the groups holding any of them, or the first group when none does (every version
+/// is in every group, so any one group decides whether a row exists).
+pub fn groups_needed(table: &TableSchema, level: usize, needed: Option<&[usize]>) -> Vec<usize> {
+    let Some(formats) = table.groups.get(level) else {
+        return Vec::new();
+    };
+    let mut wanted: Vec<usize> = match needed {
+        None => (0..formats.len()).collect(),
+        Some(cols) => (0..formats.len())
+            .filter(|g| formats[*g].columns.iter().any(|c| cols.contains(c)))
+            .collect(),
+    };
+    if wanted.is_empty() {
+        wanted.push(0);
+    }
+    wanted
+}
+
+/// One iterator per (S3 level, group needed) over the files overlapping `[start, end)`.
+pub(crate) fn run_iters(
+    table: &TableSchema,
+    files: &BucketFiles<'_>,
+    manifest: &Manifest,
+    start: &[u8],
+    end: Option<&[u8]>,
+    needed: Option<&[usize]>,
+    handle: &tokio::runtime::Handle,
+) -> Vec<Box<dyn EntryIter>> {
+    let mut out: Vec<Box<dyn EntryIter>> = Vec::new();
+    for (li, level) in manifest.s3_levels.iter().enumerate() {
+        let Some(formats) = table.groups.get(li) else {
+            continue;
+        };
+        for g in groups_needed(table, li, needed) {
+            let sources: Vec<ParquetSource> = level.groups[g]
+                .files
+                .iter()
+                .map(|f| files.parquet_source(f))
+                .collect();
+            if sources.is_empty() {
+                continue;
+            }
+            out.push(Box::new(RunIter::new(
+                handle.clone(),
+                formats[g].clone(),
+                sources,
+                start,
+                end,
+                Some(table.codec.clone()),
+            )));
+        }
+    }
+    out
+}
+
+impl ShardInner {
+    pub(crate) fn parquet_source(&self, f: &ParquetFileInfo) -> ParquetSource {
+        BucketFiles {
+            store: &self.store,
+            paths: &self.paths,
+            s3: &self.s3,
+        }
+        .parquet_source(f)
     }
 }
 

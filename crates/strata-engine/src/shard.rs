@@ -19,7 +19,7 @@ use object_store::{ObjectStoreExt, PutMode, PutOptions};
 use parking_lot::{Mutex, RwLock};
 use strata_common::clock::ClockRef;
 use strata_common::ids::parse_id;
-use strata_manifest::{Manifest, ShardPaths, SstId, SstInfo, Versioned, VersionedStore};
+use strata_manifest::{SeqTime, Manifest, ShardPaths, SstId, SstInfo, Versioned, VersionedStore};
 use strata_objstore::StoreRef;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -97,6 +97,8 @@ pub(crate) struct ShardInner {
     /// Since when writes are refused as overloaded (a stall).
     pub(crate) overloaded_since: Mutex<Option<std::time::Instant>>,
     pub(crate) stats: crate::metrics::ShardStats,
+    /// When sequence numbers were acknowledged since the last manifest commit.
+    pub(crate) time_index: Mutex<Vec<SeqTime>>,
 }
 
 /// A handle to an open shard.
@@ -220,6 +222,11 @@ impl ShardInner {
         let mut next = prev.value.clone();
         change(&mut next);
         next.written_at_ms = self.clock.now_ms();
+        let pending = std::mem::take(&mut *self.time_index.lock());
+        let cutoff = next
+            .written_at_ms
+            .saturating_sub(self.config.history_retention_ms);
+        next.seq_times = merge_seq_times(&next.seq_times, &pending, cutoff);
         match self.manifests.commit(Some(&prev), next).await {
             Ok(v) => Ok(Arc::new(v)),
             Err(strata_manifest::Error::Conflict { .. }) => {
@@ -234,6 +241,45 @@ impl ShardInner {
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Records that every write up to `seq` is acknowledged now (at most one entry a second).
+    pub(crate) fn note_acknowledged(&self, seq: u64) {
+        let now = self.clock.now_ms();
+        let mut index = self.time_index.lock();
+        match index.last_mut() {
+            Some(last) if last.ms / 1000 == now / 1000 => *last = SeqTime { ms: now, seq },
+            _ => index.push(SeqTime { ms: now, seq }),
+        }
+    }
+
+    /// The history horizon: every version above this sequence number was written within
+    /// `history_retention_ms` and is kept by compaction (time travel reads it exactly).
+    pub(crate) fn history_horizon(&self) -> u64 {
+        let retention = self.config.history_retention_ms;
+        if retention == 0 {
+            return self.last_seq.load(Ordering::Acquire);
+        }
+        let cutoff = self.clock.now_ms().saturating_sub(retention);
+        let manifest = self.current().manifest.clone();
+        let pending = self.time_index.lock();
+        manifest
+            .value
+            .seq_times
+            .iter()
+            .chain(pending.iter())
+            .filter(|t| t.ms <= cutoff)
+            .map(|t| t.seq)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The seq-time entries known to this writer (committed plus pending), ascending.
+    pub(crate) fn seq_times(&self) -> Vec<SeqTime> {
+        let manifest = self.current().manifest.clone();
+        let mut out = manifest.value.seq_times.clone();
+        out.extend(self.time_index.lock().iter().copied());
+        out
     }
 
     /// Uploads a finished local SST (create-if-absent: names are never reused).
@@ -365,40 +411,8 @@ impl Shard {
         for level in &manifest.value.levels {
             let mut handles = Vec::with_capacity(level.ssts.len());
             for info in &level.ssts {
-                let path = local_dir.join(format!("{}.sst", info.id));
-                referenced.insert(path.clone());
-                let local_ok = tokio::fs::metadata(&path)
-                    .await
-                    .is_ok_and(|m| m.len() == info.size_bytes);
-                if !local_ok {
-                    let data = store
-                        .get(&paths.sst(&info.id))
-                        .await
-                        .map_err(Error::store(format!("download sst {}", info.id)))?
-                        .bytes()
-                        .await
-                        .map_err(Error::store(format!("download sst {}", info.id)))?;
-                    if data.len() as u64 != info.size_bytes {
-                        return Err(Error::Corrupt(format!(
-                            "sst {} is {} bytes in the bucket, the manifest says {}",
-                            info.id,
-                            data.len(),
-                            info.size_bytes
-                        )));
-                    }
-                    let tmp = path.with_extension("sst.download");
-                    tokio::fs::write(&tmp, &data)
-                        .await
-                        .map_err(Error::io("write downloaded sst"))?;
-                    tokio::fs::rename(&tmp, &path)
-                        .await
-                        .map_err(Error::io("rename downloaded sst"))?;
-                }
-                let p = path.clone();
-                let reader = tokio::task::spawn_blocking(move || SstReader::open(&p))
-                    .await
-                    .map_err(|e| Error::Internal(e.to_string()))??;
-                handles.push(Arc::new(SstHandle::new(info.clone(), reader, path)));
+                referenced.insert(local_dir.join(format!("{}.sst", info.id)));
+                handles.push(crate::view::fetch_sst(&store, &paths, info, &local_dir).await?);
             }
             levels.push(handles);
         }
@@ -449,6 +463,7 @@ impl Shard {
             jobs_wanted: Notify::new(),
             readers: Mutex::new(BTreeMap::new()),
             overloaded_since: Mutex::new(None),
+            time_index: Mutex::new(Vec::new()),
         });
         crate::s3::clear_stale_jobs(&inner).await?;
         tokio::spawn(crate::s3::job_loop(inner.clone()));
@@ -672,6 +687,24 @@ impl Shard {
             Some(s) => s.seq,
             None => self.last_seq(),
         })
+    }
+
+    /// A consistent read-only view of the shard's current state (every acknowledged
+    /// write), pinned until dropped.
+    pub fn view(&self) -> Result<crate::view::ShardView> {
+        self.inner.check_open()?;
+        let snap = self.snapshot();
+        let (state, guard) = self.inner.read_state();
+        Ok(crate::view::ShardView::new(
+            self.inner.table.clone(),
+            state,
+            snap.seq(),
+            self.inner.store.clone(),
+            self.inner.paths.clone(),
+            self.inner.s3.clone(),
+            self.inner.seq_times(),
+            vec![Box::new(snap), Box::new(guard)],
+        ))
     }
 
     /// Point read of an encoded key; the row's non-key values, or None.
@@ -901,6 +934,9 @@ async fn writer_loop(
             if !applied {
                 apply(&inner, wal_id, &writes);
             }
+            if let Some(last) = writes.last() {
+                inner.note_acknowledged(last.0);
+            }
             for w in writes.iter_mut() {
                 if let Some(reply) = w.3.take() {
                     let _ = reply.send(Ok(w.0));
@@ -1086,3 +1122,30 @@ async fn flush_one(inner: &Arc<ShardInner>, mem: Arc<Memtable>) -> Result<()> {
     inner.stats.record_flush();
     Ok(())
 }
+
+/// Merges newly acknowledged seq-times into a manifest's list: ascending, one entry a
+/// second, entries older than `cutoff_ms` dropped except the newest of them (the anchor the
+/// history horizon resolves to), at most `SEQ_TIMES_MAX` entries (oldest thinned first).
+pub(crate) fn merge_seq_times(old: &[SeqTime], new: &[SeqTime], cutoff_ms: u64) -> Vec<SeqTime> {
+    let mut out: Vec<SeqTime> = Vec::with_capacity(old.len() + new.len());
+    for t in old.iter().chain(new.iter()) {
+        match out.last_mut() {
+            Some(last) if t.ms < last.ms || t.seq < last.seq => continue,
+            Some(last) if last.ms / 1000 == t.ms / 1000 => *last = *t,
+            _ => out.push(*t),
+        }
+    }
+    let older = out.iter().filter(|t| t.ms <= cutoff_ms).count();
+    if older > 1 {
+        out.drain(..older - 1);
+    }
+    if out.len() > SEQ_TIMES_MAX {
+        let excess = out.len() - SEQ_TIMES_MAX;
+        // Keep the anchor (index 0); thin the oldest entries after it.
+        out.drain(1..=excess);
+    }
+    out
+}
+
+/// Bound on a manifest's seq-time entries (about 30 bytes each in JSON).
+pub(crate) const SEQ_TIMES_MAX: usize = 4096;

@@ -6,6 +6,7 @@
 //! <root>/tables/<table id>/<shard id>/wal/<id>.wal      WAL segments (empty = fence)
 //! <root>/tables/<table id>/<shard id>/sst/<id>.sst      row SSTs
 //! <root>/tables/<table id>/<shard id>/parquet/<name>.parquet  S3-level column-group files
+//! <root>/tables/<table id>/<shard id>/pins/<reader>.json  durable snapshot pins of readers
 //! <root>/jobs/<job id>.json                             published compaction jobs
 //! <root>/jobs/<job id>.lease                            a worker's claim (heartbeat = CAS)
 //! <root>/jobs/<job id>.result                           a worker's output, awaiting commit
@@ -132,5 +133,15 @@ impl ShardPaths {
     /// One Parquet file.
     pub fn parquet(&self, name: &str) -> Path {
         Path::from(format!("{}/parquet/{name}.parquet", self.dir))
+    }
+
+    /// The directory of durable snapshot pins (readers in other processes).
+    pub fn pins_dir(&self) -> Path {
+        Path::from(format!("{}/pins", self.dir))
+    }
+
+    /// One reader's pin.
+    pub fn pin(&self, reader: &str) -> Path {
+        Path::from(format!("{}/pins/{reader}.json", self.dir))
     }
 }

@@ -140,6 +140,20 @@ pub struct Manifest {
     pub s3_levels: Vec<S3Level>,
     /// When this version was written (writer's clock).
     pub written_at_ms: u64,
+    /// When sequence numbers were acknowledged (ascending, about one entry per second,
+    /// pruned to the history retention): resolves `AS OF TIMESTAMP` to a sequence number.
+    #[serde(default)]
+    pub seq_times: Vec<SeqTime>,
+}
+
+/// A sequence number acknowledged at a time: every write up to `seq` was acknowledged at or
+/// before `ms` (writer's clock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SeqTime {
+    /// Milliseconds since the Unix epoch.
+    pub ms: u64,
+    /// Sequence number.
+    pub seq: u64,
 }
 
 impl Manifest {
@@ -154,6 +168,7 @@ impl Manifest {
             levels: vec![Level::default(); levels.max(2)],
             s3_levels: Vec::new(),
             written_at_ms: 0,
+            seq_times: Vec::new(),
         }
     }
 

@@ -223,16 +223,21 @@ impl ParquetSource {
     pub async fn stream(
         &self,
         start: &[u8],
+        end: Option<&[u8]>,
         columns: Option<&[usize]>,
     ) -> Result<ParquetRecordBatchStream<FileReader>> {
         let fm = self.meta().await?;
         let md = fm.meta.metadata().clone();
+        // Row groups outside [start, end) by their `_key` statistics are never read.
         let groups: Vec<usize> = md
             .row_groups()
             .iter()
             .enumerate()
             .filter(|(_, rg)| match rg.column(0).statistics() {
-                Some(Statistics::ByteArray(s)) => s.max_opt().is_none_or(|m| m.data() >= start),
+                Some(Statistics::ByteArray(s)) => {
+                    s.max_opt().is_none_or(|m| m.data() >= start)
+                        && end.is_none_or(|e| s.min_opt().is_none_or(|m| m.data() < e))
+                }
                 _ => true,
             })
             .map(|(i, _)| i)
@@ -396,7 +401,9 @@ impl EntryIter for RunIter {
                     return Ok(None);
                 };
                 let start = self.start.clone();
-                let s = self.handle.block_on(f.stream(&start, None))?;
+                let s = self
+                    .handle
+                    .block_on(f.stream(&start, self.end.as_deref(), None))?;
                 self.stream = Some((f.path.to_string(), s));
             }
             let Some((origin, stream)) = self.stream.as_mut() else {

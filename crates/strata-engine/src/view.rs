@@ -1,0 +1,635 @@
+//! Consistent read-only views of shards: what a query reads (Umzi §7).
+//!
+//! A [`ShardView`] is one shard's memtables, NVMe-tier SSTs and S3-level Parquet runs as of
+//! one manifest version, read at one sequence number. Its file set never changes while it
+//! lives, so compaction and GC running underneath cannot change what it returns:
+//!
+//! - **In the writer's process** the view is the shard's current state (memtables included)
+//!   plus an in-process snapshot pin and a read guard that keeps its manifest version's
+//!   objects from GC.
+//! - **In any other process** (a query service) the view is built from the bucket alone: the
+//!   newest manifest version, every WAL segment after its replay point (so every write
+//!   acknowledged before the view was opened is visible, and nothing newer), and the SSTs it
+//!   lists (downloaded once into the local directory). A *durable pin* object under
+//!   `<shard>/pins/` names the manifest version; the writer's GC keeps that version's objects
+//!   until the pin lapses. The view renews the pin while it lives and deletes it when
+//!   dropped.
+//!
+//! Time travel reads a view at an older sequence number: exact for any number at or above
+//! the manifest's `compaction_floor_seq` (compaction keeps every version written within
+//! `history_retention_ms`), refused with `SnapshotTooOld` below it.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Weak};
+
+use bytes::Bytes;
+use futures::TryStreamExt;
+use object_store::{ObjectStoreExt, PutPayload};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use strata_common::clock::ClockRef;
+use strata_common::ids::parse_id;
+use strata_manifest::{Manifest, SeqTime, ShardPaths, SstId, SstInfo, Versioned, VersionedStore};
+use strata_objstore::StoreRef;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Error, Result};
+use crate::iter::{EntryIter, MergeIter, RowIter};
+use crate::memtable::{Memtable, MemtableIter};
+use crate::row::RowValues;
+use crate::s3::{BucketFiles, S3Context};
+use crate::schema::TableSchema;
+use crate::sst::{SstIter, SstReader};
+use crate::state::{ShardState, SstHandle};
+use crate::wal::Segment;
+
+/// Which snapshot a read sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AsOf {
+    /// Every write with at most this (shard) sequence number.
+    Seq(u64),
+    /// Every write acknowledged at or before this time (milliseconds since the Unix epoch),
+    /// resolved through the shard's seq-time index (one-second resolution once flushed).
+    TimestampMs(u64),
+}
+
+/// Counts of what a scan of a view reads and skips (for `EXPLAIN`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScanSummary {
+    /// Memtables merged (the WAL tail, in a query service).
+    pub memtables: usize,
+    /// NVMe-tier SSTs overlapping the key range.
+    pub ssts_read: usize,
+    /// NVMe-tier SSTs skipped by the key range.
+    pub ssts_pruned: usize,
+    /// Parquet files of the groups needed overlapping the key range.
+    pub parquet_read: usize,
+    /// Parquet files skipped: outside the key range, or of groups the projection does not
+    /// need.
+    pub parquet_pruned: usize,
+    /// Column groups read, per S3 level.
+    pub groups_read: Vec<usize>,
+}
+
+/// Something a view holds on to until dropped (pins and guards).
+pub(crate) trait Hold: Send + Sync {}
+impl<T: Send + Sync> Hold for T {}
+
+/// A consistent read-only view of one shard.
+pub struct ShardView {
+    pub(crate) table: Arc<TableSchema>,
+    pub(crate) state: Arc<ShardState>,
+    /// The newest sequence number visible.
+    pub(crate) seq: u64,
+    /// The sequence number reads use (`seq`, or older for time travel).
+    pub(crate) read_seq: u64,
+    pub(crate) store: StoreRef,
+    pub(crate) paths: ShardPaths,
+    pub(crate) s3: S3Context,
+    pub(crate) seq_times: Vec<SeqTime>,
+    _holds: Vec<Box<dyn Hold>>,
+}
+
+impl std::fmt::Debug for ShardView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "ShardView({}, manifest v{}, seq {})",
+            self.paths.dir(),
+            self.state.manifest.version,
+            self.read_seq
+        )
+    }
+}
+
+impl ShardView {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        table: Arc<TableSchema>,
+        state: Arc<ShardState>,
+        seq: u64,
+        store: StoreRef,
+        paths: ShardPaths,
+        s3: S3Context,
+        seq_times: Vec<SeqTime>,
+        holds: Vec<Box<dyn Hold>>,
+    ) -> Self {
+        Self {
+            table,
+            state,
+            seq,
+            read_seq: seq,
+            store,
+            paths,
+            s3,
+            seq_times,
+            _holds: holds,
+        }
+    }
+
+    /// The sequence number reads see.
+    pub fn seq(&self) -> u64 {
+        self.read_seq
+    }
+
+    /// The newest sequence number in the view (what a read without `AS OF` sees).
+    pub fn latest_seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// The manifest version the view reads.
+    pub fn manifest_version(&self) -> u64 {
+        self.state.manifest.version
+    }
+
+    /// The manifest the view reads.
+    pub fn manifest(&self) -> &Arc<Versioned<Manifest>> {
+        &self.state.manifest
+    }
+
+    /// The oldest sequence number the view can read exactly.
+    pub fn oldest_readable_seq(&self) -> u64 {
+        self.state.manifest.value.compaction_floor_seq
+    }
+
+    /// The table read.
+    pub fn table(&self) -> &Arc<TableSchema> {
+        &self.table
+    }
+
+    /// Reads the view as of an older snapshot.
+    pub fn at(mut self, as_of: AsOf) -> Result<Self> {
+        let floor = self.oldest_readable_seq();
+        let seq = match as_of {
+            AsOf::Seq(s) => s,
+            AsOf::TimestampMs(ms) => match self
+                .seq_times
+                .iter()
+                .filter(|t| t.ms <= ms)
+                .map(|t| t.seq)
+                .max()
+            {
+                Some(s) => s.min(self.seq),
+                // Nothing acknowledged before `ms` is known: the table was empty then, unless
+                // its early history has been compacted away.
+                None if floor == 0 => 0,
+                None => {
+                    return Err(Error::SnapshotTooOld {
+                        requested: 0,
+                        floor,
+                    });
+                }
+            },
+        };
+        if seq > self.seq {
+            return Err(Error::Invalid(format!(
+                "sequence number {seq} is newer than the latest acknowledged write of {} ({})",
+                self.table.name(),
+                self.seq
+            )));
+        }
+        if seq < floor {
+            return Err(Error::SnapshotTooOld {
+                requested: seq,
+                floor,
+            });
+        }
+        self.read_seq = seq;
+        Ok(self)
+    }
+
+    /// What a scan of `[start, end)` needing the non-key columns `needed` reads.
+    pub fn summary(&self, start: &[u8], end: Option<&[u8]>, needed: Option<&[usize]>) -> ScanSummary {
+        let overlaps = |lo: &[u8], hi: &[u8]| hi >= start && end.is_none_or(|e| lo < e);
+        let mut s = ScanSummary {
+            memtables: self.state.memtables().filter(|m| !m.is_empty()).count(),
+            ..Default::default()
+        };
+        for h in self.state.levels.iter().flatten() {
+            if overlaps(&h.info.key_min, &h.info.key_max) {
+                s.ssts_read += 1;
+            } else {
+                s.ssts_pruned += 1;
+            }
+        }
+        for (li, level) in self.state.manifest.value.s3_levels.iter().enumerate() {
+            let wanted = crate::s3::groups_needed(&self.table, li, needed);
+            s.groups_read.push(wanted.len());
+            for (g, run) in level.groups.iter().enumerate() {
+                for f in &run.files {
+                    if wanted.contains(&g) && overlaps(&f.key_min, &f.key_max) {
+                        s.parquet_read += 1;
+                    } else {
+                        s.parquet_pruned += 1;
+                    }
+                }
+            }
+        }
+        s
+    }
+
+    /// Live rows of `[start, end)` in key order at the view's sequence number, reading only
+    /// the S3 groups holding the non-key columns `needed` (indices into the table's value
+    /// columns; None = all). Blocking: call it on a blocking thread.
+    pub fn rows(
+        &self,
+        start: &[u8],
+        end: Option<&[u8]>,
+        needed: Option<&[usize]>,
+        handle: &tokio::runtime::Handle,
+    ) -> ViewRows {
+        let mut sources: Vec<Box<dyn EntryIter>> = Vec::new();
+        for mem in self.state.memtables() {
+            sources.push(Box::new(MemtableIter::new(mem.clone(), start)));
+        }
+        for h in self.state.levels.iter().flatten() {
+            let before_start = h.info.key_max.as_slice() < start;
+            let after_end = end.is_some_and(|e| h.info.key_min.as_slice() >= e);
+            if !before_start && !after_end {
+                sources.push(Box::new(SstIter::new(h.reader.clone(), start)));
+            }
+        }
+        let mut merged = MergeIter::with_parts(sources, self.table.codec.clone());
+        let files = BucketFiles {
+            store: &self.store,
+            paths: &self.paths,
+            s3: &self.s3,
+        };
+        merged.add_sources(crate::s3::run_iters(
+            &self.table,
+            &files,
+            &self.state.manifest.value,
+            start,
+            end,
+            needed,
+            handle,
+        ));
+        ViewRows {
+            rows: RowIter::new(
+                Box::new(merged),
+                &self.table.codec,
+                self.read_seq,
+                end.map(|e| e.to_vec()),
+            ),
+        }
+    }
+}
+
+/// Live rows of a view, in key order.
+pub struct ViewRows {
+    rows: RowIter,
+}
+
+impl ViewRows {
+    /// The next live row (encoded key, values of the non-key columns).
+    pub fn next_row(&mut self) -> Result<Option<(Bytes, RowValues)>> {
+        self.rows.next_row()
+    }
+}
+
+/// A durable pin: `<shard>/pins/<id>.json`, renewed until dropped.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PinRecord {
+    /// The manifest version whose objects must be kept.
+    pub manifest_version: u64,
+    /// The pin lapses after this time (writer's clock) unless renewed.
+    pub expires_at_ms: u64,
+}
+
+struct DurablePin {
+    cancel: CancellationToken,
+}
+
+impl Drop for DurablePin {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+async fn put_pin(store: &StoreRef, path: &object_store::path::Path, rec: &PinRecord) -> Result<()> {
+    let body = serde_json::to_vec(rec).map_err(|e| Error::Internal(e.to_string()))?;
+    store
+        .put(path, PutPayload::from(body))
+        .await
+        .map_err(Error::store(format!("write pin {path}")))?;
+    Ok(())
+}
+
+/// Pins `version` of the shard at `paths` until the returned guard drops.
+async fn pin_version(
+    store: &StoreRef,
+    paths: &ShardPaths,
+    version: u64,
+    clock: &ClockRef,
+    lease_ms: u64,
+) -> Result<DurablePin> {
+    let id = format!(
+        "{:016x}-{:08x}-{:016x}",
+        clock.now_ms(),
+        std::process::id(),
+        NEXT_PIN.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
+    let path = paths.pin(&id);
+    let lease_ms = lease_ms.max(300);
+    put_pin(
+        store,
+        &path,
+        &PinRecord {
+            manifest_version: version,
+            expires_at_ms: clock.now_ms() + lease_ms,
+        },
+    )
+    .await?;
+    let cancel = CancellationToken::new();
+    let (c, store, clock) = (cancel.clone(), store.clone(), clock.clone());
+    tokio::spawn(async move {
+        let every = std::time::Duration::from_millis(lease_ms / 3);
+        loop {
+            tokio::select! {
+                _ = c.cancelled() => break,
+                _ = tokio::time::sleep(every) => {}
+            }
+            let rec = PinRecord {
+                manifest_version: version,
+                expires_at_ms: clock.now_ms() + lease_ms,
+            };
+            if let Err(e) = put_pin(&store, &path, &rec).await {
+                tracing::warn!(%path, error = %e, "could not renew snapshot pin");
+            }
+        }
+        if let Err(e) = store.delete(&path).await
+            && !matches!(e, object_store::Error::NotFound { .. })
+        {
+            tracing::warn!(%path, error = %e, "could not delete snapshot pin; it lapses on its own");
+        }
+    });
+    Ok(DurablePin { cancel })
+}
+
+static NEXT_PIN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// Manifest versions pinned by live durable pins of the shard at `paths`; lapsed pins are
+/// deleted when `delete_lapsed`.
+pub(crate) async fn pinned_versions(
+    store: &StoreRef,
+    paths: &ShardPaths,
+    now_ms: u64,
+    delete_lapsed: bool,
+) -> Result<Vec<u64>> {
+    let metas: Vec<object_store::ObjectMeta> = store
+        .list(Some(&paths.pins_dir()))
+        .try_collect()
+        .await
+        .map_err(Error::store("list pins"))?;
+    let mut out = Vec::new();
+    for m in metas {
+        let data = match store.get(&m.location).await {
+            Ok(g) => g.bytes().await.map_err(Error::store("read pin"))?,
+            Err(object_store::Error::NotFound { .. }) => continue,
+            Err(e) => return Err(Error::store("read pin")(e)),
+        };
+        match serde_json::from_slice::<PinRecord>(&data) {
+            Ok(p) if p.expires_at_ms >= now_ms => out.push(p.manifest_version),
+            Ok(_) if delete_lapsed => match store.delete(&m.location).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(Error::store("delete lapsed pin")(e)),
+            },
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(path = %m.location, error = %e, "ignoring unreadable snapshot pin")
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Builds views of shards from the bucket alone (query services and other readers that are
+/// not the shard's writer). Caches downloaded SSTs and decoded WAL segments.
+pub(crate) struct RemoteViews {
+    pub(crate) store: StoreRef,
+    pub(crate) s3: S3Context,
+    pub(crate) clock: ClockRef,
+    pub(crate) local_dir: PathBuf,
+    pub(crate) pin_lease_ms: u64,
+    ssts: Mutex<HashMap<(String, SstId), Weak<SstHandle>>>,
+    wal: Mutex<HashMap<(String, u64), Arc<Segment>>>,
+}
+
+impl RemoteViews {
+    pub(crate) fn new(
+        store: StoreRef,
+        s3: S3Context,
+        clock: ClockRef,
+        local_dir: PathBuf,
+        pin_lease_ms: u64,
+    ) -> Self {
+        Self {
+            store,
+            s3,
+            clock,
+            local_dir,
+            pin_lease_ms,
+            ssts: Mutex::new(HashMap::new()),
+            wal: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A view of the shard at `paths` with every acknowledged write.
+    pub(crate) async fn open(&self, table: Arc<TableSchema>, paths: ShardPaths) -> Result<ShardView> {
+        let manifests = VersionedStore::<Manifest>::new(self.store.clone(), paths.manifest_dir());
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let manifest = manifests.latest().await?.ok_or_else(|| {
+                Error::Internal(format!("shard {} has no manifest", paths.dir()))
+            })?;
+            let pin = pin_version(
+                &self.store,
+                &paths,
+                manifest.version,
+                &self.clock,
+                self.pin_lease_ms,
+            )
+            .await?;
+            match self.tail(&paths, &manifest.value).await {
+                Ok((mem, seq, tail_times)) => {
+                    let levels = self.levels(&paths, &manifest.value).await?;
+                    let mut seq_times = manifest.value.seq_times.clone();
+                    seq_times.extend(tail_times);
+                    let state = ShardState {
+                        active: Arc::new(mem),
+                        frozen: Vec::new(),
+                        levels,
+                        manifest: Arc::new(manifest),
+                    };
+                    return Ok(ShardView::new(
+                        table,
+                        Arc::new(state),
+                        seq,
+                        self.store.clone(),
+                        paths,
+                        self.s3.clone(),
+                        seq_times,
+                        vec![Box::new(pin)],
+                    ));
+                }
+                // A segment was collected after a flush committed a newer manifest version:
+                // start over from it.
+                Err(Error::Store {
+                    context,
+                    source: object_store::Error::NotFound { .. },
+                }) if attempt < 8 => {
+                    tracing::debug!(shard = %paths.dir(), %context, "wal moved on; reopening view");
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The WAL tail after the manifest's replay point, as a memtable; its newest sequence
+    /// number; and when its segments were written.
+    async fn tail(&self, paths: &ShardPaths, m: &Manifest) -> Result<(Memtable, u64, Vec<SeqTime>)> {
+        let mut ids: Vec<(u64, object_store::ObjectMeta)> = self
+            .store
+            .list(Some(&paths.wal_dir()))
+            .try_filter_map(|meta| async move {
+                Ok(parse_id(meta.location.as_ref()).map(|id| (id, meta)))
+            })
+            .try_collect()
+            .await
+            .map_err(Error::store("list wal"))?;
+        ids.retain(|(id, _)| *id > m.wal_replay_after);
+        ids.sort_by_key(|(id, _)| *id);
+        let dir = paths.dir().to_string();
+        {
+            // Segments at or before the replay point are never read again.
+            let mut cache = self.wal.lock();
+            cache.retain(|(d, id), _| d != &dir || *id > m.wal_replay_after);
+        }
+        let mem = Memtable::new();
+        let mut seq = m.seq_flushed;
+        let mut times = Vec::new();
+        for (id, meta) in ids {
+            if meta.size == 0 {
+                continue; // a writer's fence
+            }
+            let cached = self.wal.lock().get(&(dir.clone(), id)).cloned();
+            let segment = match cached {
+                Some(s) => s,
+                None => {
+                    let data = match self.store.get(&paths.wal(id)).await {
+                        Ok(g) => g.bytes().await.map_err(Error::store("read wal"))?,
+                        Err(e) => return Err(Error::store(format!("read wal segment {id}"))(e)),
+                    };
+                    let s = Arc::new(Segment::decode(&data)?);
+                    self.wal.lock().insert((dir.clone(), id), s.clone());
+                    s
+                }
+            };
+            let mut top = 0;
+            for record in &segment.records {
+                if record.seq <= m.seq_flushed {
+                    continue;
+                }
+                mem.insert(record.seq, id, &record.entries);
+                top = top.max(record.seq);
+            }
+            if top > 0 {
+                seq = seq.max(top);
+                times.push(SeqTime {
+                    ms: meta.last_modified.timestamp_millis().max(0) as u64,
+                    seq: top,
+                });
+            }
+        }
+        Ok((mem, seq, times))
+    }
+
+    /// Open handles of the SSTs `m` lists, downloading what the local directory lacks.
+    async fn levels(&self, paths: &ShardPaths, m: &Manifest) -> Result<Vec<Vec<Arc<SstHandle>>>> {
+        let dir = paths.dir().to_string();
+        let local = self.local_dir.join(dir.replace('/', "_"));
+        tokio::fs::create_dir_all(&local)
+            .await
+            .map_err(Error::io(format!("create {}", local.display())))?;
+        let mut levels = Vec::with_capacity(m.levels.len());
+        for level in &m.levels {
+            let mut handles = Vec::with_capacity(level.ssts.len());
+            for info in &level.ssts {
+                let key = (dir.clone(), info.id);
+                let cached = self.ssts.lock().get(&key).and_then(Weak::upgrade);
+                let h = match cached {
+                    Some(h) => h,
+                    None => {
+                        let h = fetch_sst(&self.store, paths, info, &local).await?;
+                        self.ssts.lock().insert(key, Arc::downgrade(&h));
+                        h
+                    }
+                };
+                handles.push(h);
+            }
+            levels.push(handles);
+        }
+        // SSTs no longer listed: their local copies go once no view uses them.
+        let listed: std::collections::HashSet<SstId> = m.ssts().map(|s| s.id).collect();
+        let mut cache = self.ssts.lock();
+        cache.retain(|(d, id), weak| {
+            if d != &dir || listed.contains(id) {
+                return true;
+            }
+            match weak.upgrade() {
+                Some(h) => h.mark_obsolete(),
+                None => {
+                    let _ = std::fs::remove_file(local.join(format!("{id}.sst")));
+                }
+            }
+            false
+        });
+        Ok(levels)
+    }
+}
+
+/// Opens the SST `info` from `dir`, downloading it from the bucket first when the local copy
+/// is missing or has the wrong size.
+pub(crate) async fn fetch_sst(
+    store: &StoreRef,
+    paths: &ShardPaths,
+    info: &SstInfo,
+    dir: &std::path::Path,
+) -> Result<Arc<SstHandle>> {
+    let path = dir.join(format!("{}.sst", info.id));
+    let local_ok = tokio::fs::metadata(&path)
+        .await
+        .is_ok_and(|m| m.len() == info.size_bytes);
+    if !local_ok {
+        let data = store
+            .get(&paths.sst(&info.id))
+            .await
+            .map_err(Error::store(format!("download sst {}", info.id)))?
+            .bytes()
+            .await
+            .map_err(Error::store(format!("download sst {}", info.id)))?;
+        if data.len() as u64 != info.size_bytes {
+            return Err(Error::Corrupt(format!(
+                "sst {} is {} bytes in the bucket, the manifest says {}",
+                info.id,
+                data.len(),
+                info.size_bytes
+            )));
+        }
+        let tmp = path.with_extension(format!("sst.download-{}", std::process::id()));
+        tokio::fs::write(&tmp, &data)
+            .await
+            .map_err(Error::io("write downloaded sst"))?;
+        tokio::fs::rename(&tmp, &path)
+            .await
+            .map_err(Error::io("rename downloaded sst"))?;
+    }
+    let p = path.clone();
+    let reader = tokio::task::spawn_blocking(move || SstReader::open(&p))
+        .await
+        .map_err(|e| Error::Internal(e.to_string()))??;
+    Ok(Arc::new(SstHandle::new(info.clone(), reader, path)))
+}

@@ -1,0 +1,155 @@
+//! Every Strata table in a DataFusion schema (`strata.public.<table>`), plus the `as_of`
+//! table function for time travel.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::catalog::{SchemaProvider, TableFunctionArgs, TableFunctionImpl};
+use datafusion::common::ScalarValue;
+use datafusion::datasource::TableProvider;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::logical_expr::Expr;
+use parking_lot::Mutex;
+use strata_engine::schema::TableSchema;
+use strata_engine::{AsOf, Db};
+
+use crate::provider::{StrataTable, TableOptions};
+
+/// The tables of one query, loaded from the catalog when the query starts.
+#[derive(Debug)]
+pub struct StrataSchema {
+    db: Db,
+    tables: HashMap<String, Arc<TableSchema>>,
+    options: TableOptions,
+    providers: Mutex<HashMap<String, Arc<StrataTable>>>,
+}
+
+impl StrataSchema {
+    /// Loads the table list from the catalog.
+    pub async fn load(db: Db, options: TableOptions) -> strata_engine::Result<Self> {
+        let mut tables = HashMap::new();
+        for entry in db.list_tables().await? {
+            let name = entry.name.clone();
+            tables.insert(name, Arc::new(TableSchema::new(entry)?));
+        }
+        Ok(Self {
+            db,
+            tables,
+            options,
+            providers: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// A table as of a snapshot (time travel); not shared with the latest-state provider.
+    pub fn table_as_of(&self, name: &str, as_of: AsOf) -> Result<Arc<StrataTable>> {
+        let t = self
+            .tables
+            .get(name)
+            .ok_or_else(|| DataFusionError::Plan(format!("table not found: {name}")))?;
+        Ok(Arc::new(StrataTable::new(
+            self.db.clone(),
+            t.clone(),
+            Some(as_of),
+            self.options.clone(),
+        )))
+    }
+}
+
+#[async_trait]
+impl SchemaProvider for StrataSchema {
+    fn table_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.tables.keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+        let Some(t) = self.tables.get(name) else {
+            return Ok(None);
+        };
+        let p = self
+            .providers
+            .lock()
+            .entry(name.to_string())
+            .or_insert_with(|| {
+                Arc::new(StrataTable::new(
+                    self.db.clone(),
+                    t.clone(),
+                    None,
+                    self.options.clone(),
+                ))
+            })
+            .clone();
+        Ok(Some(p))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.tables.contains_key(name)
+    }
+}
+
+/// `as_of('table', <sequence number>)` or `as_of('table', TIMESTAMP '...')`: the table as
+/// of an earlier retained snapshot.
+#[derive(Debug)]
+pub struct AsOfFunction {
+    /// The query's tables.
+    pub schema: Arc<StrataSchema>,
+}
+
+impl TableFunctionImpl for AsOfFunction {
+    fn call_with_args(&self, args: TableFunctionArgs) -> Result<Arc<dyn TableProvider>> {
+        let usage = || {
+            DataFusionError::Plan(
+                "as_of takes a table name and a sequence number or a timestamp: as_of('t', 42) or as_of('t', TIMESTAMP '2026-01-01T00:00:00Z')".into(),
+            )
+        };
+        let exprs = args.exprs();
+        let [name, at] = exprs else {
+            return Err(usage());
+        };
+        let name = match name {
+            Expr::Literal(ScalarValue::Utf8(Some(s)), _)
+            | Expr::Literal(ScalarValue::Utf8View(Some(s)), _)
+            | Expr::Literal(ScalarValue::LargeUtf8(Some(s)), _) => s.clone(),
+            _ => return Err(usage()),
+        };
+        let as_of = match literal_of(at).ok_or_else(usage)? {
+            ScalarValue::Int64(Some(v)) if v >= 0 => AsOf::Seq(v as u64),
+            ScalarValue::Int32(Some(v)) if v >= 0 => AsOf::Seq(v as u64),
+            ScalarValue::UInt64(Some(v)) => AsOf::Seq(v),
+            ScalarValue::Utf8(Some(s)) | ScalarValue::Utf8View(Some(s)) => {
+                let ts = ScalarValue::Utf8(Some(s.clone()))
+                    .cast_to(&arrow::datatypes::DataType::Timestamp(
+                        arrow::datatypes::TimeUnit::Millisecond,
+                        Some("UTC".into()),
+                    ))
+                    .map_err(|_| usage())?;
+                timestamp_ms(&ts).ok_or_else(usage)?
+            }
+            v => timestamp_ms(&v).ok_or_else(usage)?,
+        };
+        Ok(self.schema.table_as_of(&name, as_of)?)
+    }
+}
+
+/// The literal an argument evaluates to (`TIMESTAMP '...'` arrives as a cast of a string).
+fn literal_of(e: &Expr) -> Option<ScalarValue> {
+    match e {
+        Expr::Literal(v, _) => Some(v.clone()),
+        Expr::Cast(c) => literal_of(&c.expr)?.cast_to(c.field.data_type()).ok(),
+        Expr::Negative(_) => None,
+        _ => None,
+    }
+}
+
+fn timestamp_ms(v: &ScalarValue) -> Option<AsOf> {
+    let ms = match v {
+        ScalarValue::TimestampSecond(Some(x), _) => x.checked_mul(1000)?,
+        ScalarValue::TimestampMillisecond(Some(x), _) => *x,
+        ScalarValue::TimestampMicrosecond(Some(x), _) => x / 1000,
+        ScalarValue::TimestampNanosecond(Some(x), _) => x / 1_000_000,
+        _ => return None,
+    };
+    (ms >= 0).then_some(AsOf::TimestampMs(ms as u64))
+}

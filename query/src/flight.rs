@@ -1,0 +1,1 @@
+//! Arrow Flight SQL endpoint.

@@ -1,0 +1,29 @@
+//! Strata's query service: SQL (Apache DataFusion) over every table, reading the memtable /
+//! WAL tail, the NVMe-tier SSTs and the S3 Parquet levels of each shard as one consistent
+//! snapshot, over HTTP and Arrow Flight SQL.
+//!
+//! - [`catalog`]: every table in `strata.public`, and `as_of(table, seq | timestamp)` for
+//!   time travel.
+//! - [`provider`]: a table as a DataFusion `TableProvider`; INSERT / UPDATE / DELETE go
+//!   through the engine's ingest path where the service is the tables' writer.
+//! - [`scan`]: the scan operator (tiers merged by key, batches streamed with bounded memory).
+//! - [`pushdown`]: key predicates become a key range; other predicates run after versions
+//!   are reconciled (never used to skip files by their statistics).
+//! - [`service`]: sessions with the safety rules (no file or URL access, no DDL, memory limit
+//!   and timeout per query).
+//! - [`http`] and [`flight`]: the endpoints.
+//!
+//! Limits: sequence numbers are per shard (tables have one shard today); a statement's
+//! writes are atomic per batch of rows, not per statement.
+
+pub mod catalog;
+pub mod error;
+pub mod flight;
+pub mod http;
+pub mod provider;
+pub mod pushdown;
+pub mod scan;
+pub mod service;
+
+pub use error::{QueryError, QueryErrorKind};
+pub use service::{QueryConfig, QueryService};

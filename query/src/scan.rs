@@ -1,0 +1,296 @@
+//! The scan operator: streams a table view's live rows as Arrow batches.
+//!
+//! Each partition is a key range; a blocking task merges the tiers of every shard overlapping
+//! it (memtables / WAL tail, NVMe-tier SSTs, S3 levels) by primary key, newest version per
+//! column wins and tombstones hide older versions, and sends batches through a channel of two
+//! batches (bounded memory: a slow consumer stops the merge).
+
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::TaskContext;
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+    SendableRecordBatchStream,
+};
+use strata_engine::TableView;
+
+use crate::pushdown::{KeyRange, describe};
+
+/// Scans a consistent view of a table.
+#[derive(Debug)]
+pub struct StrataScanExec {
+    view: Arc<TableView>,
+    /// Columns returned (indices into the table schema).
+    projection: Vec<usize>,
+    /// Non-key columns the projection needs (indices into the value columns).
+    needed: Vec<usize>,
+    /// One key range per partition, ascending and disjoint.
+    ranges: Vec<KeyRange>,
+    /// The range the key predicates allow (for EXPLAIN).
+    range: KeyRange,
+    limit: Option<usize>,
+    batch_rows: usize,
+    schema: SchemaRef,
+    props: Arc<PlanProperties>,
+}
+
+impl StrataScanExec {
+    /// A scan of `view` over `range`, split into at most `partitions` key ranges.
+    pub fn new(
+        view: Arc<TableView>,
+        projection: Vec<usize>,
+        range: KeyRange,
+        limit: Option<usize>,
+        partitions: usize,
+        batch_rows: usize,
+    ) -> Result<Self> {
+        let table = &view.schema;
+        let schema = Arc::new(table.read_schema.project(&projection)?);
+        let needed: Vec<usize> = projection
+            .iter()
+            .filter_map(|c| table.value_indices.iter().position(|v| v == c))
+            .collect();
+        let ranges = if range.is_empty() {
+            Vec::new()
+        } else if limit.is_some() {
+            vec![range.clone()] // in key order, stop early
+        } else {
+            split(&view, &range, partitions.max(1))
+        };
+        let props = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(schema.clone()),
+            Partitioning::UnknownPartitioning(ranges.len().max(1)),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        ));
+        Ok(Self {
+            view,
+            projection,
+            needed,
+            ranges,
+            range,
+            limit,
+            batch_rows: batch_rows.max(1),
+            schema,
+            props,
+        })
+    }
+}
+
+/// Splits `range` at file boundaries of the view's largest runs into about `n` parts.
+fn split(view: &TableView, range: &KeyRange, n: usize) -> Vec<KeyRange> {
+    let mut cuts: Vec<Vec<u8>> = Vec::new();
+    for s in &view.shards {
+        let m = &s.manifest().value;
+        for level in &m.s3_levels {
+            if let Some(run) = level.groups.first() {
+                cuts.extend(run.files.iter().map(|f| f.key_min.clone()));
+            }
+        }
+        for level in m.levels.iter().skip(1) {
+            cuts.extend(level.ssts.iter().map(|f| f.key_min.clone()));
+        }
+    }
+    cuts.retain(|c| c.as_slice() > range.start.as_slice() && range.end.as_deref().is_none_or(|e| c.as_slice() < e));
+    cuts.sort();
+    cuts.dedup();
+    let mut chosen = Vec::new();
+    if n > 1 && !cuts.is_empty() {
+        for i in 1..n {
+            let at = i * cuts.len() / n;
+            if let Some(c) = cuts.get(at)
+                && chosen.last() != Some(c)
+            {
+                chosen.push(c.clone());
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(chosen.len() + 1);
+    let mut start = range.start.clone();
+    for c in chosen {
+        out.push(KeyRange {
+            start: std::mem::replace(&mut start, c.clone()),
+            end: Some(c),
+        });
+    }
+    out.push(KeyRange {
+        start,
+        end: range.end.clone(),
+    });
+    out
+}
+
+impl DisplayAs for StrataScanExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let table = &self.view.schema;
+        let cols: Vec<&str> = self
+            .projection
+            .iter()
+            .map(|i| table.schema.field(*i).name().as_str())
+            .collect();
+        write!(
+            f,
+            "StrataScanExec: table={}, projection=[{}], key_range={}",
+            table.name(),
+            cols.join(", "),
+            if self.range == KeyRange::all() {
+                "all".to_string()
+            } else {
+                describe(table, &self.range)
+            }
+        )?;
+        if let Some(l) = self.limit {
+            write!(f, ", limit={l}")?;
+        }
+        for (i, s) in self.view.shards.iter().enumerate() {
+            let sum = s.summary(
+                &self.range.start,
+                self.range.end.as_deref(),
+                Some(&self.needed),
+            );
+            write!(
+                f,
+                ", shard{i}=[seq={} manifest=v{} memtables={} ssts={} (pruned {}) parquet={} (pruned {}) groups={:?}]",
+                s.seq(),
+                s.manifest_version(),
+                sum.memtables,
+                sum.ssts_read,
+                sum.ssts_pruned,
+                sum.parquet_read,
+                sum.parquet_pruned,
+                sum.groups_read
+            )?;
+        }
+        write!(f, ", partitions={}", self.ranges.len())
+    }
+}
+
+impl ExecutionPlan for StrataScanExec {
+    fn name(&self) -> &str {
+        "StrataScanExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.props
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        Vec::new()
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if children.is_empty() {
+            Ok(self)
+        } else {
+            Err(DataFusionError::Internal(
+                "StrataScanExec has no children".into(),
+            ))
+        }
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        _context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<RecordBatch>>(2);
+        let schema = self.schema.clone();
+        let Some(range) = self.ranges.get(partition).cloned() else {
+            return Ok(Box::pin(RecordBatchStreamAdapter::new(
+                schema,
+                futures::stream::empty(),
+            )));
+        };
+        let handle = tokio::runtime::Handle::try_current()
+            .map_err(|e| DataFusionError::Execution(format!("no runtime: {e}")))?;
+        let view = self.view.clone();
+        let (projection, needed) = (self.projection.clone(), self.needed.clone());
+        let (limit, batch_rows) = (self.limit.unwrap_or(usize::MAX), self.batch_rows);
+        tokio::task::spawn_blocking(move || {
+            let result = produce(
+                &view,
+                &range,
+                &projection,
+                &needed,
+                limit,
+                batch_rows,
+                &handle,
+                &tx,
+            );
+            if let Err(e) = result {
+                let _ = tx.blocking_send(Err(e));
+            }
+        });
+        let stream = futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|b| (b, rx))
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
+    }
+}
+
+fn engine_err(e: strata_engine::Error) -> DataFusionError {
+    DataFusionError::External(Box::new(e))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn produce(
+    view: &TableView,
+    range: &KeyRange,
+    projection: &[usize],
+    needed: &[usize],
+    limit: usize,
+    batch_rows: usize,
+    handle: &tokio::runtime::Handle,
+    tx: &tokio::sync::mpsc::Sender<Result<RecordBatch>>,
+) -> Result<()> {
+    let table = &view.schema;
+    let mut sent = 0usize;
+    for (entry, shard) in view.entry.shards.iter().zip(&view.shards) {
+        let r = range.clamp(&entry.key_start, entry.key_end.as_deref());
+        if r.is_empty() {
+            continue;
+        }
+        let mut rows = shard.rows(&r.start, r.end.as_deref(), Some(needed), handle);
+        let mut buf = Vec::with_capacity(batch_rows.min(limit));
+        loop {
+            let next = rows.next_row().map_err(engine_err)?;
+            let done = next.is_none();
+            if let Some(row) = next {
+                buf.push(row);
+            }
+            if buf.len() >= batch_rows || sent + buf.len() >= limit || (done && !buf.is_empty()) {
+                let batch = table.to_batch(&buf, projection).map_err(engine_err)?;
+                sent += buf.len();
+                buf.clear();
+                if tx.blocking_send(Ok(batch)).is_err() {
+                    return Ok(()); // the consumer went away (LIMIT satisfied, cancelled)
+                }
+                if sent >= limit {
+                    return Ok(());
+                }
+            }
+            if done {
+                break;
+            }
+        }
+    }
+    Ok(())
+}

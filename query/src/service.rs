@@ -1,0 +1,384 @@
+//! The query service: one DataFusion session per query over the Strata catalog, with the
+//! safety rules (no file or URL access, no DDL, a memory limit and a timeout per query).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
+use datafusion::execution::object_store::ObjectStoreRegistry;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_plan::SendableRecordBatchStream;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::prelude::{DataFrame, SQLOptions, SessionConfig, SessionContext};
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use strata_engine::Db;
+
+use crate::catalog::{AsOfFunction, StrataSchema};
+use crate::error::{QueryError, QueryErrorKind};
+use crate::provider::TableOptions;
+
+/// Query service settings (serde; every field has a default).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct QueryConfig {
+    /// Memory one query may use for its operators (sorts, joins, aggregates); over it the
+    /// query fails with `resources_exhausted` (nothing spills to the server's disk).
+    pub memory_limit_bytes: usize,
+    /// A query running longer fails with `timeout`.
+    pub timeout_ms: u64,
+    /// Rows per batch a scan produces.
+    pub batch_rows: usize,
+    /// Key-range partitions a scan is split into at most (0 = the number of cores).
+    pub scan_partitions: usize,
+    /// Bytes of results the HTTP endpoint buffers for one response at most.
+    pub result_bytes_max: usize,
+}
+
+impl Default for QueryConfig {
+    fn default() -> Self {
+        Self {
+            memory_limit_bytes: 1 << 30,
+            timeout_ms: 300_000,
+            batch_rows: 8192,
+            scan_partitions: 0,
+            result_bytes_max: 256 << 20,
+        }
+    }
+}
+
+/// Answers SQL over every table of a Strata database.
+#[derive(Debug, Clone)]
+pub struct QueryService {
+    db: Db,
+    config: QueryConfig,
+    writable: bool,
+}
+
+/// Refuses every URL: SQL reads Strata tables only, never the server's files or the web.
+#[derive(Debug)]
+struct NoFiles;
+
+impl ObjectStoreRegistry for NoFiles {
+    fn register_store(
+        &self,
+        _url: &url::Url,
+        _store: Arc<dyn object_store::ObjectStore>,
+    ) -> Option<Arc<dyn object_store::ObjectStore>> {
+        None
+    }
+
+    fn get_store(&self, url: &url::Url) -> datafusion::error::Result<Arc<dyn object_store::ObjectStore>> {
+        Err(datafusion::error::DataFusionError::Plan(format!(
+            "access to {url} is not allowed: SQL reads Strata tables only"
+        )))
+    }
+}
+
+/// A planned query: its session (keeps the snapshot alive) and its data frame.
+pub struct Planned {
+    /// The session the plan belongs to.
+    pub ctx: SessionContext,
+    /// The plan.
+    pub df: DataFrame,
+}
+
+impl QueryService {
+    /// A service over `db`. `writable`: INSERT / UPDATE / DELETE go through `db` (only where
+    /// this process is the ingest node of the tables, as in `strata serve`).
+    pub fn new(db: Db, config: QueryConfig, writable: bool) -> Self {
+        Self {
+            db,
+            config,
+            writable,
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &QueryConfig {
+        &self.config
+    }
+
+    /// The database.
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+
+    fn timeout(&self) -> Duration {
+        Duration::from_millis(self.config.timeout_ms.max(1))
+    }
+
+    fn timed_out(&self) -> QueryError {
+        QueryError::new(
+            QueryErrorKind::Timeout,
+            format!("the query ran longer than its timeout of {} ms", self.config.timeout_ms),
+        )
+    }
+
+    /// A fresh session with the catalog as of now.
+    pub async fn context(&self) -> Result<SessionContext, QueryError> {
+        let partitions = if self.config.scan_partitions == 0 {
+            std::thread::available_parallelism().map_or(2, |n| n.get())
+        } else {
+            self.config.scan_partitions
+        };
+        let options = TableOptions {
+            batch_rows: self.config.batch_rows,
+            partitions,
+            writable: self.writable,
+        };
+        let schema = Arc::new(StrataSchema::load(self.db.clone(), options).await?);
+        let runtime = RuntimeEnvBuilder::new()
+            .with_memory_limit(self.config.memory_limit_bytes, 1.0)
+            .with_disk_manager_builder(
+                DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
+            )
+            .with_object_store_registry(Arc::new(NoFiles))
+            .build_arc()?;
+        let config = SessionConfig::new()
+            .with_default_catalog_and_schema("strata", "public")
+            .with_create_default_catalog_and_schema(true)
+            .with_information_schema(true)
+            .with_target_partitions(partitions)
+            .with_batch_size(self.config.batch_rows)
+            // Strata stores Utf8; `VARCHAR` in CREATE TABLE maps to it.
+            .set_bool("datafusion.sql_parser.map_string_types_to_utf8view", false);
+        let ctx = SessionContext::new_with_config_rt(config, runtime);
+        let catalog = ctx
+            .catalog("strata")
+            .ok_or_else(|| QueryError::new(QueryErrorKind::Internal, "default catalog missing"))?;
+        catalog.register_schema("public", schema.clone())?;
+        ctx.register_udtf("as_of", Arc::new(AsOfFunction { schema }));
+        Ok(ctx)
+    }
+
+    /// Plans one SQL statement, refusing what SQL over Strata must not do.
+    pub async fn plan(&self, sql: &str) -> Result<Planned, QueryError> {
+        let fut = async {
+            let ctx = self.context().await?;
+            let options = SQLOptions::new()
+                .with_allow_ddl(false)
+                .with_allow_statements(false)
+                .with_allow_dml(true);
+            let plan = ctx.state().create_logical_plan(sql).await?;
+            if let Some(done) = self.table_ddl(&plan).await? {
+                return Ok(Planned {
+                    df: ctx.read_batch(done)?,
+                    ctx,
+                });
+            }
+            options.verify_plan(&plan).map_err(forbid)?;
+            check_plan(&plan, self.writable)?;
+            let df = ctx.execute_logical_plan(plan).await?;
+            Ok(Planned { ctx, df })
+        };
+        tokio::time::timeout(self.timeout(), fut)
+            .await
+            .map_err(|_| self.timed_out())?
+    }
+
+    /// `CREATE TABLE t (... PRIMARY KEY (...))` and `DROP TABLE t` on Strata tables, where
+    /// the service is writable; other DDL (views, external tables on files) is refused.
+    async fn table_ddl(&self, plan: &LogicalPlan) -> Result<Option<RecordBatch>, QueryError> {
+        use datafusion::common::Constraint;
+        use datafusion::logical_expr::DdlStatement;
+        let LogicalPlan::Ddl(ddl) = plan else {
+            return Ok(None);
+        };
+        if !matches!(
+            ddl,
+            DdlStatement::CreateMemoryTable(_) | DdlStatement::DropTable(_)
+        ) {
+            return Ok(None);
+        }
+        if !self.writable {
+            return Err(QueryError::new(
+                QueryErrorKind::Forbidden,
+                "tables are created and dropped on the ingest node, not on this query service",
+            ));
+        }
+        let done = |what: String| -> Result<Option<RecordBatch>, QueryError> {
+            let schema = Arc::new(arrow::datatypes::Schema::new(vec![
+                arrow::datatypes::Field::new("result", arrow::datatypes::DataType::Utf8, false),
+            ]));
+            let array = Arc::new(arrow::array::StringArray::from(vec![what]));
+            Ok(Some(RecordBatch::try_new(schema, vec![array]).map_err(
+                |e| QueryError::new(QueryErrorKind::Internal, e.to_string()),
+            )?))
+        };
+        match ddl {
+            DdlStatement::CreateMemoryTable(c) => {
+                let invalid = |m: &str| QueryError::new(QueryErrorKind::Invalid, m.to_string());
+                if c.or_replace || c.temporary || !c.column_defaults.is_empty() {
+                    return Err(invalid(
+                        "CREATE TABLE supports column definitions and a PRIMARY KEY only (no OR REPLACE, TEMPORARY or DEFAULT)",
+                    ));
+                }
+                if !matches!(c.input.as_ref(), LogicalPlan::EmptyRelation(e) if !e.produce_one_row)
+                {
+                    return Err(invalid(
+                        "CREATE TABLE ... AS SELECT is not supported; create the table, then INSERT INTO it",
+                    ));
+                }
+                let mut schema = c.input.schema().as_arrow().clone();
+                let pk = c
+                    .constraints
+                    .iter()
+                    .find_map(|k| match k {
+                        Constraint::PrimaryKey(cols) => Some(cols.clone()),
+                        Constraint::Unique(_) => None,
+                    })
+                    .ok_or_else(|| invalid("a Strata table needs a PRIMARY KEY"))?;
+                // Key columns are never NULL.
+                schema = arrow::datatypes::Schema::new(
+                    schema
+                        .fields()
+                        .iter()
+                        .enumerate()
+                        .map(|(i, f)| {
+                            let f = f.as_ref().clone();
+                            if pk.contains(&i) { f.with_nullable(false) } else { f }
+                        })
+                        .collect::<Vec<_>>(),
+                );
+                let pk: Vec<&str> = pk
+                    .iter()
+                    .map(|i| schema.field(*i).name().as_str())
+                    .collect();
+                let name = c.name.table().to_string();
+                match self.db.create_table(&name, schema.clone(), &pk).await {
+                    Ok(_) => done(format!("created table {name}")),
+                    Err(strata_engine::Error::TableExists(_)) if c.if_not_exists => {
+                        done(format!("table {name} exists"))
+                    }
+                    Err(e) => Err(e.into()),
+                }
+            }
+            DdlStatement::DropTable(d) => {
+                let name = d.name.table().to_string();
+                match self.db.drop_table(&name).await {
+                    Ok(()) => done(format!("dropped table {name}")),
+                    Err(strata_engine::Error::TableNotFound(_)) if d.if_exists => {
+                        done(format!("table {name} does not exist"))
+                    }
+                    Err(e) => Err(e.into()),
+                }
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Runs one statement and streams its results under the query's deadline.
+    pub async fn stream(&self, sql: &str) -> Result<(SchemaRef, SendableRecordBatchStream), QueryError> {
+        let deadline = tokio::time::Instant::now() + self.timeout();
+        let planned = self.plan(sql).await?;
+        let stream = tokio::time::timeout_at(deadline, planned.df.execute_stream())
+            .await
+            .map_err(|_| self.timed_out())??;
+        let schema = stream.schema();
+        let ctx = planned.ctx;
+        let timeout_ms = self.config.timeout_ms;
+        let s = futures::stream::unfold(
+            (stream, Some(ctx)),
+            move |(mut stream, ctx)| async move {
+                ctx.as_ref()?;
+                match tokio::time::timeout_at(deadline, stream.next()).await {
+                    Ok(Some(item)) => Some((item, (stream, ctx))),
+                    Ok(None) => None,
+                    Err(_) => Some((
+                        Err(datafusion::error::DataFusionError::External(Box::new(
+                            QueryError::new(
+                                QueryErrorKind::Timeout,
+                                format!("the query ran longer than its timeout of {timeout_ms} ms"),
+                            ),
+                        ))),
+                        (stream, None),
+                    )),
+                }
+            },
+        );
+        Ok((
+            schema.clone(),
+            Box::pin(RecordBatchStreamAdapter::new(schema, s)),
+        ))
+    }
+
+    /// Runs one statement to completion.
+    pub async fn collect(&self, sql: &str) -> Result<(SchemaRef, Vec<RecordBatch>), QueryError> {
+        let (schema, mut stream) = self.stream(sql).await?;
+        let mut out = Vec::new();
+        let mut bytes = 0usize;
+        while let Some(b) = stream.next().await {
+            let b = b.map_err(query_error)?;
+            bytes += b.get_array_memory_size();
+            if bytes > self.config.result_bytes_max {
+                return Err(QueryError::new(
+                    QueryErrorKind::ResourcesExhausted,
+                    format!(
+                        "the result is larger than result_bytes_max ({} bytes); add a LIMIT or use the Arrow Flight SQL endpoint",
+                        self.config.result_bytes_max
+                    ),
+                ));
+            }
+            out.push(b);
+        }
+        Ok((schema, out))
+    }
+}
+
+/// A DataFusion error as a query error (timeouts raised inside streams included).
+pub fn query_error(e: datafusion::error::DataFusionError) -> QueryError {
+    if let datafusion::error::DataFusionError::External(inner) = e.find_root()
+        && let Some(q) = inner.downcast_ref::<QueryError>()
+    {
+        return q.clone();
+    }
+    QueryError::from(e)
+}
+
+fn forbid(e: datafusion::error::DataFusionError) -> QueryError {
+    QueryError::new(
+        QueryErrorKind::Forbidden,
+        format!(
+            "not allowed: {}. SQL reads and writes Strata tables only (CREATE TABLE ... PRIMARY KEY and DROP TABLE where the service is writable; no external tables, views, COPY or session settings)",
+            QueryError::from(e).message
+        ),
+    )
+}
+
+/// Rules DataFusion's own options do not express: no COPY (it writes files), and writes
+/// only where the service is writable.
+fn check_plan(plan: &LogicalPlan, writable: bool) -> Result<(), QueryError> {
+    let mut bad: Option<QueryError> = None;
+    plan.apply_with_subqueries(|node| {
+        match node {
+            LogicalPlan::Copy(_) => {
+                bad = Some(QueryError::new(
+                    QueryErrorKind::Forbidden,
+                    "COPY is not allowed: SQL cannot write files on the server",
+                ));
+                return Ok(TreeNodeRecursion::Stop);
+            }
+            LogicalPlan::Dml(d) if !writable => {
+                bad = Some(QueryError::new(
+                    QueryErrorKind::Forbidden,
+                    format!(
+                        "{} is not available on this query service: it reads the bucket only; send writes to the ingest node (strata serve runs both)",
+                        d.op
+                    ),
+                ));
+                return Ok(TreeNodeRecursion::Stop);
+            }
+            _ => {}
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    match bad {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
