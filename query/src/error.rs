@@ -113,6 +113,9 @@ impl From<DataFusionError> for QueryError {
             return Self::new(engine_kind(engine), engine.to_string());
         }
         let kind = match root {
+            DataFusionError::Plan(m) if m.starts_with("table '") && m.ends_with("not found") => {
+                QueryErrorKind::NotFound
+            }
             DataFusionError::SQL(..)
             | DataFusionError::Plan(_)
             | DataFusionError::SchemaError(..)

@@ -1,1 +1,167 @@
-//! Arrow Flight SQL endpoint.
+//! Arrow Flight SQL over gRPC: `GetFlightInfo(CommandStatementQuery)` plans a query and
+//! returns a ticket carrying the SQL; `DoGet` runs it (a fresh snapshot) and streams Arrow
+//! batches; `DoPut(CommandStatementUpdate)` runs INSERT / UPDATE / DELETE / CREATE / DROP and
+//! returns the row count. Errors map to gRPC statuses in [`crate::error`].
+//!
+//! Not yet: prepared statements, catalog metadata commands (`GetTables`, ...), Substrait.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+
+use arrow::array::UInt64Array;
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::error::FlightError;
+use arrow_flight::flight_service_server::FlightServiceServer;
+use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
+use arrow_flight::sql::{
+    Any, CommandStatementQuery, CommandStatementUpdate, ProstMessageExt, SqlInfo,
+    TicketStatementQuery,
+};
+use arrow_flight::{
+    FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, Ticket,
+    flight_service_server::FlightService,
+};
+use futures::{Stream, TryStreamExt};
+use prost::Message;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::error::QueryError;
+use crate::service::{QueryService, query_error};
+
+/// The Flight SQL service.
+#[derive(Debug, Clone)]
+pub struct FlightSql {
+    q: QueryService,
+}
+
+impl FlightSql {
+    /// Serves `q`.
+    pub fn new(q: QueryService) -> Self {
+        Self { q }
+    }
+
+    /// The tonic service.
+    pub fn into_server(self) -> FlightServiceServer<Self> {
+        FlightServiceServer::new(self)
+    }
+}
+
+/// Serves Flight SQL on `listener` until `shutdown` resolves.
+pub async fn serve(
+    q: QueryService,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), tonic::transport::Error> {
+    let incoming = tokio_stream_from(listener);
+    tonic::transport::Server::builder()
+        .add_service(FlightSql::new(q).into_server())
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await
+}
+
+fn tokio_stream_from(
+    listener: tokio::net::TcpListener,
+) -> impl Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    futures::stream::unfold(listener, |l| async move {
+        let r = l.accept().await.map(|(s, _addr): (_, SocketAddr)| {
+            let _ = s.set_nodelay(true);
+            s
+        });
+        Some((r, l))
+    })
+}
+
+fn status(e: QueryError) -> Status {
+    e.grpc_status()
+}
+
+fn sql_of_ticket(handle: &[u8]) -> Result<String, Status> {
+    String::from_utf8(handle.to_vec())
+        .map_err(|_| Status::invalid_argument("the statement handle is not UTF-8 SQL"))
+}
+
+#[tonic::async_trait]
+impl FlightSqlService for FlightSql {
+    type FlightService = FlightSql;
+
+    async fn do_handshake(
+        &self,
+        _request: Request<Streaming<HandshakeRequest>>,
+    ) -> Result<
+        Response<Pin<Box<dyn Stream<Item = Result<HandshakeResponse, Status>> + Send>>>,
+        Status,
+    > {
+        // No authentication yet: answer with an empty token.
+        let out = futures::stream::once(async {
+            Ok(HandshakeResponse {
+                protocol_version: 0,
+                payload: Default::default(),
+            })
+        });
+        Ok(Response::new(Box::pin(out)))
+    }
+
+    async fn get_flight_info_statement(
+        &self,
+        query: CommandStatementQuery,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = self.q.describe(&query.query).await.map_err(status)?;
+        let ticket = TicketStatementQuery {
+            statement_handle: query.query.clone().into_bytes().into(),
+        };
+        let endpoint =
+            FlightEndpoint::new().with_ticket(Ticket::new(ticket.as_any().encode_to_vec()));
+        let info = FlightInfo::new()
+            .try_with_schema(&schema)
+            .map_err(|e| Status::internal(format!("encoding the schema: {e}")))?
+            .with_endpoint(endpoint)
+            .with_descriptor(request.into_inner());
+        Ok(Response::new(info))
+    }
+
+    async fn do_get_statement(
+        &self,
+        ticket: TicketStatementQuery,
+        _request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let sql = sql_of_ticket(&ticket.statement_handle)?;
+        let (schema, stream) = self.q.stream(&sql).await.map_err(status)?;
+        let batches = stream.map_err(|e| FlightError::Tonic(Box::new(status(query_error(e)))));
+        let data = FlightDataEncoderBuilder::new()
+            .with_schema(schema)
+            .build(batches)
+            .map_err(|e| match e {
+                FlightError::Tonic(s) => *s,
+                other => Status::internal(other.to_string()),
+            });
+        Ok(Response::new(Box::pin(data)))
+    }
+
+    async fn do_put_statement_update(
+        &self,
+        ticket: CommandStatementUpdate,
+        _request: Request<PeekableFlightDataStream>,
+    ) -> Result<i64, Status> {
+        let (_, batches) = self.q.collect(&ticket.query).await.map_err(status)?;
+        let count = batches
+            .first()
+            .and_then(|b| b.column_by_name("count"))
+            .and_then(|c| c.as_any().downcast_ref::<UInt64Array>())
+            .map_or(0, |a| a.value(0));
+        Ok(count as i64)
+    }
+
+    async fn do_get_fallback(
+        &self,
+        _request: Request<Ticket>,
+        message: Any,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        Err(Status::unimplemented(format!(
+            "{} is not supported by Strata's Flight SQL endpoint",
+            message.type_url
+        )))
+    }
+
+    async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
+}

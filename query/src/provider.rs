@@ -64,7 +64,12 @@ fn engine_err(e: strata_engine::Error) -> DataFusionError {
 
 impl StrataTable {
     /// The table `table`, read at `as_of` (None = latest).
-    pub fn new(db: Db, table: Arc<TableSchema>, as_of: Option<AsOf>, options: TableOptions) -> Self {
+    pub fn new(
+        db: Db,
+        table: Arc<TableSchema>,
+        as_of: Option<AsOf>,
+        options: TableOptions,
+    ) -> Self {
         Self {
             db,
             name: table.name().to_string(),
@@ -291,7 +296,11 @@ impl fmt::Debug for WriteExec {
 }
 
 fn count_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![Field::new("count", DataType::UInt64, false)]))
+    Arc::new(Schema::new(vec![Field::new(
+        "count",
+        DataType::UInt64,
+        false,
+    )]))
 }
 
 impl WriteExec {
@@ -313,7 +322,12 @@ impl WriteExec {
 
 impl DisplayAs for WriteExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "StrataWriteExec: {:?} into {}", self.kind, self.table.name())
+        write!(
+            f,
+            "StrataWriteExec: {:?} into {}",
+            self.kind,
+            self.table.name()
+        )
     }
 }
 

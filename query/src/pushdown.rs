@@ -29,7 +29,9 @@ impl KeyRange {
 
     /// Whether no key can be in the range.
     pub fn is_empty(&self) -> bool {
-        self.end.as_deref().is_some_and(|e| e <= self.start.as_slice())
+        self.end
+            .as_deref()
+            .is_some_and(|e| e <= self.start.as_slice())
     }
 
     fn intersect(&mut self, other: KeyRange) {
@@ -167,9 +169,7 @@ fn range_of(table: &TableSchema, e: &Expr) -> Option<KeyRange> {
                 })
             }
             _ if is_first_key(table, left) => cmp_range(table, *op, literal(right)?),
-            _ if is_first_key(table, right) => {
-                cmp_range(table, op.swap()?, literal(left)?)
-            }
+            _ if is_first_key(table, right) => cmp_range(table, op.swap()?, literal(left)?),
             _ => None,
         },
         Expr::Between(Between {

@@ -99,7 +99,10 @@ fn split(view: &TableView, range: &KeyRange, n: usize) -> Vec<KeyRange> {
             cuts.extend(level.ssts.iter().map(|f| f.key_min.clone()));
         }
     }
-    cuts.retain(|c| c.as_slice() > range.start.as_slice() && range.end.as_deref().is_none_or(|e| c.as_slice() < e));
+    cuts.retain(|c| {
+        c.as_slice() > range.start.as_slice()
+            && range.end.as_deref().is_none_or(|e| c.as_slice() < e)
+    });
     cuts.sort();
     cuts.dedup();
     let mut chosen = Vec::new();
@@ -239,9 +242,8 @@ impl ExecutionPlan for StrataScanExec {
                 let _ = tx.blocking_send(Err(e));
             }
         });
-        let stream = futures::stream::unfold(rx, |mut rx| async move {
-            rx.recv().await.map(|b| (b, rx))
-        });
+        let stream =
+            futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (b, rx)) });
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
     }
 }

@@ -72,7 +72,10 @@ impl ObjectStoreRegistry for NoFiles {
         None
     }
 
-    fn get_store(&self, url: &url::Url) -> datafusion::error::Result<Arc<dyn object_store::ObjectStore>> {
+    fn get_store(
+        &self,
+        url: &url::Url,
+    ) -> datafusion::error::Result<Arc<dyn object_store::ObjectStore>> {
         Err(datafusion::error::DataFusionError::Plan(format!(
             "access to {url} is not allowed: SQL reads Strata tables only"
         )))
@@ -115,7 +118,10 @@ impl QueryService {
     fn timed_out(&self) -> QueryError {
         QueryError::new(
             QueryErrorKind::Timeout,
-            format!("the query ran longer than its timeout of {} ms", self.config.timeout_ms),
+            format!(
+                "the query ran longer than its timeout of {} ms",
+                self.config.timeout_ms
+            ),
         )
     }
 
@@ -241,7 +247,11 @@ impl QueryService {
                         .enumerate()
                         .map(|(i, f)| {
                             let f = f.as_ref().clone();
-                            if pk.contains(&i) { f.with_nullable(false) } else { f }
+                            if pk.contains(&i) {
+                                f.with_nullable(false)
+                            } else {
+                                f
+                            }
                         })
                         .collect::<Vec<_>>(),
                 );
@@ -272,8 +282,34 @@ impl QueryService {
         }
     }
 
+    /// The schema of a statement's results, without running it (nothing is written, no
+    /// table created).
+    pub async fn describe(&self, sql: &str) -> Result<SchemaRef, QueryError> {
+        let ctx = self.context().await?;
+        let plan = ctx.state().create_logical_plan(sql).await?;
+        if let LogicalPlan::Ddl(
+            datafusion::logical_expr::DdlStatement::CreateMemoryTable(_)
+            | datafusion::logical_expr::DdlStatement::DropTable(_),
+        ) = &plan
+        {
+            return Ok(Arc::new(arrow::datatypes::Schema::new(vec![
+                arrow::datatypes::Field::new("result", arrow::datatypes::DataType::Utf8, false),
+            ])));
+        }
+        SQLOptions::new()
+            .with_allow_ddl(false)
+            .with_allow_statements(false)
+            .verify_plan(&plan)
+            .map_err(forbid)?;
+        check_plan(&plan, self.writable)?;
+        Ok(Arc::new(plan.schema().as_arrow().clone()))
+    }
+
     /// Runs one statement and streams its results under the query's deadline.
-    pub async fn stream(&self, sql: &str) -> Result<(SchemaRef, SendableRecordBatchStream), QueryError> {
+    pub async fn stream(
+        &self,
+        sql: &str,
+    ) -> Result<(SchemaRef, SendableRecordBatchStream), QueryError> {
         let deadline = tokio::time::Instant::now() + self.timeout();
         let planned = self.plan(sql).await?;
         let stream = tokio::time::timeout_at(deadline, planned.df.execute_stream())
@@ -282,25 +318,22 @@ impl QueryService {
         let schema = stream.schema();
         let ctx = planned.ctx;
         let timeout_ms = self.config.timeout_ms;
-        let s = futures::stream::unfold(
-            (stream, Some(ctx)),
-            move |(mut stream, ctx)| async move {
-                ctx.as_ref()?;
-                match tokio::time::timeout_at(deadline, stream.next()).await {
-                    Ok(Some(item)) => Some((item, (stream, ctx))),
-                    Ok(None) => None,
-                    Err(_) => Some((
-                        Err(datafusion::error::DataFusionError::External(Box::new(
-                            QueryError::new(
-                                QueryErrorKind::Timeout,
-                                format!("the query ran longer than its timeout of {timeout_ms} ms"),
-                            ),
-                        ))),
-                        (stream, None),
-                    )),
-                }
-            },
-        );
+        let s = futures::stream::unfold((stream, Some(ctx)), move |(mut stream, ctx)| async move {
+            ctx.as_ref()?;
+            match tokio::time::timeout_at(deadline, stream.next()).await {
+                Ok(Some(item)) => Some((item, (stream, ctx))),
+                Ok(None) => None,
+                Err(_) => Some((
+                    Err(datafusion::error::DataFusionError::External(Box::new(
+                        QueryError::new(
+                            QueryErrorKind::Timeout,
+                            format!("the query ran longer than its timeout of {timeout_ms} ms"),
+                        ),
+                    ))),
+                    (stream, None),
+                )),
+            }
+        });
         Ok((
             schema.clone(),
             Box::pin(RecordBatchStreamAdapter::new(schema, s)),

@@ -106,7 +106,10 @@ async fn sqllogictest_files() {
     assert!(!files.is_empty());
     let only = std::env::var("SLT").ok();
     for file in files {
-        if only.as_deref().is_some_and(|o| !file.to_string_lossy().contains(o)) {
+        if only
+            .as_deref()
+            .is_some_and(|o| !file.to_string_lossy().contains(o))
+        {
             continue;
         }
         let tmp = tempfile::tempdir().expect("tmp");

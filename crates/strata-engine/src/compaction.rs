@@ -461,7 +461,10 @@ mod tests {
         assert_eq!(out[0].kind, EntryKind::Partial);
         // A pin below the horizon still splits the old stripe.
         let out = collapse(&codec(), &v, &[2], 4, false).unwrap();
-        assert_eq!(out.iter().map(|x| x.seq).collect::<Vec<_>>(), vec![7, 6, 3, 2]);
+        assert_eq!(
+            out.iter().map(|x| x.seq).collect::<Vec<_>>(),
+            vec![7, 6, 3, 2]
+        );
     }
 
     #[test]
@@ -474,6 +477,10 @@ mod tests {
             collapse(&codec(), &v, &[], u64::MAX, false).unwrap()[0].kind,
             EntryKind::Delete
         );
-        assert!(collapse(&codec(), &v, &[], u64::MAX, true).unwrap().is_empty());
+        assert!(
+            collapse(&codec(), &v, &[], u64::MAX, true)
+                .unwrap()
+                .is_empty()
+        );
     }
 }

@@ -15,8 +15,8 @@ use crate::iter::EntryIter;
 use crate::jobs::{self, JobSource, JobSpec, JobTarget};
 use crate::schema::TableSchema;
 use crate::shard::ShardInner;
-use strata_objstore::StoreRef;
 use crate::state::ShardState;
+use strata_objstore::StoreRef;
 
 /// What a job holds while outstanding: runs no other job may touch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

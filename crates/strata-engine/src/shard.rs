@@ -19,7 +19,7 @@ use object_store::{ObjectStoreExt, PutMode, PutOptions};
 use parking_lot::{Mutex, RwLock};
 use strata_common::clock::ClockRef;
 use strata_common::ids::parse_id;
-use strata_manifest::{SeqTime, Manifest, ShardPaths, SstId, SstInfo, Versioned, VersionedStore};
+use strata_manifest::{Manifest, SeqTime, ShardPaths, SstId, SstInfo, Versioned, VersionedStore};
 use strata_objstore::StoreRef;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;

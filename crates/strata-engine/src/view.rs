@@ -81,7 +81,7 @@ pub struct ShardView {
     pub(crate) table: Arc<TableSchema>,
     pub(crate) state: Arc<ShardState>,
     /// The newest sequence number visible.
-    pub(crate) seq: u64,
+    pub(crate) latest_seq: u64,
     /// The sequence number reads use (`seq`, or older for time travel).
     pub(crate) read_seq: u64,
     pub(crate) store: StoreRef,
@@ -118,7 +118,7 @@ impl ShardView {
         Self {
             table,
             state,
-            seq,
+            latest_seq: seq,
             read_seq: seq,
             store,
             paths,
@@ -135,7 +135,7 @@ impl ShardView {
 
     /// The newest sequence number in the view (what a read without `AS OF` sees).
     pub fn latest_seq(&self) -> u64 {
-        self.seq
+        self.latest_seq
     }
 
     /// The manifest version the view reads.
@@ -170,7 +170,7 @@ impl ShardView {
                 .map(|t| t.seq)
                 .max()
             {
-                Some(s) => s.min(self.seq),
+                Some(s) => s.min(self.latest_seq),
                 // Nothing acknowledged before `ms` is known: the table was empty then, unless
                 // its early history has been compacted away.
                 None if floor == 0 => 0,
@@ -182,11 +182,11 @@ impl ShardView {
                 }
             },
         };
-        if seq > self.seq {
+        if seq > self.latest_seq {
             return Err(Error::Invalid(format!(
                 "sequence number {seq} is newer than the latest acknowledged write of {} ({})",
                 self.table.name(),
-                self.seq
+                self.latest_seq
             )));
         }
         if seq < floor {
@@ -200,7 +200,12 @@ impl ShardView {
     }
 
     /// What a scan of `[start, end)` needing the non-key columns `needed` reads.
-    pub fn summary(&self, start: &[u8], end: Option<&[u8]>, needed: Option<&[usize]>) -> ScanSummary {
+    pub fn summary(
+        &self,
+        start: &[u8],
+        end: Option<&[u8]>,
+        needed: Option<&[usize]>,
+    ) -> ScanSummary {
         let overlaps = |lo: &[u8], hi: &[u8]| hi >= start && end.is_none_or(|e| lo < e);
         let mut s = ScanSummary {
             memtables: self.state.memtables().filter(|m| !m.is_empty()).count(),
@@ -436,14 +441,19 @@ impl RemoteViews {
     }
 
     /// A view of the shard at `paths` with every acknowledged write.
-    pub(crate) async fn open(&self, table: Arc<TableSchema>, paths: ShardPaths) -> Result<ShardView> {
+    pub(crate) async fn open(
+        &self,
+        table: Arc<TableSchema>,
+        paths: ShardPaths,
+    ) -> Result<ShardView> {
         let manifests = VersionedStore::<Manifest>::new(self.store.clone(), paths.manifest_dir());
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let manifest = manifests.latest().await?.ok_or_else(|| {
-                Error::Internal(format!("shard {} has no manifest", paths.dir()))
-            })?;
+            let manifest = manifests
+                .latest()
+                .await?
+                .ok_or_else(|| Error::Internal(format!("shard {} has no manifest", paths.dir())))?;
             let pin = pin_version(
                 &self.store,
                 &paths,
@@ -490,7 +500,11 @@ impl RemoteViews {
 
     /// The WAL tail after the manifest's replay point, as a memtable; its newest sequence
     /// number; and when its segments were written.
-    async fn tail(&self, paths: &ShardPaths, m: &Manifest) -> Result<(Memtable, u64, Vec<SeqTime>)> {
+    async fn tail(
+        &self,
+        paths: &ShardPaths,
+        m: &Manifest,
+    ) -> Result<(Memtable, u64, Vec<SeqTime>)> {
         let mut ids: Vec<(u64, object_store::ObjectMeta)> = self
             .store
             .list(Some(&paths.wal_dir()))

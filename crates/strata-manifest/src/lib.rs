@@ -19,7 +19,5 @@ pub mod versioned;
 pub use catalog::{Catalog, DroppedTable, ShardEntry, TableEntry, TableKind};
 pub use error::{Error, Result};
 pub use layout::{Layout, ShardPaths};
-pub use manifest::{
-    GroupRun, Level, Manifest, ParquetFileInfo, S3Level, SeqTime, SstId, SstInfo,
-};
+pub use manifest::{GroupRun, Level, Manifest, ParquetFileInfo, S3Level, SeqTime, SstId, SstInfo};
 pub use versioned::{Invariants, Versioned, VersionedStore};

@@ -1,4 +1,5 @@
 //! Shared helpers of the query-service tests.
+#![allow(clippy::field_reassign_with_default)]
 #![allow(dead_code)]
 
 use std::path::Path;
