@@ -135,6 +135,9 @@ pub fn small_config() -> EngineConfig {
     // Tests that do not exercise overload keep writing; tests/overload.rs covers refusals.
     c.sorted_runs_max = 10_000;
     c.memtables_frozen_max = 64;
+    // Compaction tests check what is collapsed and dropped; time travel keeps history
+    // (query/slt/04_time_travel.slt covers it).
+    c.history_retention_ms = 0;
     c
 }
 
