@@ -138,7 +138,6 @@ fn literal_of(e: &Expr) -> Option<ScalarValue> {
     match e {
         Expr::Literal(v, _) => Some(v.clone()),
         Expr::Cast(c) => literal_of(&c.expr)?.cast_to(c.field.data_type()).ok(),
-        Expr::Negative(_) => None,
         _ => None,
     }
 }

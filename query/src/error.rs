@@ -133,7 +133,6 @@ impl From<DataFusionError> for QueryError {
             {
                 QueryErrorKind::Invalid
             }
-            DataFusionError::Execution(m) if m.contains("not found") => QueryErrorKind::NotFound,
             DataFusionError::Execution(_) => QueryErrorKind::Invalid,
             _ => QueryErrorKind::Internal,
         };

@@ -86,7 +86,7 @@ impl StrataTable {
         self.view
             .get_or_try_init(|| async {
                 self.db
-                    .view(&self.name, self.as_of)
+                    .view_of(self.table.clone(), self.as_of)
                     .await
                     .map(Arc::new)
                     .map_err(engine_err)

@@ -362,15 +362,24 @@ impl Db {
     /// when this process writes the table, otherwise the bucket alone (WAL tail included):
     /// query services call this without becoming writers.
     pub async fn view(&self, name: &str, as_of: Option<crate::view::AsOf>) -> Result<TableView> {
-        let catalog = self.inner.catalog.latest().await?;
-        let entry = catalog
-            .and_then(|c| c.value.tables.get(name).cloned())
-            .ok_or_else(|| Error::TableNotFound(name.to_string()))?;
+        let entry = self.describe(name).await?;
+        self.view_of(Arc::new(TableSchema::new(entry)?), as_of)
+            .await
+    }
+
+    /// [`Db::view`] of a table whose catalog entry the caller already read (a query loads
+    /// the catalog once, not once per scan).
+    pub async fn view_of(
+        &self,
+        schema: Arc<TableSchema>,
+        as_of: Option<crate::view::AsOf>,
+    ) -> Result<TableView> {
+        let entry = schema.entry.clone();
         let open = self.inner.open.lock().await.get(&entry.id).cloned();
         let mut shards = Vec::with_capacity(entry.shards.len());
         let schema = match &open {
             Some(t) => t.inner.schema.clone(),
-            None => Arc::new(TableSchema::new(entry.clone())?),
+            None => schema,
         };
         for (i, s) in entry.shards.iter().enumerate() {
             let view = match &open {

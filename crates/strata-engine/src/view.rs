@@ -633,7 +633,10 @@ pub(crate) async fn fetch_sst(
                 info.size_bytes
             )));
         }
-        let tmp = path.with_extension(format!("sst.download-{}", std::process::id()));
+        // Unique per download: concurrent views may fetch the same SST at once.
+        static DOWNLOADS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = DOWNLOADS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = path.with_extension(format!("sst.download-{}-{n}", std::process::id()));
         tokio::fs::write(&tmp, &data)
             .await
             .map_err(Error::io("write downloaded sst"))?;
