@@ -225,14 +225,13 @@ impl ExecutionPlan for StrataScanExec {
         let handle = tokio::runtime::Handle::try_current()
             .map_err(|e| DataFusionError::Execution(format!("no runtime: {e}")))?;
         let view = self.view.clone();
-        let (projection, needed) = (self.projection.clone(), self.needed.clone());
+        let projection = self.projection.clone();
         let (limit, batch_rows) = (self.limit.unwrap_or(usize::MAX), self.batch_rows);
         tokio::task::spawn_blocking(move || {
             let result = produce(
                 &view,
                 &range,
                 &projection,
-                &needed,
                 limit,
                 batch_rows,
                 &handle,
@@ -257,40 +256,30 @@ fn produce(
     view: &TableView,
     range: &KeyRange,
     projection: &[usize],
-    needed: &[usize],
     limit: usize,
     batch_rows: usize,
     handle: &tokio::runtime::Handle,
     tx: &tokio::sync::mpsc::Sender<Result<RecordBatch>>,
 ) -> Result<()> {
-    let table = &view.schema;
     let mut sent = 0usize;
     for (entry, shard) in view.entry.shards.iter().zip(&view.shards) {
         let r = range.clamp(&entry.key_start, entry.key_end.as_deref());
         if r.is_empty() {
             continue;
         }
-        let mut rows = shard.rows(&r.start, r.end.as_deref(), Some(needed), handle);
-        let mut buf = Vec::with_capacity(batch_rows.min(limit));
-        loop {
-            let next = rows.next_row().map_err(engine_err)?;
-            let done = next.is_none();
-            if let Some(row) = next {
-                buf.push(row);
+        let mut batches = shard
+            .batches(&r.start, r.end.as_deref(), projection, batch_rows, handle)
+            .map_err(engine_err)?;
+        while let Some(mut batch) = batches.next_batch().map_err(engine_err)? {
+            if sent + batch.num_rows() > limit {
+                batch = batch.slice(0, limit - sent);
             }
-            if buf.len() >= batch_rows || sent + buf.len() >= limit || (done && !buf.is_empty()) {
-                let batch = table.to_batch(&buf, projection).map_err(engine_err)?;
-                sent += buf.len();
-                buf.clear();
-                if tx.blocking_send(Ok(batch)).is_err() {
-                    return Ok(()); // the consumer went away (LIMIT satisfied, cancelled)
-                }
-                if sent >= limit {
-                    return Ok(());
-                }
+            sent += batch.num_rows();
+            if tx.blocking_send(Ok(batch)).is_err() {
+                return Ok(()); // the consumer went away (LIMIT satisfied, cancelled)
             }
-            if done {
-                break;
+            if sent >= limit {
+                return Ok(());
             }
         }
     }

@@ -536,6 +536,7 @@ pub(crate) fn s3_iters(
         &inner.table,
         &files,
         &state.manifest.value,
+        0..usize::MAX,
         start,
         end,
         needed,
@@ -581,11 +582,14 @@ pub fn groups_needed(table: &TableSchema, level: usize, needed: Option<&[usize]>
     wanted
 }
 
-/// One iterator per (S3 level, group needed) over the files overlapping `[start, end)`.
+/// One iterator per (S3 level in `levels`, group needed) over the files overlapping
+/// `[start, end)`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run_iters(
     table: &TableSchema,
     files: &BucketFiles<'_>,
     manifest: &Manifest,
+    levels: std::ops::Range<usize>,
     start: &[u8],
     end: Option<&[u8]>,
     needed: Option<&[usize]>,
@@ -593,6 +597,9 @@ pub(crate) fn run_iters(
 ) -> Vec<Box<dyn EntryIter>> {
     let mut out: Vec<Box<dyn EntryIter>> = Vec::new();
     for (li, level) in manifest.s3_levels.iter().enumerate() {
+        if !levels.contains(&li) {
+            continue;
+        }
         let Some(formats) = table.groups.get(li) else {
             continue;
         };

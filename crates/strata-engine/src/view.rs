@@ -265,6 +265,7 @@ impl ShardView {
             &self.table,
             &files,
             &self.state.manifest.value,
+            0..usize::MAX,
             start,
             end,
             needed,
@@ -278,6 +279,107 @@ impl ShardView {
                 end.map(|e| e.to_vec()),
             ),
         }
+    }
+    /// Live rows of `[start, end)` in key order at the view's sequence number, as Arrow
+    /// batches of the table's read schema projected to `projection` (indices into the
+    /// table's columns), at most `batch_rows` rows each. The deepest S3 level is read
+    /// column-wise and passed through where nothing above it overrides a row (see
+    /// [`crate::scan`]). Blocking: call it on a blocking thread.
+    pub fn batches(
+        &self,
+        start: &[u8],
+        end: Option<&[u8]>,
+        projection: &[usize],
+        batch_rows: usize,
+        handle: &tokio::runtime::Handle,
+    ) -> Result<crate::scan::ViewBatches> {
+        let table = &self.table;
+        let needed: Vec<usize> = projection
+            .iter()
+            .filter_map(|c| table.value_indices.iter().position(|v| v == c))
+            .collect();
+        let manifest = &self.state.manifest.value;
+        // The deep level: the deepest S3 level holding files, when its groups are known.
+        let deep_level = manifest
+            .s3_levels
+            .iter()
+            .rposition(|l| l.groups.iter().any(|g| !g.files.is_empty()))
+            .filter(|li| {
+                table
+                    .groups
+                    .get(*li)
+                    .is_some_and(|f| f.len() == manifest.s3_levels[*li].groups.len())
+            });
+        // Its needed groups must hold the same versions to be read side by side; groups
+        // compacted separately may not (their runs then differ in rows or sequence span).
+        let deep_level = deep_level.filter(|li| {
+            let runs = &manifest.s3_levels[*li].groups;
+            let sig = |g: usize| {
+                let files = &runs[g].files;
+                (
+                    files.iter().map(|f| f.rows).sum::<u64>(),
+                    files.iter().map(|f| f.seq_min).min(),
+                    files.iter().map(|f| f.seq_max).max(),
+                    files.first().map(|f| f.key_min.clone()),
+                    files.last().map(|f| f.key_max.clone()),
+                )
+            };
+            let groups = crate::s3::groups_needed(table, *li, Some(&needed));
+            groups.iter().all(|g| sig(*g) == sig(groups[0]))
+        });
+        let files = BucketFiles {
+            store: &self.store,
+            paths: &self.paths,
+            s3: &self.s3,
+        };
+        let mut sources: Vec<Box<dyn EntryIter>> = Vec::new();
+        for mem in self.state.memtables() {
+            sources.push(Box::new(MemtableIter::new(mem.clone(), start)));
+        }
+        for h in self.state.levels.iter().flatten() {
+            let before_start = h.info.key_max.as_slice() < start;
+            let after_end = end.is_some_and(|e| h.info.key_min.as_slice() >= e);
+            if !before_start && !after_end {
+                sources.push(Box::new(SstIter::new(h.reader.clone(), start)));
+            }
+        }
+        let mut upper = MergeIter::with_parts(sources, table.codec.clone());
+        upper.add_sources(crate::s3::run_iters(
+            table,
+            &files,
+            manifest,
+            0..deep_level.unwrap_or(usize::MAX),
+            start,
+            end,
+            Some(&needed),
+            handle,
+        ));
+        let deep = deep_level.map(|li| crate::scan::DeepSpec {
+            level: li,
+            groups: crate::s3::groups_needed(table, li, Some(&needed))
+                .into_iter()
+                .map(|g| {
+                    let sources = manifest.s3_levels[li].groups[g]
+                        .files
+                        .iter()
+                        .map(|f| files.parquet_source(f))
+                        .collect();
+                    (table.groups[li][g].clone(), sources)
+                })
+                .collect(),
+            handle: handle.clone(),
+            start: start.to_vec(),
+            end: end.map(|e| e.to_vec()),
+        });
+        crate::scan::ViewBatches::new(
+            table.clone(),
+            projection.to_vec(),
+            self.read_seq,
+            batch_rows,
+            end.map(|e| e.to_vec()),
+            Box::new(upper),
+            deep,
+        )
     }
 }
 

@@ -1,0 +1,796 @@
+//! Vectorized scans of a view: live rows of a key range as Arrow batches.
+//!
+//! Most of a table's rows sit in the deepest S3 level, already columnar. The scan reads that
+//! level's needed column groups as Arrow batches (only the columns asked for, row groups
+//! pruned by key) and lines the groups up row by row: every version is stored in every group
+//! of a level, in (key, sequence descending) order, so after cutting to the key range the
+//! groups hold the same rows. Everything above that level (memtables or WAL tail, NVMe-tier
+//! SSTs, shallower S3 levels) is merged by key into one ordered stream of versions, usually
+//! small. Each chunk of the deep level then takes one of three paths:
+//!
+//! - **pass-through**: every row is a whole-row put visible at the read sequence number,
+//!   keys strictly increase, and no upper version falls in the chunk's key range: the
+//!   projected columns are handed on as they are (no copy);
+//! - **patch**: the chunk is clean but upper versions fall in its range: those keys are
+//!   resolved row by row (upper versions over the deep one) and spliced into the chunk's
+//!   columns with `interleave`;
+//! - **row merge**: anything else (history versions kept for time travel, partial rows,
+//!   deletes, versions newer than the read sequence number): the chunk is decoded into
+//!   versions and resolved with the same fold as point reads. The last key's versions may
+//!   continue in the next chunk, so they are carried over.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, BinaryArray, RecordBatch, RecordBatchOptions};
+use arrow::compute::{cast, interleave};
+use arrow::datatypes::{SchemaRef, UInt8Type, UInt64Type};
+use bytes::Bytes;
+use futures::StreamExt;
+use parquet::arrow::async_reader::ParquetRecordBatchStream;
+
+use crate::columnar::format::GroupFormat;
+use crate::columnar::reader::{FileReader, ParquetSource};
+use crate::entry::{Entry, EntryKind};
+use crate::error::{Error, Result};
+use crate::iter::{EntryIter, MergeIter, RowIter, VecIter};
+use crate::row::RowValues;
+use crate::schema::TableSchema;
+use crate::value::value_at;
+
+/// How many rows took each path (for tests and `EXPLAIN ANALYZE`-style reporting).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ScanPaths {
+    /// Deep-level rows handed on column-wise without decoding.
+    pub passed: u64,
+    /// Rows resolved row by row and spliced into a deep-level chunk.
+    pub patched: u64,
+    /// Rows resolved row by row (chunks that are not clean, and rows only in upper tiers
+    /// past the deep level's last key).
+    pub merged: u64,
+}
+
+/// One column group of the deep level, read file by file, cut to the key range.
+struct GroupCursor {
+    handle: tokio::runtime::Handle,
+    files: VecDeque<ParquetSource>,
+    stream: Option<(String, ParquetRecordBatchStream<FileReader>)>,
+    /// File columns read (ascending).
+    columns: Vec<usize>,
+    front: Option<RecordBatch>,
+    start: Vec<u8>,
+    end: Option<Vec<u8>>,
+    done: bool,
+}
+
+fn keys_of<'a>(batch: &'a RecordBatch, origin: &str) -> Result<&'a BinaryArray> {
+    batch
+        .column(0)
+        .as_binary_opt::<i32>()
+        .ok_or_else(|| Error::Corrupt(format!("parquet {origin}: _key is not binary")))
+}
+
+/// The first row of `keys` whose key is at least (`strict`: greater than) `bound`.
+fn lower_bound(keys: &BinaryArray, bound: &[u8], strict: bool) -> usize {
+    let (mut lo, mut hi) = (0, keys.len());
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        let k = keys.value(mid);
+        if k < bound || (strict && k == bound) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
+impl GroupCursor {
+    /// Makes sure `front` holds at least one row; false at the end of the range.
+    fn fill(&mut self) -> Result<bool> {
+        while self.front.as_ref().is_none_or(|b| b.num_rows() == 0) {
+            self.front = None;
+            if self.done {
+                return Ok(false);
+            }
+            if self.stream.is_none() {
+                let Some(f) = self.files.pop_front() else {
+                    self.done = true;
+                    return Ok(false);
+                };
+                let s = self.handle.block_on(f.stream(
+                    &self.start,
+                    self.end.as_deref(),
+                    Some(&self.columns),
+                ))?;
+                self.stream = Some((f.path.to_string(), s));
+            }
+            let Some((origin, stream)) = self.stream.as_mut() else {
+                continue;
+            };
+            let Some(batch) = self.handle.block_on(stream.next()) else {
+                self.stream = None;
+                continue;
+            };
+            let batch = batch.map_err(|e| Error::Corrupt(format!("parquet {origin}: {e}")))?;
+            let keys = keys_of(&batch, origin)?;
+            let lo = lower_bound(keys, &self.start, false);
+            let hi = match &self.end {
+                Some(e) => lower_bound(keys, e, false),
+                None => keys.len(),
+            };
+            if hi < keys.len() {
+                // Past the end of the range: nothing further in this run is wanted.
+                self.done = true;
+                self.files.clear();
+                self.stream = None;
+            }
+            if hi > lo {
+                self.front = Some(batch.slice(lo, hi - lo));
+            }
+        }
+        Ok(true)
+    }
+
+    fn take(&mut self, n: usize) -> RecordBatch {
+        let front = self.front.take().expect("filled");
+        if n < front.num_rows() {
+            self.front = Some(front.slice(n, front.num_rows() - n));
+            front.slice(0, n)
+        } else {
+            front
+        }
+    }
+}
+
+/// Where an output column comes from in a deep-level chunk.
+#[derive(Clone, Copy)]
+struct ColumnSource {
+    group: usize,
+    column: usize,
+}
+
+#[derive(Clone, Copy)]
+struct MetaColumns {
+    seq: usize,
+    kind: usize,
+    present: usize,
+}
+
+/// The deep level's groups a scan reads, lined up row by row.
+struct Deep {
+    cursors: Vec<GroupCursor>,
+    formats: Vec<Arc<GroupFormat>>,
+    /// Per group: (position in the group's columns, batch column) of each value column read.
+    values: Vec<Vec<(usize, usize)>>,
+    /// Per group: batch columns of `_seq`, `_kind` and `_present`.
+    meta: Vec<MetaColumns>,
+    outputs: Vec<ColumnSource>,
+    origin: String,
+    /// A chunk (or its rest) put back to be taken again.
+    pushback: Option<Chunk>,
+}
+
+/// A chunk of the deep level: the same rows of every group read.
+struct Chunk {
+    groups: Vec<RecordBatch>,
+}
+
+impl Chunk {
+    fn rows(&self) -> usize {
+        self.groups[0].num_rows()
+    }
+
+    fn keys(&self) -> &BinaryArray {
+        self.groups[0].column(0).as_binary::<i32>()
+    }
+
+    fn slice(&self, offset: usize, len: usize) -> Chunk {
+        Chunk {
+            groups: self.groups.iter().map(|b| b.slice(offset, len)).collect(),
+        }
+    }
+}
+
+impl Deep {
+    /// The next chunk of at most `max` rows, or None at the end of the range.
+    fn next_chunk(&mut self, max: usize) -> Result<Option<Chunk>> {
+        if let Some(c) = self.pushback.take() {
+            return Ok(Some(c));
+        }
+        let mut any = false;
+        let mut all = true;
+        for c in &mut self.cursors {
+            let filled = c.fill()?;
+            any |= filled;
+            all &= filled;
+        }
+        if !any {
+            return Ok(None);
+        }
+        if !all {
+            return Err(self.misaligned("one group ended before the others"));
+        }
+        let n = self
+            .cursors
+            .iter()
+            .map(|c| c.front.as_ref().map_or(0, |b| b.num_rows()))
+            .min()
+            .unwrap_or(0)
+            .min(max.max(1));
+        let groups: Vec<RecordBatch> = self.cursors.iter_mut().map(|c| c.take(n)).collect();
+        // The groups must be lined up: same versions (sequence numbers), same key bounds.
+        let first = groups[0].column(0).as_binary::<i32>();
+        let seqs = groups[0]
+            .column(self.meta[0].seq)
+            .as_primitive::<UInt64Type>()
+            .values();
+        for (g, b) in groups.iter().enumerate().skip(1) {
+            let k = b.column(0).as_binary::<i32>();
+            let s = b
+                .column(self.meta[g].seq)
+                .as_primitive::<UInt64Type>()
+                .values();
+            if k.value(0) != first.value(0) || k.value(n - 1) != first.value(n - 1) || s != seqs {
+                return Err(self.misaligned("rows differ between groups"));
+            }
+        }
+        Ok(Some(Chunk { groups }))
+    }
+
+    fn misaligned(&self, what: &str) -> Error {
+        Error::Corrupt(format!(
+            "column groups of S3 level {} disagree: {what}",
+            self.origin
+        ))
+    }
+
+    /// Whether every row is a whole-row put visible at `seq` with a key of its own.
+    fn clean(&self, chunk: &Chunk, seq: u64) -> bool {
+        let b = &chunk.groups[0];
+        let kinds = b.column(self.meta[0].kind).as_primitive::<UInt8Type>();
+        if kinds.values().iter().any(|k| *k != EntryKind::Put as u8) {
+            return false;
+        }
+        let seqs = b.column(self.meta[0].seq).as_primitive::<UInt64Type>();
+        if seqs.values().iter().any(|s| *s > seq) {
+            return false;
+        }
+        let keys = chunk.keys();
+        (1..keys.len()).all(|i| keys.value(i - 1) < keys.value(i))
+    }
+
+    /// The versions of rows `rows` of a chunk, widened to the table's width (columns not
+    /// read are "not carried"), in (key, sequence descending) order per group.
+    fn versions(
+        &self,
+        table: &TableSchema,
+        chunk: &Chunk,
+        rows: impl Iterator<Item = usize> + Clone,
+        out: &mut Vec<Entry>,
+    ) -> Result<()> {
+        let width = table.value_indices.len();
+        for (g, batch) in chunk.groups.iter().enumerate() {
+            let format = &self.formats[g];
+            let keys = batch.column(0).as_binary::<i32>();
+            let m = self.meta[g];
+            let seqs = batch.column(m.seq).as_primitive::<UInt64Type>();
+            let kinds = batch.column(m.kind).as_primitive::<UInt8Type>();
+            let present = batch.column(m.present).as_binary::<i32>();
+            for row in rows.clone() {
+                let kind = EntryKind::from_u8(kinds.value(row)).map_err(|_| {
+                    Error::Corrupt(format!("unknown kind {} in S3 level", kinds.value(row)))
+                })?;
+                let value = if kind == EntryKind::Delete {
+                    Bytes::new()
+                } else {
+                    let bits = (!present.is_null(row)).then(|| present.value(row));
+                    let mut vals: RowValues = vec![None; width];
+                    for &(pos, col) in &self.values[g] {
+                        let carried = match (kind, bits) {
+                            (EntryKind::Partial, Some(b)) => {
+                                b.get(pos / 8).is_some_and(|x| x & (1 << (pos % 8)) != 0)
+                            }
+                            (EntryKind::Partial, None) => {
+                                return Err(Error::Corrupt(
+                                    "partial row without _present in S3 level".into(),
+                                ));
+                            }
+                            _ => true,
+                        };
+                        if carried {
+                            vals[format.columns[pos]] =
+                                Some(value_at(batch.column(col).as_ref(), row)?);
+                        }
+                    }
+                    Bytes::from(table.codec.encode(&vals)?)
+                };
+                out.push(Entry {
+                    key: Bytes::copy_from_slice(keys.value(row)),
+                    seq: seqs.value(row),
+                    kind: if kind == EntryKind::Delete {
+                        EntryKind::Delete
+                    } else {
+                        EntryKind::Partial
+                    },
+                    value,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The projected output columns of a chunk.
+    fn columns(&self, chunk: &Chunk) -> Vec<ArrayRef> {
+        self.outputs
+            .iter()
+            .map(|s| chunk.groups[s.group].column(s.column).clone())
+            .collect()
+    }
+}
+
+/// Live rows of a view's key range as Arrow batches (see the module documentation).
+pub struct ViewBatches {
+    table: Arc<TableSchema>,
+    projection: Vec<usize>,
+    schema: SchemaRef,
+    read_seq: u64,
+    batch_rows: usize,
+    end: Option<Vec<u8>>,
+    /// Versions of every tier above the deep level, merged.
+    upper: Box<dyn EntryIter>,
+    upper_peek: Option<Entry>,
+    upper_done: bool,
+    deep: Option<Deep>,
+    /// Versions (deep and upper) of a key whose deep versions may continue in the next chunk.
+    carry: Vec<Entry>,
+    /// Deep rows with keys up to this one are already decided (older versions of a key
+    /// passed on).
+    decided: Option<Bytes>,
+    /// After the deep level: the remaining versions, resolved row by row.
+    tail: Option<RowIter>,
+    paths: ScanPaths,
+}
+
+impl ViewBatches {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        table: Arc<TableSchema>,
+        projection: Vec<usize>,
+        read_seq: u64,
+        batch_rows: usize,
+        end: Option<Vec<u8>>,
+        upper: Box<dyn EntryIter>,
+        deep: Option<DeepSpec>,
+    ) -> Result<Self> {
+        let schema = Arc::new(
+            table
+                .read_schema
+                .project(&projection)
+                .map_err(|e| Error::Invalid(format!("projection: {e}")))?,
+        );
+        let deep = deep.map(|d| d.build(&table, &projection));
+        Ok(Self {
+            table,
+            projection,
+            schema,
+            read_seq,
+            batch_rows: batch_rows.max(1),
+            end,
+            upper,
+            upper_peek: None,
+            upper_done: false,
+            deep,
+            carry: Vec::new(),
+            decided: None,
+            tail: None,
+            paths: ScanPaths::default(),
+        })
+    }
+
+    /// The schema of the batches: the table's read schema, projected.
+    pub fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    /// How many rows took each path so far.
+    pub fn paths(&self) -> ScanPaths {
+        self.paths
+    }
+
+    fn peek_upper(&mut self) -> Result<Option<&Entry>> {
+        if self.upper_peek.is_none() && !self.upper_done {
+            self.upper_peek = self.upper.next_entry()?;
+            if let (Some(e), Some(end)) = (&self.upper_peek, &self.end)
+                && e.key.as_ref() >= end.as_slice()
+            {
+                self.upper_peek = None;
+            }
+            self.upper_done = self.upper_peek.is_none();
+        }
+        Ok(self.upper_peek.as_ref())
+    }
+
+    /// Upper versions with keys below `bound` (`inclusive`: at most `bound`), of at most
+    /// `max_keys` keys; when it stops early, also the last key taken (every version of it is
+    /// taken).
+    fn upper_until(
+        &mut self,
+        bound: &[u8],
+        inclusive: bool,
+        max_keys: usize,
+    ) -> Result<(Vec<Entry>, Option<Bytes>)> {
+        let mut out: Vec<Entry> = Vec::new();
+        let mut keys = 0;
+        while let Some(e) = self.peek_upper()? {
+            let k = e.key.as_ref();
+            if k > bound || (!inclusive && k == bound) {
+                break;
+            }
+            let new_key = out.last().is_none_or(|l| l.key.as_ref() != k);
+            if new_key {
+                if keys == max_keys {
+                    let cut = out.last().map(|l| l.key.clone());
+                    return Ok((out, cut));
+                }
+                keys += 1;
+            }
+            out.extend(self.upper_peek.take());
+        }
+        Ok((out, None))
+    }
+
+    fn batch(&self, columns: Vec<ArrayRef>, rows: usize) -> Result<RecordBatch> {
+        let columns = columns
+            .into_iter()
+            .zip(self.schema.fields())
+            .map(|(a, f)| {
+                if a.data_type() == f.data_type() {
+                    Ok(a)
+                } else {
+                    cast(&a, f.data_type())
+                        .map_err(|e| Error::Internal(format!("column {}: {e}", f.name())))
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        RecordBatch::try_new_with_options(
+            self.schema.clone(),
+            columns,
+            &RecordBatchOptions::new().with_row_count(Some(rows)),
+        )
+        .map_err(|e| Error::Internal(format!("building a scan batch: {e}")))
+    }
+
+    fn rows_batch(&self, rows: &[(Bytes, RowValues)]) -> Result<RecordBatch> {
+        if self.projection.is_empty() {
+            return self.batch(Vec::new(), rows.len());
+        }
+        let b = self.table.to_batch(rows, &self.projection)?;
+        self.batch(b.columns().to_vec(), rows.len())
+    }
+
+    /// Resolves sorted versions row by row.
+    fn resolve(&self, mut versions: Vec<Entry>) -> Result<Vec<(Bytes, RowValues)>> {
+        versions.sort_by(|a, b| {
+            (&a.key, std::cmp::Reverse(a.seq)).cmp(&(&b.key, std::cmp::Reverse(b.seq)))
+        });
+        let merged = MergeIter::with_parts(
+            vec![Box::new(VecIter(versions.into_iter()))],
+            self.table.codec.clone(),
+        );
+        let mut rows = RowIter::new(Box::new(merged), &self.table.codec, self.read_seq, None);
+        let mut out = Vec::new();
+        while let Some(r) = rows.next_row()? {
+            out.push(r);
+        }
+        Ok(out)
+    }
+
+    /// The next batch of live rows in key order, or None at the end.
+    pub fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
+        loop {
+            if self.tail.is_some() {
+                return self.next_tail();
+            }
+            let Some(deep) = self.deep.as_mut() else {
+                self.start_tail()?;
+                continue;
+            };
+            let Some(mut chunk) = deep.next_chunk(self.batch_rows)? else {
+                self.start_tail()?;
+                continue;
+            };
+            if let Some(d) = &self.decided {
+                let skip = lower_bound(chunk.keys(), d, true);
+                if skip == chunk.rows() {
+                    continue;
+                }
+                if skip > 0 {
+                    chunk = chunk.slice(skip, chunk.rows() - skip);
+                }
+            }
+            let first = Bytes::copy_from_slice(chunk.keys().value(0));
+            // Upper keys before the chunk are not in the deep level: resolve them alone.
+            if self.carry.is_empty() && self.peek_upper()?.is_some_and(|e| e.key < first) {
+                if let Some(deep) = self.deep.as_mut() {
+                    deep.pushback = Some(chunk);
+                }
+                let (versions, _) = self.upper_until(&first, false, self.batch_rows)?;
+                if let Some(b) = self.merged(versions)? {
+                    return Ok(Some(b));
+                }
+                continue;
+            }
+            let mut n = chunk.rows();
+            let mut last = Bytes::copy_from_slice(chunk.keys().value(n - 1));
+            let (upper, cut) = self.upper_until(&last, true, self.batch_rows)?;
+            if let Some(u) = cut {
+                // Many upper keys in the chunk's range: stop the chunk after them.
+                let split = lower_bound(chunk.keys(), &u, true);
+                if split < n {
+                    let rest = chunk.slice(split, n - split);
+                    if let Some(deep) = self.deep.as_mut() {
+                        deep.pushback = Some(rest);
+                    }
+                    if split == 0 {
+                        // Only with a carry: it and these upper keys precede the chunk.
+                        let mut versions = std::mem::take(&mut self.carry);
+                        versions.extend(upper);
+                        if let Some(b) = self.merged(versions)? {
+                            return Ok(Some(b));
+                        }
+                        continue;
+                    }
+                    chunk = chunk.slice(0, split);
+                    n = split;
+                    last = Bytes::copy_from_slice(chunk.keys().value(n - 1));
+                }
+            }
+            let deep = self.deep.as_ref().expect("deep level");
+            if self.carry.is_empty() && deep.clean(&chunk, self.read_seq) {
+                self.decided = Some(last);
+                if upper.is_empty() {
+                    self.paths.passed += n as u64;
+                    let columns = deep.columns(&chunk);
+                    return self.batch(columns, n).map(Some);
+                }
+                let batch = self.patch(&chunk, upper)?;
+                if batch.num_rows() > 0 {
+                    return Ok(Some(batch));
+                }
+                continue;
+            }
+            // Row merge. Versions of the last key may continue in the next chunk, and upper
+            // keys past it must follow it: both wait.
+            let mut all = std::mem::take(&mut self.carry);
+            all.extend(upper);
+            deep.versions(&self.table, &chunk, 0..n, &mut all)?;
+            let (carry, versions): (Vec<Entry>, Vec<Entry>) =
+                all.into_iter().partition(|e| e.key >= last);
+            self.carry = carry;
+            if let Some(b) = self.merged(versions)? {
+                return Ok(Some(b));
+            }
+        }
+    }
+
+    /// Resolves versions row by row into a batch (None when no row is live).
+    fn merged(&mut self, versions: Vec<Entry>) -> Result<Option<RecordBatch>> {
+        let rows = self.resolve(versions)?;
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        self.paths.merged += rows.len() as u64;
+        self.rows_batch(&rows).map(Some)
+    }
+
+    /// Resolves the keys of `upper` (all within the chunk's range) over the chunk's rows and
+    /// splices them in.
+    fn patch(&mut self, chunk: &Chunk, upper: Vec<Entry>) -> Result<RecordBatch> {
+        let deep = self.deep.as_ref().expect("deep level");
+        let keys = chunk.keys();
+        let mut ukeys: Vec<Bytes> = upper.iter().map(|e| e.key.clone()).collect();
+        ukeys.dedup();
+        let hits: Vec<usize> = ukeys
+            .iter()
+            .filter_map(|k| {
+                let i = lower_bound(keys, k, false);
+                (i < keys.len() && keys.value(i) == k.as_ref()).then_some(i)
+            })
+            .collect();
+        let mut versions = upper;
+        deep.versions(&self.table, chunk, hits.iter().copied(), &mut versions)?;
+        let patched = self.resolve(versions)?;
+        let patch = self.table.to_batch(&patched, &self.projection)?;
+        // Interleave: (0, i) = chunk row i, (1, p) = patched row p.
+        let n = chunk.rows();
+        let mut order: Vec<(usize, usize)> = Vec::with_capacity(n + ukeys.len());
+        let (mut i, mut j, mut p) = (0, 0, 0);
+        while i < n || j < ukeys.len() {
+            if j < ukeys.len() && (i >= n || ukeys[j].as_ref() <= keys.value(i)) {
+                if i < n && ukeys[j].as_ref() == keys.value(i) {
+                    i += 1;
+                }
+                if patched.get(p).is_some_and(|(k, _)| *k == ukeys[j]) {
+                    order.push((1, p));
+                    p += 1;
+                }
+                j += 1;
+            } else {
+                order.push((0, i));
+                i += 1;
+            }
+        }
+        self.paths.passed += (n - hits.len()) as u64;
+        self.paths.patched += patched.len() as u64;
+        let base = deep.columns(chunk);
+        let mut columns = Vec::with_capacity(base.len());
+        for (c, b) in base.iter().enumerate() {
+            let p = patch.column(c);
+            let p = if p.data_type() == b.data_type() {
+                p.clone()
+            } else {
+                cast(p, b.data_type()).map_err(|e| Error::Internal(e.to_string()))?
+            };
+            columns.push(
+                interleave(&[b.as_ref(), p.as_ref()], &order)
+                    .map_err(|e| Error::Internal(format!("splicing a scan batch: {e}")))?,
+            );
+        }
+        self.batch(columns, order.len())
+    }
+
+    fn start_tail(&mut self) -> Result<()> {
+        self.deep = None;
+        let mut carry = std::mem::take(&mut self.carry);
+        carry.sort_by(|a, b| {
+            (&a.key, std::cmp::Reverse(a.seq)).cmp(&(&b.key, std::cmp::Reverse(b.seq)))
+        });
+        let rest: Box<dyn EntryIter> = Box::new(Upper {
+            peek: self.upper_peek.take(),
+            inner: std::mem::replace(&mut self.upper, Box::new(VecIter(Vec::new().into_iter()))),
+        });
+        let merged = MergeIter::with_parts(
+            vec![Box::new(VecIter(carry.into_iter())), rest],
+            self.table.codec.clone(),
+        );
+        self.tail = Some(RowIter::new(
+            Box::new(merged),
+            &self.table.codec,
+            self.read_seq,
+            self.end.clone(),
+        ));
+        Ok(())
+    }
+
+    fn next_tail(&mut self) -> Result<Option<RecordBatch>> {
+        let Some(tail) = self.tail.as_mut() else {
+            return Ok(None);
+        };
+        let mut rows = Vec::with_capacity(self.batch_rows.min(1024));
+        while rows.len() < self.batch_rows {
+            match tail.next_row()? {
+                Some(r) => rows.push(r),
+                None => break,
+            }
+        }
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        self.paths.merged += rows.len() as u64;
+        self.rows_batch(&rows).map(Some)
+    }
+}
+
+/// The rest of the upper stream, with the version already peeked first.
+struct Upper {
+    peek: Option<Entry>,
+    inner: Box<dyn EntryIter>,
+}
+
+impl EntryIter for Upper {
+    fn next_entry(&mut self) -> Result<Option<Entry>> {
+        match self.peek.take() {
+            Some(e) => Ok(Some(e)),
+            None => self.inner.next_entry(),
+        }
+    }
+}
+
+/// What the deep level of a scan is: its group formats and files, and the range.
+pub(crate) struct DeepSpec {
+    pub(crate) level: usize,
+    pub(crate) groups: Vec<(Arc<GroupFormat>, Vec<ParquetSource>)>,
+    pub(crate) handle: tokio::runtime::Handle,
+    pub(crate) start: Vec<u8>,
+    pub(crate) end: Option<Vec<u8>>,
+}
+
+impl DeepSpec {
+    fn build(self, table: &TableSchema, projection: &[usize]) -> Deep {
+        let k = table.key_indices.len();
+        let (seq_file, kind_file, present_file) = (1 + k, 2 + k, 3 + k);
+        let first_value = 4 + k;
+        let wants_keys = projection.iter().any(|c| table.key_indices.contains(c));
+        let mut cursors = Vec::new();
+        let mut formats = Vec::new();
+        let mut values = Vec::new();
+        let mut meta = Vec::new();
+        let mut outputs: Vec<Option<ColumnSource>> = vec![None; projection.len()];
+        for (g, (format, files)) in self.groups.into_iter().enumerate() {
+            let mut cols = vec![0, seq_file, kind_file, present_file];
+            if g == 0 && wants_keys {
+                cols.extend(1..=k);
+            }
+            let mut read = Vec::new();
+            for (pos, c) in format.columns.iter().enumerate() {
+                if projection.contains(&table.value_indices[*c]) {
+                    cols.push(first_value + pos);
+                    read.push(pos);
+                }
+            }
+            cols.sort_unstable();
+            let at = |file_col: usize| cols.iter().position(|c| *c == file_col).unwrap_or(0);
+            for (o, &pc) in projection.iter().enumerate() {
+                if let Some(ki) = table.key_indices.iter().position(|x| *x == pc) {
+                    if g == 0 {
+                        outputs[o] = Some(ColumnSource {
+                            group: 0,
+                            column: at(1 + ki),
+                        });
+                    }
+                } else if let Some(vi) = table.value_indices.iter().position(|x| *x == pc)
+                    && let Some(pos) = format.columns.iter().position(|x| *x == vi)
+                {
+                    outputs[o] = Some(ColumnSource {
+                        group: g,
+                        column: at(first_value + pos),
+                    });
+                }
+            }
+            values.push(read.iter().map(|p| (*p, at(first_value + p))).collect());
+            meta.push(MetaColumns {
+                seq: at(seq_file),
+                kind: at(kind_file),
+                present: at(present_file),
+            });
+            cursors.push(GroupCursor {
+                handle: self.handle.clone(),
+                files: files
+                    .into_iter()
+                    .filter(|f| {
+                        f.info.key_max.as_slice() >= self.start.as_slice()
+                            && self
+                                .end
+                                .as_deref()
+                                .is_none_or(|e| f.info.key_min.as_slice() < e)
+                    })
+                    .collect(),
+                stream: None,
+                front: None,
+                start: self.start.clone(),
+                end: self.end.clone(),
+                done: false,
+                columns: cols.clone(),
+            });
+            formats.push(format);
+        }
+        Deep {
+            cursors,
+            formats,
+            values,
+            meta,
+            outputs: outputs
+                .into_iter()
+                .map(|o| {
+                    o.unwrap_or(ColumnSource {
+                        group: 0,
+                        column: 0,
+                    })
+                })
+                .collect(),
+            origin: self.level.to_string(),
+            pushback: None,
+        }
+    }
+}

@@ -1,0 +1,331 @@
+//! The vectorized scan (`ShardView::batches`) returns exactly what the row-at-a-time merge
+//! (`ShardView::rows`) returns, for any mix of tiers, partial updates, deletes, history
+//! versions, projections, key ranges and read sequence numbers; and clean deep-level data
+//! is passed through column-wise.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::field_reassign_with_default
+)]
+
+mod common;
+
+use std::sync::Arc;
+
+use arrow::array::{Int64Array, RecordBatch, StringArray};
+use arrow::compute::concat_batches;
+use common::*;
+use proptest::prelude::*;
+use strata_engine::{AsOf, Db, ScanPaths, ShardView, TableView, Value};
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// Upsert keys `start..start+len`, values derived from `salt`.
+    Upsert {
+        start: i64,
+        len: i64,
+        salt: i64,
+    },
+    /// Partial update of `a` over a key range.
+    UpdateA {
+        start: i64,
+        len: i64,
+        salt: i64,
+    },
+    /// Delete every `step`-th key of a range.
+    Delete {
+        start: i64,
+        len: i64,
+        step: i64,
+    },
+    Flush,
+    Drain,
+    CompactS3 {
+        level: usize,
+        group: usize,
+    },
+}
+
+fn layout(n: usize) -> Vec<Vec<Vec<String>>> {
+    let g = |cols: &[&str]| cols.iter().map(|c| c.to_string()).collect::<Vec<_>>();
+    match n {
+        0 => vec![vec![g(&["a", "b"])], vec![g(&["a", "b"])]],
+        1 => vec![vec![g(&["a", "b"])], vec![g(&["a"]), g(&["b"])]],
+        _ => vec![vec![g(&["b"]), g(&["a"])], vec![g(&["b"]), g(&["a"])]],
+    }
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        5 => (0i64..1500, 1i64..600, any::<i64>()).prop_map(|(start, len, salt)| Op::Upsert { start, len, salt }),
+        2 => (0i64..1500, 1i64..200, any::<i64>()).prop_map(|(start, len, salt)| Op::UpdateA { start, len, salt }),
+        2 => (0i64..1500, 1i64..200, 1i64..7).prop_map(|(start, len, step)| Op::Delete { start, len, step }),
+        1 => Just(Op::Flush),
+        2 => Just(Op::Drain),
+        1 => (0usize..1, 0usize..2).prop_map(|(level, group)| Op::CompactS3 { level, group }),
+    ]
+}
+
+fn collect_rows(
+    view: &ShardView,
+    schema: &strata_engine::schema::TableSchema,
+    projection: &[usize],
+    start: &[u8],
+    end: Option<&[u8]>,
+    handle: &tokio::runtime::Handle,
+) -> Vec<(Bytes, Vec<Option<Value>>)> {
+    let needed: Vec<usize> = projection
+        .iter()
+        .filter_map(|c| schema.value_indices.iter().position(|v| v == c))
+        .collect();
+    let mut it = view.rows(start, end, Some(&needed), handle);
+    let mut out = Vec::new();
+    while let Some(r) = it.next_row().unwrap() {
+        out.push(r);
+    }
+    out
+}
+
+use bytes::Bytes;
+
+/// Compares both paths over one range and projection; returns the path counts.
+fn compare(
+    view: &ShardView,
+    schema: &strata_engine::schema::TableSchema,
+    projection: &[usize],
+    range: (Option<i64>, Option<i64>),
+    batch_rows: usize,
+    handle: &tokio::runtime::Handle,
+) -> ScanPaths {
+    let start = range
+        .0
+        .map(|k| schema.encode_key(&[Value::Int(k)]).unwrap())
+        .unwrap_or_default();
+    let end = range
+        .1
+        .map(|k| schema.encode_key(&[Value::Int(k)]).unwrap());
+    let rows = collect_rows(view, schema, projection, &start, end.as_deref(), handle);
+    let mut batches = view
+        .batches(&start, end.as_deref(), projection, batch_rows, handle)
+        .unwrap();
+    let out_schema = batches.schema();
+    let mut got: Vec<RecordBatch> = Vec::new();
+    while let Some(b) = batches.next_batch().unwrap() {
+        assert!(b.num_rows() > 0, "no empty batches");
+        assert!(
+            b.num_rows() <= batch_rows.max(1) * 2,
+            "batch of {} rows",
+            b.num_rows()
+        );
+        got.push(b);
+    }
+    let got = concat_batches(&out_schema, &got).unwrap();
+    assert_eq!(
+        got.num_rows(),
+        rows.len(),
+        "row count, range {range:?}, projection {projection:?}"
+    );
+    if !projection.is_empty() {
+        let want = schema.to_batch(&rows, projection).unwrap();
+        assert_eq!(got, want, "range {range:?}, projection {projection:?}");
+    }
+    batches.paths()
+}
+
+async fn check_all(db: &Db, seqs: &[u64]) -> ScanPaths {
+    let view: TableView = db.view("t", None).await.unwrap();
+    let mut total = ScanPaths::default();
+    let handle = tokio::runtime::Handle::current();
+    let mut views = vec![view];
+    for s in seqs {
+        let v = db.view("t", Some(AsOf::Seq(*s))).await;
+        if let Ok(v) = v {
+            views.push(v);
+        }
+    }
+    let views = Arc::new(views);
+    let t = tokio::task::spawn_blocking(move || {
+        let mut total = ScanPaths::default();
+        for v in views.iter() {
+            let schema = v.schema.clone();
+            for projection in [vec![0, 1, 2], vec![2], vec![1, 0], vec![], vec![0]] {
+                for range in [
+                    (None, None),
+                    (Some(100), Some(900)),
+                    (Some(777), None),
+                    (Some(5), Some(6)),
+                ] {
+                    for batch_rows in [7, 1000] {
+                        let p = compare(
+                            &v.shards[0],
+                            &schema,
+                            &projection,
+                            range,
+                            batch_rows,
+                            &handle,
+                        );
+                        total.passed += p.passed;
+                        total.patched += p.patched;
+                        total.merged += p.merged;
+                    }
+                }
+            }
+        }
+        total
+    });
+    let p = t.await.unwrap();
+    total.passed += p.passed;
+    total.patched += p.patched;
+    total.merged += p.merged;
+    total
+}
+
+fn config(history: bool) -> strata_engine::EngineConfig {
+    let mut c = small_config();
+    c.memtable_bytes_max = 64 << 10;
+    c.parquet_row_group_rows = 200;
+    c.parquet_file_bytes = 32 << 10;
+    c.level_bytes_base = 1 << 40; // compaction only when the test asks
+    c.s3_level_bytes_base = 1 << 40;
+    if history {
+        c.history_retention_ms = 3_600_000;
+    }
+    c
+}
+
+async fn apply(t: &strata_engine::Table, op: &Op, layout_n: usize) {
+    match op {
+        Op::Upsert { start, len, salt } => {
+            let ids: Vec<i64> = (*start..start + len).collect();
+            let a: Vec<String> = ids.iter().map(|i| format!("v{}", i ^ salt)).collect();
+            let a: Vec<Option<&str>> = a.iter().map(|s| Some(s.as_str())).collect();
+            let b: Vec<Option<i64>> = ids
+                .iter()
+                .map(|i| (i % 5 != 0).then_some(i.wrapping_mul(*salt)))
+                .collect();
+            t.upsert(rows(&ids, &a, &b)).await.unwrap();
+        }
+        Op::UpdateA { start, len, salt } => {
+            let ids: Vec<i64> = (*start..start + len).collect();
+            let a: Vec<String> = ids.iter().map(|i| format!("u{}", i ^ salt)).collect();
+            t.update(only(&[
+                ("id", Arc::new(Int64Array::from(ids))),
+                ("a", Arc::new(StringArray::from(a))),
+            ]))
+            .await
+            .unwrap();
+        }
+        Op::Delete { start, len, step } => {
+            let ids: Vec<i64> = (*start..start + len).step_by(*step as usize).collect();
+            t.delete(keys(&ids)).await.unwrap();
+        }
+        Op::Flush => t.flush().await.unwrap(),
+        Op::Drain => t.drain_to_s3().await.unwrap(),
+        Op::CompactS3 { level, group } => {
+            let groups = layout(layout_n)[*level].len();
+            t.compact_s3_group(*level, group % groups).await.unwrap()
+        }
+    }
+}
+
+async fn run(ops: Vec<Op>, layout_n: usize, history: bool) {
+    let store = memory_store();
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&store, dir.path(), config(history)).await;
+    db.create_table_with_layout("t", schema(), &["id"], layout(layout_n))
+        .await
+        .unwrap();
+    let t = db.table("t").await.unwrap();
+    let mut seqs = Vec::new();
+    for op in &ops {
+        apply(&t, op, layout_n).await;
+        seqs.push(db.view("t", None).await.unwrap().shards[0].seq());
+    }
+    // The latest state and a few older sequence numbers (readable when history is kept).
+    let old: Vec<u64> = seqs.iter().step_by(3).copied().collect();
+    check_all(&db, if history { &old } else { &[] }).await;
+    db.close().await;
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn batches_match_rows(ops in proptest::collection::vec(op(), 1..14), layout_n in 0usize..3, history in any::<bool>()) {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(run(ops, layout_n, history));
+    }
+}
+
+/// Clean deep-level data passes through; upper updates are patched in; history versions
+/// and partial rows in the deep level take the row merge; all three agree with `rows`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_path_is_taken_and_agrees() {
+    for (layout_n, history) in [(0, false), (1, false), (2, true)] {
+        let store = memory_store();
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&store, dir.path(), config(history)).await;
+        db.create_table_with_layout("t", schema(), &["id"], layout(layout_n))
+            .await
+            .unwrap();
+        let t = db.table("t").await.unwrap();
+        let ops = [
+            Op::Upsert {
+                start: 0,
+                len: 1200,
+                salt: 7,
+            },
+            Op::Drain,
+            Op::CompactS3 { level: 0, group: 0 },
+            Op::CompactS3 { level: 0, group: 1 },
+        ];
+        for op in &ops {
+            apply(&t, op, layout_n).await;
+        }
+        let p = check_all(&db, &[]).await;
+        assert!(p.passed > 0 && p.patched == 0 && p.merged == 0, "{p:?}");
+        // Updates and deletes above the deep level.
+        for op in [
+            Op::UpdateA {
+                start: 50,
+                len: 10,
+                salt: 3,
+            },
+            Op::Delete {
+                start: 500,
+                len: 40,
+                step: 3,
+            },
+            Op::Upsert {
+                start: 1190,
+                len: 30,
+                salt: 9,
+            },
+        ] {
+            apply(&t, &op, layout_n).await;
+        }
+        let p = check_all(&db, &[]).await;
+        assert!(p.passed > 0 && p.patched > 0, "{p:?}");
+        assert!(p.merged > 0, "rows past the deep level's end merge: {p:?}");
+        // Everything down again: with history kept, the deep level holds several versions
+        // of the updated keys and takes the row merge there.
+        let before = db.view("t", None).await.unwrap().shards[0].seq();
+        for op in [
+            Op::Drain,
+            Op::CompactS3 { level: 0, group: 0 },
+            Op::CompactS3 { level: 0, group: 1 },
+        ] {
+            apply(&t, &op, layout_n).await;
+        }
+        let p = check_all(&db, &[before]).await;
+        if history {
+            assert!(p.merged > 0, "history versions take the row merge: {p:?}");
+        }
+        assert!(p.passed > 0, "{p:?}");
+        db.close().await;
+    }
+}
