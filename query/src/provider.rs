@@ -181,6 +181,12 @@ impl TableProvider for StrataTable {
         let range = key_range(&view.schema, filters);
         // A limit is only exact without pushed filters (they are re-applied above).
         let limit = if filters.is_empty() { limit } else { None };
+        let mut cuts = Vec::new();
+        if limit.is_none() && self.options.partitions > 1 {
+            for s in &view.shards {
+                cuts.extend(s.split_keys().await.map_err(crate::scan::engine_err)?);
+            }
+        }
         Ok(Arc::new(StrataScanExec::new(
             view,
             projection,
@@ -188,6 +194,7 @@ impl TableProvider for StrataTable {
             limit,
             self.options.partitions,
             self.options.batch_rows,
+            cuts,
         )?))
     }
 

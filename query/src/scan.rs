@@ -51,6 +51,7 @@ impl StrataScanExec {
         limit: Option<usize>,
         partitions: usize,
         batch_rows: usize,
+        cuts: Vec<Vec<u8>>,
     ) -> Result<Self> {
         let table = &view.schema;
         let schema = Arc::new(table.read_schema.project(&projection)?);
@@ -63,7 +64,7 @@ impl StrataScanExec {
         } else if limit.is_some() {
             vec![range.clone()] // in key order, stop early
         } else {
-            split(&view, &range, partitions.max(1))
+            split(cuts, &range, partitions.max(1))
         };
         let props = Arc::new(PlanProperties::new(
             EquivalenceProperties::new(schema.clone()),
@@ -85,20 +86,9 @@ impl StrataScanExec {
     }
 }
 
-/// Splits `range` at file boundaries of the view's largest runs into about `n` parts.
-fn split(view: &TableView, range: &KeyRange, n: usize) -> Vec<KeyRange> {
-    let mut cuts: Vec<Vec<u8>> = Vec::new();
-    for s in &view.shards {
-        let m = &s.manifest().value;
-        for level in &m.s3_levels {
-            if let Some(run) = level.groups.first() {
-                cuts.extend(run.files.iter().map(|f| f.key_min.clone()));
-            }
-        }
-        for level in m.levels.iter().skip(1) {
-            cuts.extend(level.ssts.iter().map(|f| f.key_min.clone()));
-        }
-    }
+/// Splits `range` into about `n` parts at some of `cuts` (keys where the data can be
+/// divided: row-group and file starts, see `ShardView::split_keys`).
+fn split(mut cuts: Vec<Vec<u8>>, range: &KeyRange, n: usize) -> Vec<KeyRange> {
     cuts.retain(|c| {
         c.as_slice() > range.start.as_slice()
             && range.end.as_deref().is_none_or(|e| c.as_slice() < e)
@@ -228,15 +218,7 @@ impl ExecutionPlan for StrataScanExec {
         let projection = self.projection.clone();
         let (limit, batch_rows) = (self.limit.unwrap_or(usize::MAX), self.batch_rows);
         tokio::task::spawn_blocking(move || {
-            let result = produce(
-                &view,
-                &range,
-                &projection,
-                limit,
-                batch_rows,
-                &handle,
-                &tx,
-            );
+            let result = produce(&view, &range, &projection, limit, batch_rows, &handle, &tx);
             if let Err(e) = result {
                 let _ = tx.blocking_send(Err(e));
             }
@@ -247,7 +229,7 @@ impl ExecutionPlan for StrataScanExec {
     }
 }
 
-fn engine_err(e: strata_engine::Error) -> DataFusionError {
+pub(crate) fn engine_err(e: strata_engine::Error) -> DataFusionError {
     DataFusionError::External(Box::new(e))
 }
 

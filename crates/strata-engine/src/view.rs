@@ -280,6 +280,29 @@ impl ShardView {
             ),
         }
     }
+    /// Keys a scan can be split at into parts of similar size: the first key of every row
+    /// group of each S3 level's first group (Parquet metadata, one cached read per file)
+    /// and of every SST below L0. Unordered, possibly repeated.
+    pub async fn split_keys(&self) -> Result<Vec<Vec<u8>>> {
+        let files = BucketFiles {
+            store: &self.store,
+            paths: &self.paths,
+            s3: &self.s3,
+        };
+        let mut out = Vec::new();
+        for level in &self.state.manifest.value.s3_levels {
+            if let Some(run) = level.groups.first() {
+                for f in &run.files {
+                    out.extend(files.parquet_source(f).row_group_starts().await?);
+                }
+            }
+        }
+        for level in self.state.levels.iter().skip(1) {
+            out.extend(level.iter().map(|h| h.info.key_min.clone()));
+        }
+        Ok(out)
+    }
+
     /// Live rows of `[start, end)` in key order at the view's sequence number, as Arrow
     /// batches of the table's read schema projected to `projection` (indices into the
     /// table's columns), at most `batch_rows` rows each. The deepest S3 level is read

@@ -159,6 +159,21 @@ impl ParquetSource {
         Ok(fm)
     }
 
+    /// The smallest key of every row group (from the `_key` statistics).
+    pub async fn row_group_starts(&self) -> Result<Vec<Vec<u8>>> {
+        let fm = self.meta().await?;
+        Ok(fm
+            .meta
+            .metadata()
+            .row_groups()
+            .iter()
+            .filter_map(|rg| match rg.column(0).statistics() {
+                Some(Statistics::ByteArray(s)) => s.min_opt().map(|m| m.data().to_vec()),
+                _ => None,
+            })
+            .collect())
+    }
+
     fn reader(&self, meta: Arc<FileMeta>) -> FileReader {
         FileReader {
             source: self.clone(),
