@@ -9,7 +9,8 @@
 //! | `application/vnd.apache.arrow.stream` | Arrow IPC stream |
 //!
 //! Errors are `{"error": {"code": "...", "message": "..."}}` with the status of
-//! [`crate::error::QueryError::http_status`]. `GET /health` answers `ok`.
+//! [`crate::error::QueryError::http_status`]. `GET /health` answers `ok`; `GET /ready`
+//! answers `ready` (the service only listens once its store is open).
 
 use std::sync::Arc;
 
@@ -170,5 +171,6 @@ pub fn router(q: QueryService) -> Router {
     Router::new()
         .route("/sql", post(sql))
         .route("/health", get(|| async { "ok" }))
+        .route("/ready", get(|| async { "ready" }))
         .with_state(Arc::new(q))
 }

@@ -11,7 +11,7 @@
 //!   are reconciled (never used to skip files by their statistics).
 //! - [`service`]: sessions with the safety rules (no file or URL access, no DDL, memory limit
 //!   and timeout per query).
-//! - [`http`] and [`flight`]: the endpoints.
+//! - [`http`] and [`flight`]: the endpoints; [`server`] runs both.
 //!
 //! Limits: sequence numbers are per shard (tables have one shard today); a statement's
 //! writes are atomic per batch of rows, not per statement.
@@ -23,6 +23,7 @@ pub mod http;
 pub mod provider;
 pub mod pushdown;
 pub mod scan;
+pub mod server;
 pub mod service;
 
 pub use error::{QueryError, QueryErrorKind};

@@ -82,7 +82,7 @@ async fn main() -> std::process::ExitCode {
     }
 }
 
-async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+async fn run(args: Args) -> Result<(), strata_query::server::ServeError> {
     let store = match args.store {
         StoreKind::Local => ObjectStoreConfig::local(&args.dir),
         StoreKind::S3 => ObjectStoreConfig::s3(S3Config {
@@ -122,23 +122,6 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     // Tests and scripts read the bound addresses from these lines.
     println!("http listening on {}", http.local_addr()?);
     println!("flight listening on {}", flight.local_addr()?);
-    let stop = tokio_util::sync::CancellationToken::new();
-    let s = stop.clone();
-    tokio::spawn(async move {
-        let _ = tokio::signal::ctrl_c().await;
-        s.cancel();
-    });
-    let (s1, s2) = (stop.clone(), stop.clone());
-    let app = strata_query::http::router(q.clone());
-    let http_task = tokio::spawn(async move {
-        axum::serve(http, app)
-            .with_graceful_shutdown(async move { s1.cancelled().await })
-            .await
-    });
-    let flight_task = tokio::spawn(strata_query::flight::serve(q, flight, async move {
-        s2.cancelled().await
-    }));
-    http_task.await??;
-    flight_task.await??;
+    strata_query::server::serve(q, http, flight, strata_query::server::stop_on_signal()).await?;
     Ok(())
 }

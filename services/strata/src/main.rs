@@ -1,6 +1,13 @@
-//! The `strata` command line. Until the services land, it offers `quickstart`: create a
-//! table in a local directory, write, read, reopen from the bucket and read again.
+//! The `strata` command line.
+//!
+//! - `strata serve`: every role in one process on the embedded default (a local directory
+//!   as the bucket, the NVMe tier under it): the ingest writer with its in-process
+//!   compaction worker and GC, and the query service with writes enabled, over HTTP
+//!   (`POST /sql`, `/health`, `/ready`) and Arrow Flight SQL on 127.0.0.1.
+//! - `strata quickstart`: create a table in a local directory, write, read, reopen from the
+//!   bucket and read again (the embedded API, no server).
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -9,6 +16,7 @@ use arrow::datatypes::{DataType, Field, Schema};
 use clap::{Parser, Subcommand};
 use strata_engine::{Db, DbConfig, EngineConfig, ScanOptions, Value};
 use strata_objstore::ObjectStoreConfig;
+use strata_query::{QueryConfig, QueryService};
 
 #[derive(Parser)]
 #[command(
@@ -23,6 +31,26 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Runs every role (ingest, compaction, query) in one process over a local directory,
+    /// answering SQL over HTTP (`POST /sql`) and Arrow Flight SQL. Ctrl-C or SIGTERM stops
+    /// it; every acknowledged write is in the directory's bucket.
+    Serve {
+        /// Data directory: the bucket is `<dir>/bucket`, the NVMe tier `<dir>/nvme`.
+        #[arg(long, default_value = "./strata-data", env = "STRATA_DATA_DIR")]
+        dir: PathBuf,
+        /// HTTP listen address (port 0 picks a free port; the bound address is printed).
+        #[arg(long, default_value = "127.0.0.1:8080", env = "STRATA_HTTP")]
+        http: SocketAddr,
+        /// Arrow Flight SQL listen address.
+        #[arg(long, default_value = "127.0.0.1:8081", env = "STRATA_FLIGHT")]
+        flight: SocketAddr,
+        /// Memory limit of one query.
+        #[arg(long, default_value_t = 1 << 30, env = "STRATA_QUERY_MEMORY_LIMIT_BYTES")]
+        query_memory_limit_bytes: usize,
+        /// Timeout of one query.
+        #[arg(long, default_value_t = 300_000, env = "STRATA_QUERY_TIMEOUT_MS")]
+        query_timeout_ms: u64,
+    },
     /// Creates a table in a local directory (the embedded default bucket), writes rows,
     /// reads them back, reopens from the bucket alone and reads again.
     Quickstart {
@@ -116,6 +144,26 @@ async fn quickstart(dir: PathBuf) -> anyhow_free::Result<()> {
     Ok(())
 }
 
+async fn serve(
+    dir: PathBuf,
+    http: SocketAddr,
+    flight: SocketAddr,
+    query: QueryConfig,
+) -> anyhow_free::Result<()> {
+    let db = open(&dir).await?;
+    let q = QueryService::new(db.clone(), query, true);
+    let http = tokio::net::TcpListener::bind(http).await?;
+    let flight = tokio::net::TcpListener::bind(flight).await?;
+    // Scripts and tests read the bound addresses from these lines.
+    println!("http listening on {}", http.local_addr()?);
+    println!("flight listening on {}", flight.local_addr()?);
+    tracing::info!(dir = %dir.display(), "strata serve ready");
+    let result =
+        strata_query::server::serve(q, http, flight, strata_query::server::stop_on_signal()).await;
+    db.close().await;
+    result
+}
+
 #[tokio::main]
 async fn main() {
     tracing_subscriber::fmt()
@@ -125,6 +173,25 @@ async fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Quickstart { dir } => quickstart(dir).await,
+        Command::Serve {
+            dir,
+            http,
+            flight,
+            query_memory_limit_bytes,
+            query_timeout_ms,
+        } => {
+            serve(
+                dir,
+                http,
+                flight,
+                QueryConfig {
+                    memory_limit_bytes: query_memory_limit_bytes,
+                    timeout_ms: query_timeout_ms,
+                    ..Default::default()
+                },
+            )
+            .await
+        }
     };
     if let Err(e) = result {
         eprintln!("error: {e}");

@@ -1,0 +1,62 @@
+//! Running the endpoints: HTTP (`POST /sql`, `/health`, `/ready`) and Arrow Flight SQL on
+//! bound listeners until a stop signal, shared by `strata-query` and `strata serve`.
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::QueryService;
+
+/// An error starting or running a server.
+pub type ServeError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Serves `q` on `http` and `flight` until `stop` is cancelled, then lets in-flight requests
+/// finish.
+pub async fn serve(
+    q: QueryService,
+    http: TcpListener,
+    flight: TcpListener,
+    stop: CancellationToken,
+) -> Result<(), ServeError> {
+    let (s1, s2) = (stop.clone(), stop.clone());
+    let app = crate::http::router(q.clone());
+    let http_task = tokio::spawn(async move {
+        axum::serve(http, app)
+            .with_graceful_shutdown(async move { s1.cancelled().await })
+            .await
+    });
+    let flight_task = tokio::spawn(crate::flight::serve(q, flight, async move {
+        s2.cancelled().await
+    }));
+    http_task.await??;
+    flight_task.await??;
+    Ok(())
+}
+
+/// A token cancelled on Ctrl-C or SIGTERM.
+pub fn stop_on_signal() -> CancellationToken {
+    let stop = CancellationToken::new();
+    let s = stop.clone();
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            match signal(SignalKind::terminate()) {
+                Ok(mut term) => {
+                    tokio::select! {
+                        _ = tokio::signal::ctrl_c() => {}
+                        _ = term.recv() => {}
+                    }
+                }
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+        s.cancel();
+    });
+    stop
+}
