@@ -199,6 +199,31 @@ impl ShardView {
         Ok(self)
     }
 
+    /// The row-tier sources of `[start, end)`: memtables (or WAL tail) and the SSTs
+    /// overlapping it, newest first.
+    fn row_sources(&self, start: &[u8], end: Option<&[u8]>) -> Vec<Box<dyn EntryIter>> {
+        let mut sources: Vec<Box<dyn EntryIter>> = Vec::new();
+        for mem in self.state.memtables() {
+            sources.push(Box::new(MemtableIter::new(mem.clone(), start)));
+        }
+        for h in self.state.levels.iter().flatten() {
+            let before_start = h.info.key_max.as_slice() < start;
+            let after_end = end.is_some_and(|e| h.info.key_min.as_slice() >= e);
+            if !before_start && !after_end {
+                sources.push(Box::new(SstIter::new(h.reader.clone(), start)));
+            }
+        }
+        sources
+    }
+
+    fn files(&self) -> BucketFiles<'_> {
+        BucketFiles {
+            store: &self.store,
+            paths: &self.paths,
+            s3: &self.s3,
+        }
+    }
+
     /// What a scan of `[start, end)` needing the non-key columns `needed` reads.
     pub fn summary(
         &self,
@@ -244,23 +269,9 @@ impl ShardView {
         needed: Option<&[usize]>,
         handle: &tokio::runtime::Handle,
     ) -> ViewRows {
-        let mut sources: Vec<Box<dyn EntryIter>> = Vec::new();
-        for mem in self.state.memtables() {
-            sources.push(Box::new(MemtableIter::new(mem.clone(), start)));
-        }
-        for h in self.state.levels.iter().flatten() {
-            let before_start = h.info.key_max.as_slice() < start;
-            let after_end = end.is_some_and(|e| h.info.key_min.as_slice() >= e);
-            if !before_start && !after_end {
-                sources.push(Box::new(SstIter::new(h.reader.clone(), start)));
-            }
-        }
+        let sources = self.row_sources(start, end);
         let mut merged = MergeIter::with_parts(sources, self.table.codec.clone());
-        let files = BucketFiles {
-            store: &self.store,
-            paths: &self.paths,
-            s3: &self.s3,
-        };
+        let files = self.files();
         merged.add_sources(crate::s3::run_iters(
             &self.table,
             &files,
@@ -284,11 +295,7 @@ impl ShardView {
     /// group of each S3 level's first group (Parquet metadata, one cached read per file)
     /// and of every SST below L0. Unordered, possibly repeated.
     pub async fn split_keys(&self) -> Result<Vec<Vec<u8>>> {
-        let files = BucketFiles {
-            store: &self.store,
-            paths: &self.paths,
-            s3: &self.s3,
-        };
+        let files = self.files();
         let mut out = Vec::new();
         for level in &self.state.manifest.value.s3_levels {
             if let Some(run) = level.groups.first() {
@@ -350,22 +357,8 @@ impl ShardView {
             let groups = crate::s3::groups_needed(table, *li, Some(&needed));
             groups.iter().all(|g| sig(*g) == sig(groups[0]))
         });
-        let files = BucketFiles {
-            store: &self.store,
-            paths: &self.paths,
-            s3: &self.s3,
-        };
-        let mut sources: Vec<Box<dyn EntryIter>> = Vec::new();
-        for mem in self.state.memtables() {
-            sources.push(Box::new(MemtableIter::new(mem.clone(), start)));
-        }
-        for h in self.state.levels.iter().flatten() {
-            let before_start = h.info.key_max.as_slice() < start;
-            let after_end = end.is_some_and(|e| h.info.key_min.as_slice() >= e);
-            if !before_start && !after_end {
-                sources.push(Box::new(SstIter::new(h.reader.clone(), start)));
-            }
-        }
+        let files = self.files();
+        let sources = self.row_sources(start, end);
         let mut upper = MergeIter::with_parts(sources, table.codec.clone());
         upper.add_sources(crate::s3::run_iters(
             table,
