@@ -349,6 +349,8 @@ pub struct ViewBatches {
     decided: Option<Bytes>,
     /// After the deep level: the remaining versions, resolved row by row.
     tail: Option<RowIter>,
+    /// Slices of a merged or patched batch larger than `batch_rows`, still to be returned.
+    queued: std::collections::VecDeque<RecordBatch>,
     paths: ScanPaths,
 }
 
@@ -384,6 +386,7 @@ impl ViewBatches {
             carry: Vec::new(),
             decided: None,
             tail: None,
+            queued: Default::default(),
             paths: ScanPaths::default(),
         })
     }
@@ -488,6 +491,31 @@ impl ViewBatches {
 
     /// The next batch of live rows in key order, or None at the end.
     pub fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
+        if let Some(b) = self.queued.pop_front() {
+            return Ok(Some(b));
+        }
+        let b = self.next_unbounded()?;
+        Ok(b.map(|b| self.bounded(b)))
+    }
+
+    /// Returns the first `batch_rows` rows of `b` and queues the rest as zero-copy slices:
+    /// a row merge (a carried key, the chunk, the upper keys among it) or a patch may yield
+    /// more rows than one batch holds.
+    fn bounded(&mut self, b: RecordBatch) -> RecordBatch {
+        let n = b.num_rows();
+        if n <= self.batch_rows {
+            return b;
+        }
+        let mut offset = self.batch_rows;
+        while offset < n {
+            let len = self.batch_rows.min(n - offset);
+            self.queued.push_back(b.slice(offset, len));
+            offset += len;
+        }
+        b.slice(0, self.batch_rows)
+    }
+
+    fn next_unbounded(&mut self) -> Result<Option<RecordBatch>> {
         loop {
             if self.tail.is_some() {
                 return self.next_tail();
