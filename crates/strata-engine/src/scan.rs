@@ -22,9 +22,13 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, BinaryArray, RecordBatch, RecordBatchOptions};
+use std::cmp::Ordering;
+
+use arrow::array::{
+    Array, ArrayRef, AsArray, BinaryArray, Int64Array, RecordBatch, RecordBatchOptions,
+};
 use arrow::compute::{cast, interleave};
-use arrow::datatypes::{SchemaRef, UInt8Type, UInt64Type};
+use arrow::datatypes::{DataType, Int64Type, SchemaRef, UInt8Type, UInt64Type};
 use bytes::Bytes;
 use futures::StreamExt;
 use parquet::arrow::async_reader::ParquetRecordBatchStream;
@@ -48,6 +52,9 @@ pub struct ScanPaths {
     /// Rows resolved row by row (chunks that are not clean, and rows only in upper tiers
     /// past the deep level's last key).
     pub merged: u64,
+    /// Deep-level rows read without the version columns (`_seq`, `_kind`, `_present`):
+    /// the level's files hold only visible whole-row puts, one per key.
+    pub unversioned: u64,
 }
 
 /// One column group of the deep level, read file by file, cut to the key range.
@@ -57,26 +64,85 @@ struct GroupCursor {
     stream: Option<(String, ParquetRecordBatchStream<FileReader>)>,
     /// File columns read (ascending).
     columns: Vec<usize>,
+    /// The first column read is the typed `BIGINT` key rather than `_key`.
+    int_key: bool,
     front: Option<RecordBatch>,
     start: Vec<u8>,
     end: Option<Vec<u8>>,
     done: bool,
 }
 
-fn keys_of<'a>(batch: &'a RecordBatch, origin: &str) -> Result<&'a BinaryArray> {
-    batch
-        .column(0)
-        .as_binary_opt::<i32>()
-        .ok_or_else(|| Error::Corrupt(format!("parquet {origin}: _key is not binary")))
+/// The keys of a batch of the deep level (its first column): the encoded `_key`, or, for a
+/// table whose key is one `BIGINT`, the typed key column (8 bytes a row to decode instead of
+/// a byte array; its order is the encoded order).
+#[derive(Clone, Copy)]
+enum Keys<'a> {
+    Encoded(&'a BinaryArray),
+    Int(&'a Int64Array),
+}
+
+/// The memcomparable encoding of a `BIGINT` key (see `keycodec`).
+fn encode_int(v: i64) -> [u8; 8] {
+    ((v as u64) ^ 0x8000_0000_0000_0000).to_be_bytes()
+}
+
+impl<'a> Keys<'a> {
+    fn of(batch: &'a RecordBatch, int: bool, origin: &str) -> Result<Self> {
+        let c = batch.column(0);
+        let keys = if int {
+            c.as_primitive_opt::<Int64Type>().map(Keys::Int)
+        } else {
+            c.as_binary_opt::<i32>().map(Keys::Encoded)
+        };
+        keys.ok_or_else(|| Error::Corrupt(format!("parquet {origin}: unexpected key column type")))
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Keys::Encoded(k) => k.len(),
+            Keys::Int(k) => k.len(),
+        }
+    }
+
+    /// Row `i`'s key compared with an encoded key.
+    fn cmp_at(&self, i: usize, bound: &[u8]) -> Ordering {
+        match self {
+            Keys::Encoded(k) => k.value(i).cmp(bound),
+            Keys::Int(k) => encode_int(k.value(i)).as_slice().cmp(bound),
+        }
+    }
+
+    /// Row `i`'s encoded key.
+    fn key(&self, i: usize) -> Bytes {
+        match self {
+            Keys::Encoded(k) => Bytes::copy_from_slice(k.value(i)),
+            Keys::Int(k) => Bytes::copy_from_slice(&encode_int(k.value(i))),
+        }
+    }
+
+    fn same(&self, i: usize, other: &Keys, j: usize) -> bool {
+        match (self, other) {
+            (Keys::Encoded(a), Keys::Encoded(b)) => a.value(i) == b.value(j),
+            (Keys::Int(a), Keys::Int(b)) => a.value(i) == b.value(j),
+            _ => false,
+        }
+    }
+
+    fn strictly_increasing(&self) -> bool {
+        match self {
+            Keys::Encoded(k) => (1..k.len()).all(|i| k.value(i - 1) < k.value(i)),
+            Keys::Int(k) => k.values().windows(2).all(|w| w[0] < w[1]),
+        }
+    }
 }
 
 /// The first row of `keys` whose key is at least (`strict`: greater than) `bound`.
-fn lower_bound(keys: &BinaryArray, bound: &[u8], strict: bool) -> usize {
+fn lower_bound(keys: Keys, bound: &[u8], strict: bool) -> usize {
     let (mut lo, mut hi) = (0, keys.len());
     while lo < hi {
         let mid = (lo + hi) / 2;
-        let k = keys.value(mid);
-        if k < bound || (strict && k == bound) {
+        let o = keys.cmp_at(mid, bound);
+        if o == Ordering::Less || (strict && o == Ordering::Equal) {
             lo = mid + 1;
         } else {
             hi = mid;
@@ -113,7 +179,7 @@ impl GroupCursor {
                 continue;
             };
             let batch = batch.map_err(|e| Error::Corrupt(format!("parquet {origin}: {e}")))?;
-            let keys = keys_of(&batch, origin)?;
+            let keys = Keys::of(&batch, self.int_key, origin)?;
             let lo = lower_bound(keys, &self.start, false);
             let hi = match &self.end {
                 Some(e) => lower_bound(keys, e, false),
@@ -150,6 +216,7 @@ struct ColumnSource {
     column: usize,
 }
 
+/// Batch columns of a group's version columns.
 #[derive(Clone, Copy)]
 struct MetaColumns {
     seq: usize,
@@ -163,8 +230,11 @@ struct Deep {
     formats: Vec<Arc<GroupFormat>>,
     /// Per group: (position in the group's columns, batch column) of each value column read.
     values: Vec<Vec<(usize, usize)>>,
-    /// Per group: batch columns of `_seq`, `_kind` and `_present`.
-    meta: Vec<MetaColumns>,
+    /// Per group: batch columns of `_seq`, `_kind` and `_present`; None when the level
+    /// holds only whole-row puts visible at the read sequence number, one per key (the
+    /// version columns are not read; every chunk is clean).
+    meta: Option<Vec<MetaColumns>>,
+    int_key: bool,
     outputs: Vec<ColumnSource>,
     origin: String,
     /// A chunk (or its rest) put back to be taken again.
@@ -174,6 +244,7 @@ struct Deep {
 /// A chunk of the deep level: the same rows of every group read.
 struct Chunk {
     groups: Vec<RecordBatch>,
+    int_key: bool,
 }
 
 impl Chunk {
@@ -181,13 +252,19 @@ impl Chunk {
         self.groups[0].num_rows()
     }
 
-    fn keys(&self) -> &BinaryArray {
-        self.groups[0].column(0).as_binary::<i32>()
+    fn keys(&self) -> Keys<'_> {
+        let c = self.groups[0].column(0);
+        if self.int_key {
+            Keys::Int(c.as_primitive::<Int64Type>())
+        } else {
+            Keys::Encoded(c.as_binary::<i32>())
+        }
     }
 
     fn slice(&self, offset: usize, len: usize) -> Chunk {
         Chunk {
             groups: self.groups.iter().map(|b| b.slice(offset, len)).collect(),
+            int_key: self.int_key,
         }
     }
 }
@@ -219,23 +296,31 @@ impl Deep {
             .unwrap_or(0)
             .min(max.max(1));
         let groups: Vec<RecordBatch> = self.cursors.iter_mut().map(|c| c.take(n)).collect();
-        // The groups must be lined up: same versions (sequence numbers), same key bounds.
-        let first = groups[0].column(0).as_binary::<i32>();
-        let seqs = groups[0]
-            .column(self.meta[0].seq)
-            .as_primitive::<UInt64Type>()
-            .values();
+        // The groups must be lined up: same key bounds and, when read, the same versions
+        // (sequence numbers). Without version columns every key has one version, so equal
+        // bounds over equal row counts mean equal keys.
+        let first = Keys::of(&groups[0], self.int_key, &self.origin)?;
         for (g, b) in groups.iter().enumerate().skip(1) {
-            let k = b.column(0).as_binary::<i32>();
-            let s = b
-                .column(self.meta[g].seq)
-                .as_primitive::<UInt64Type>()
-                .values();
-            if k.value(0) != first.value(0) || k.value(n - 1) != first.value(n - 1) || s != seqs {
+            let k = Keys::of(b, self.int_key, &self.origin)?;
+            if !k.same(0, &first, 0) || !k.same(n - 1, &first, n - 1) {
                 return Err(self.misaligned("rows differ between groups"));
             }
+            if let Some(meta) = &self.meta {
+                let seqs = |g: usize| {
+                    groups[g]
+                        .column(meta[g].seq)
+                        .as_primitive::<UInt64Type>()
+                        .values()
+                };
+                if seqs(g) != seqs(0) {
+                    return Err(self.misaligned("versions differ between groups"));
+                }
+            }
         }
-        Ok(Some(Chunk { groups }))
+        Ok(Some(Chunk {
+            groups,
+            int_key: self.int_key,
+        }))
     }
 
     fn misaligned(&self, what: &str) -> Error {
@@ -247,17 +332,19 @@ impl Deep {
 
     /// Whether every row is a whole-row put visible at `seq` with a key of its own.
     fn clean(&self, chunk: &Chunk, seq: u64) -> bool {
+        let Some(meta) = &self.meta else {
+            return true;
+        };
         let b = &chunk.groups[0];
-        let kinds = b.column(self.meta[0].kind).as_primitive::<UInt8Type>();
+        let kinds = b.column(meta[0].kind).as_primitive::<UInt8Type>();
         if kinds.values().iter().any(|k| *k != EntryKind::Put as u8) {
             return false;
         }
-        let seqs = b.column(self.meta[0].seq).as_primitive::<UInt64Type>();
+        let seqs = b.column(meta[0].seq).as_primitive::<UInt64Type>();
         if seqs.values().iter().any(|s| *s > seq) {
             return false;
         }
-        let keys = chunk.keys();
-        (1..keys.len()).all(|i| keys.value(i - 1) < keys.value(i))
+        chunk.keys().strictly_increasing()
     }
 
     /// The versions of rows `rows` of a chunk, widened to the table's width (columns not
@@ -272,19 +359,33 @@ impl Deep {
         let width = table.value_indices.len();
         for (g, batch) in chunk.groups.iter().enumerate() {
             let format = &self.formats[g];
-            let keys = batch.column(0).as_binary::<i32>();
-            let m = self.meta[g];
-            let seqs = batch.column(m.seq).as_primitive::<UInt64Type>();
-            let kinds = batch.column(m.kind).as_primitive::<UInt8Type>();
-            let present = batch.column(m.present).as_binary::<i32>();
+            let keys = Keys::of(batch, self.int_key, &self.origin)?;
+            // Without version columns every row is a whole-row put older than any upper
+            // version of its key: sequence number 0 orders it last.
+            let m = self.meta.as_ref().map(|m| {
+                let m = m[g];
+                (
+                    batch.column(m.seq).as_primitive::<UInt64Type>(),
+                    batch.column(m.kind).as_primitive::<UInt8Type>(),
+                    batch.column(m.present).as_binary::<i32>(),
+                )
+            });
             for row in rows.clone() {
-                let kind = EntryKind::from_u8(kinds.value(row)).map_err(|_| {
-                    Error::Corrupt(format!("unknown kind {} in S3 level", kinds.value(row)))
-                })?;
+                let (seq, kind) = match &m {
+                    Some((seqs, kinds, _)) => (
+                        seqs.value(row),
+                        EntryKind::from_u8(kinds.value(row)).map_err(|_| {
+                            Error::Corrupt(format!("unknown kind {} in S3 level", kinds.value(row)))
+                        })?,
+                    ),
+                    None => (0, EntryKind::Put),
+                };
                 let value = if kind == EntryKind::Delete {
                     Bytes::new()
                 } else {
-                    let bits = (!present.is_null(row)).then(|| present.value(row));
+                    let bits = m
+                        .as_ref()
+                        .and_then(|(_, _, p)| (!p.is_null(row)).then(|| p.value(row)));
                     let mut vals: RowValues = vec![None; width];
                     for &(pos, col) in &self.values[g] {
                         let carried = match (kind, bits) {
@@ -306,8 +407,8 @@ impl Deep {
                     Bytes::from(table.codec.encode(&vals)?)
                 };
                 out.push(Entry {
-                    key: Bytes::copy_from_slice(keys.value(row)),
-                    seq: seqs.value(row),
+                    key: keys.key(row),
+                    seq,
                     kind: if kind == EntryKind::Delete {
                         EntryKind::Delete
                     } else {
@@ -371,7 +472,9 @@ impl ViewBatches {
                 .project(&projection)
                 .map_err(|e| Error::Invalid(format!("projection: {e}")))?,
         );
-        let deep = deep.map(|d| d.build(&table, &projection));
+        let deep = deep
+            .map(|d| d.build(&table, &projection, read_seq))
+            .transpose()?;
         Ok(Self {
             table,
             projection,
@@ -524,10 +627,14 @@ impl ViewBatches {
                 self.start_tail()?;
                 continue;
             };
+            let fresh = deep.pushback.is_none();
             let Some(mut chunk) = deep.next_chunk(self.batch_rows)? else {
                 self.start_tail()?;
                 continue;
             };
+            if fresh && deep.meta.is_none() {
+                self.paths.unversioned += chunk.rows() as u64;
+            }
             if let Some(d) = &self.decided {
                 let skip = lower_bound(chunk.keys(), d, true);
                 if skip == chunk.rows() {
@@ -537,7 +644,7 @@ impl ViewBatches {
                     chunk = chunk.slice(skip, chunk.rows() - skip);
                 }
             }
-            let first = Bytes::copy_from_slice(chunk.keys().value(0));
+            let first = chunk.keys().key(0);
             // Upper keys before the chunk are not in the deep level: resolve them alone.
             if self.carry.is_empty() && self.peek_upper()?.is_some_and(|e| e.key < first) {
                 if let Some(deep) = self.deep.as_mut() {
@@ -550,7 +657,7 @@ impl ViewBatches {
                 continue;
             }
             let mut n = chunk.rows();
-            let mut last = Bytes::copy_from_slice(chunk.keys().value(n - 1));
+            let mut last = chunk.keys().key(n - 1);
             let (upper, cut) = self.upper_until(&last, true, self.batch_rows)?;
             if let Some(u) = cut {
                 // Many upper keys in the chunk's range: stop the chunk after them.
@@ -571,7 +678,7 @@ impl ViewBatches {
                     }
                     chunk = chunk.slice(0, split);
                     n = split;
-                    last = Bytes::copy_from_slice(chunk.keys().value(n - 1));
+                    last = chunk.keys().key(n - 1);
                 }
             }
             let deep = self.deep.as_ref().expect("deep level");
@@ -623,7 +730,7 @@ impl ViewBatches {
             .iter()
             .filter_map(|k| {
                 let i = lower_bound(keys, k, false);
-                (i < keys.len() && keys.value(i) == k.as_ref()).then_some(i)
+                (i < keys.len() && keys.cmp_at(i, k) == Ordering::Equal).then_some(i)
             })
             .collect();
         let mut versions = upper;
@@ -635,8 +742,8 @@ impl ViewBatches {
         let mut order: Vec<(usize, usize)> = Vec::with_capacity(n + ukeys.len());
         let (mut i, mut j, mut p) = (0, 0, 0);
         while i < n || j < ukeys.len() {
-            if j < ukeys.len() && (i >= n || ukeys[j].as_ref() <= keys.value(i)) {
-                if i < n && ukeys[j].as_ref() == keys.value(i) {
+            if j < ukeys.len() && (i >= n || keys.cmp_at(i, &ukeys[j]) != Ordering::Less) {
+                if i < n && keys.cmp_at(i, &ukeys[j]) == Ordering::Equal {
                     i += 1;
                 }
                 if patched.get(p).is_some_and(|(k, _)| *k == ukeys[j]) {
@@ -735,18 +842,45 @@ pub(crate) struct DeepSpec {
 }
 
 impl DeepSpec {
-    fn build(self, table: &TableSchema, projection: &[usize]) -> Deep {
+    fn build(self, table: &TableSchema, projection: &[usize], read_seq: u64) -> Result<Deep> {
         let k = table.key_indices.len();
         let (seq_file, kind_file, present_file) = (1 + k, 2 + k, 3 + k);
         let first_value = 4 + k;
         let wants_keys = projection.iter().any(|c| table.key_indices.contains(c));
+        let int_key = table.key_types == [DataType::Int64];
+        let key_file = if int_key { 1 } else { 0 };
+        let in_range = |f: &ParquetSource| {
+            f.info.key_max.as_slice() >= self.start.as_slice()
+                && self
+                    .end
+                    .as_deref()
+                    .is_none_or(|e| f.info.key_min.as_slice() < e)
+        };
+        // The version columns are needed unless every file read holds only visible puts,
+        // one per key (by its footer and statistics; metadata is cached).
+        let mut versions_needed = false;
+        'groups: for (_, files) in &self.groups {
+            for f in files.iter().filter(|f| in_range(f)) {
+                if !self.handle.block_on(f.only_visible_puts(
+                    &self.start,
+                    self.end.as_deref(),
+                    read_seq,
+                ))? {
+                    versions_needed = true;
+                    break 'groups;
+                }
+            }
+        }
         let mut cursors = Vec::new();
         let mut formats = Vec::new();
         let mut values = Vec::new();
         let mut meta = Vec::new();
         let mut outputs: Vec<Option<ColumnSource>> = vec![None; projection.len()];
         for (g, (format, files)) in self.groups.into_iter().enumerate() {
-            let mut cols = vec![0, seq_file, kind_file, present_file];
+            let mut cols = vec![key_file];
+            if versions_needed {
+                cols.extend([seq_file, kind_file, present_file]);
+            }
             if g == 0 && wants_keys {
                 cols.extend(1..=k);
             }
@@ -758,6 +892,7 @@ impl DeepSpec {
                 }
             }
             cols.sort_unstable();
+            cols.dedup();
             let at = |file_col: usize| cols.iter().position(|c| *c == file_col).unwrap_or(0);
             for (o, &pc) in projection.iter().enumerate() {
                 if let Some(ki) = table.key_indices.iter().position(|x| *x == pc) {
@@ -784,30 +919,23 @@ impl DeepSpec {
             });
             cursors.push(GroupCursor {
                 handle: self.handle.clone(),
-                files: files
-                    .into_iter()
-                    .filter(|f| {
-                        f.info.key_max.as_slice() >= self.start.as_slice()
-                            && self
-                                .end
-                                .as_deref()
-                                .is_none_or(|e| f.info.key_min.as_slice() < e)
-                    })
-                    .collect(),
+                files: files.into_iter().filter(|f| in_range(f)).collect(),
                 stream: None,
                 front: None,
                 start: self.start.clone(),
                 end: self.end.clone(),
                 done: false,
                 columns: cols.clone(),
+                int_key,
             });
             formats.push(format);
         }
-        Deep {
+        Ok(Deep {
             cursors,
             formats,
             values,
-            meta,
+            meta: versions_needed.then_some(meta),
+            int_key,
             outputs: outputs
                 .into_iter()
                 .map(|o| {
@@ -819,6 +947,6 @@ impl DeepSpec {
                 .collect(),
             origin: self.level.to_string(),
             pushback: None,
-        }
+        })
     }
 }

@@ -13,7 +13,8 @@ mod common;
 use std::sync::Arc;
 
 use arrow::array::{Int64Array, RecordBatch, StringArray};
-use arrow::compute::concat_batches;
+use arrow::compute::{cast, concat_batches};
+use arrow::datatypes::DataType;
 use bytes::Bytes;
 use common::*;
 use proptest::prelude::*;
@@ -164,6 +165,7 @@ async fn check_all(db: &Db, seqs: &[u64]) -> ScanPaths {
                         total.passed += p.passed;
                         total.patched += p.patched;
                         total.merged += p.merged;
+                        total.unversioned += p.unversioned;
                     }
                 }
             }
@@ -174,6 +176,7 @@ async fn check_all(db: &Db, seqs: &[u64]) -> ScanPaths {
     total.passed += p.passed;
     total.patched += p.patched;
     total.merged += p.merged;
+    total.unversioned += p.unversioned;
     total
 }
 
@@ -190,6 +193,36 @@ fn config(history: bool) -> strata_engine::EngineConfig {
     c
 }
 
+/// The test table: key `id` is a `BIGINT` (scans read the typed key column) or, with
+/// `narrow`, an `INT` (scans read the encoded `_key`).
+fn table_schema(narrow: bool) -> arrow::datatypes::Schema {
+    let s = schema();
+    if !narrow {
+        return s;
+    }
+    let mut fields: Vec<arrow::datatypes::Field> =
+        s.fields().iter().map(|f| f.as_ref().clone()).collect();
+    fields[0] = fields[0].clone().with_data_type(DataType::Int32);
+    arrow::datatypes::Schema::new(fields)
+}
+
+/// `batch` with its `id` column cast to the key type of `t`.
+fn fit(t: &strata_engine::Table, batch: RecordBatch) -> RecordBatch {
+    let key_type = t.schema().field(0).data_type().clone();
+    let mut fields: Vec<arrow::datatypes::Field> = Vec::new();
+    let mut columns = Vec::new();
+    for (f, c) in batch.schema().fields().iter().zip(batch.columns()) {
+        if f.name() == "id" {
+            fields.push(f.as_ref().clone().with_data_type(key_type.clone()));
+            columns.push(cast(c, &key_type).unwrap());
+        } else {
+            fields.push(f.as_ref().clone());
+            columns.push(c.clone());
+        }
+    }
+    RecordBatch::try_new(Arc::new(arrow::datatypes::Schema::new(fields)), columns).unwrap()
+}
+
 async fn apply(t: &strata_engine::Table, op: &Op, layout_n: usize) {
     match op {
         Op::Upsert { start, len, salt } => {
@@ -200,21 +233,24 @@ async fn apply(t: &strata_engine::Table, op: &Op, layout_n: usize) {
                 .iter()
                 .map(|i| (i % 5 != 0).then_some(i.wrapping_mul(*salt)))
                 .collect();
-            t.upsert(rows(&ids, &a, &b)).await.unwrap();
+            t.upsert(fit(t, rows(&ids, &a, &b))).await.unwrap();
         }
         Op::UpdateA { start, len, salt } => {
             let ids: Vec<i64> = (*start..start + len).collect();
             let a: Vec<String> = ids.iter().map(|i| format!("u{}", i ^ salt)).collect();
-            t.update(only(&[
-                ("id", Arc::new(Int64Array::from(ids))),
-                ("a", Arc::new(StringArray::from(a))),
-            ]))
+            t.update(fit(
+                t,
+                only(&[
+                    ("id", Arc::new(Int64Array::from(ids))),
+                    ("a", Arc::new(StringArray::from(a))),
+                ]),
+            ))
             .await
             .unwrap();
         }
         Op::Delete { start, len, step } => {
             let ids: Vec<i64> = (*start..start + len).step_by(*step as usize).collect();
-            t.delete(keys(&ids)).await.unwrap();
+            t.delete(fit(t, keys(&ids))).await.unwrap();
         }
         Op::Flush => t.flush().await.unwrap(),
         Op::Drain => t.drain_to_s3().await.unwrap(),
@@ -225,11 +261,11 @@ async fn apply(t: &strata_engine::Table, op: &Op, layout_n: usize) {
     }
 }
 
-async fn run(ops: Vec<Op>, layout_n: usize, history: bool) {
+async fn run(ops: Vec<Op>, layout_n: usize, history: bool, narrow: bool) {
     let store = memory_store();
     let dir = tempfile::tempdir().unwrap();
     let db = open(&store, dir.path(), config(history)).await;
-    db.create_table_with_layout("t", schema(), &["id"], layout(layout_n))
+    db.create_table_with_layout("t", table_schema(narrow), &["id"], layout(layout_n))
         .await
         .unwrap();
     let t = db.table("t").await.unwrap();
@@ -248,13 +284,13 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: std::env::var("STRATA_PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(24), failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
-    fn batches_match_rows(ops in proptest::collection::vec(op(), 1..14), layout_n in 0usize..3, history in any::<bool>()) {
+    fn batches_match_rows(ops in proptest::collection::vec(op(), 1..14), layout_n in 0usize..3, history in any::<bool>(), narrow in any::<bool>()) {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .unwrap()
-            .block_on(run(ops, layout_n, history));
+            .block_on(run(ops, layout_n, history, narrow));
     }
 }
 
@@ -262,11 +298,11 @@ proptest! {
 /// and partial rows in the deep level take the row merge; all three agree with `rows`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_path_is_taken_and_agrees() {
-    for (layout_n, history) in [(0, false), (1, false), (2, true)] {
+    for (layout_n, history, narrow) in [(0, false, false), (1, false, true), (2, true, false)] {
         let store = memory_store();
         let dir = tempfile::tempdir().unwrap();
         let db = open(&store, dir.path(), config(history)).await;
-        db.create_table_with_layout("t", schema(), &["id"], layout(layout_n))
+        db.create_table_with_layout("t", table_schema(narrow), &["id"], layout(layout_n))
             .await
             .unwrap();
         let t = db.table("t").await.unwrap();
@@ -285,6 +321,8 @@ async fn each_path_is_taken_and_agrees() {
         }
         let p = check_all(&db, &[]).await;
         assert!(p.passed > 0 && p.patched == 0 && p.merged == 0, "{p:?}");
+        // One put per key, all visible: the version columns are not read.
+        assert_eq!(p.unversioned, p.passed, "{p:?}");
         // Updates and deletes above the deep level.
         for op in [
             Op::UpdateA {
@@ -321,6 +359,7 @@ async fn each_path_is_taken_and_agrees() {
         let p = check_all(&db, &[before]).await;
         if history {
             assert!(p.merged > 0, "history versions take the row merge: {p:?}");
+            assert_eq!(p.unversioned, 0, "history versions need _seq: {p:?}");
         }
         assert!(p.passed > 0, "{p:?}");
         db.close().await;

@@ -49,6 +49,13 @@ struct Args {
     /// Rows per write call while loading.
     #[arg(long, default_value_t = 100_000)]
     batch: i64,
+    /// Skip the updates into the upper tiers (every row only in the deepest S3 level):
+    /// isolates the cost of reading the deep level from the cost of merging tiers.
+    #[arg(long)]
+    no_updates: bool,
+    /// Rows per Parquet data page in the S3 levels (the engine's default if unset).
+    #[arg(long)]
+    page_rows: Option<usize>,
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -76,14 +83,17 @@ async fn main() -> Result<(), BoxError> {
     Ok(())
 }
 
-async fn open(dir: &Path) -> Result<Db, BoxError> {
+async fn open(args: &Args, dir: &Path) -> Result<Db, BoxError> {
     // Measured data must stay where the phases put it: no automatic S3 compaction. The
     // column-only layout has 30 runs per S3 level: allow them.
-    let engine = EngineConfig {
+    let mut engine = EngineConfig {
         s3_level_bytes_base: 1 << 50,
         sorted_runs_max: 1000,
         ..Default::default()
     };
+    if let Some(p) = args.page_rows {
+        engine.parquet_page_rows = p;
+    }
     Ok(Db::open(DbConfig {
         store: ObjectStoreConfig::local(dir.join("bucket")),
         local_dir: dir.join("nvme"),
@@ -107,6 +117,7 @@ async fn load(
 
 /// Loads a table and spreads it over every tier; returns seconds per phase.
 async fn spread(
+    args: &Args,
     t: &Table,
     rows: i64,
     batch: usize,
@@ -128,6 +139,9 @@ async fn spread(
         t.compact_s3_group(0, *g).await?;
     }
     phases.push(("compact S3 level 0 -> 1", t0.elapsed().as_secs_f64()));
+    if args.no_updates {
+        return Ok(phases);
+    }
     // 1% of the keys rewritten into S3 level 0, 1% into an SST, 0.2% (and new keys) in
     // the memtable.
     let mut some = |n: i64, extra: i64| {
@@ -276,12 +290,20 @@ fn analytic_rows(ids: &[i64]) -> RecordBatch {
 
 async fn analytic(args: &Args, dir: &Path) -> Result<(), BoxError> {
     println!("\n## analytic: {} rows over every tier", args.rows);
-    let db = open(dir).await?;
+    let db = open(args, dir).await?;
     let schema = analytic_schema();
     db.create_table("events", (*schema).clone(), &["id"])
         .await?;
     let t = db.table("events").await?;
-    let phases = spread(&t, args.rows, args.batch as usize, &[0], &analytic_rows).await?;
+    let phases = spread(
+        args,
+        &t,
+        args.rows,
+        args.batch as usize,
+        &[0],
+        &analytic_rows,
+    )
+    .await?;
     for (p, s) in &phases {
         println!("phase {p}: {s:.1} s");
     }
@@ -384,12 +406,12 @@ async fn laser(args: &Args, dir: &Path) -> Result<(), BoxError> {
     let mut results = Vec::new();
     for (i, (name, layout)) in layouts.into_iter().enumerate() {
         let d = dir.join(format!("layout{i}"));
-        let db = open(&d).await?;
+        let db = open(args, &d).await?;
         db.create_table_with_layout("t", (*laser_schema()).clone(), &["k"], layout.clone())
             .await?;
         let t = db.table("t").await?;
         let groups: Vec<usize> = (0..layout[0].len()).collect();
-        let phases = spread(&t, n, args.batch as usize, &groups, &laser_rows).await?;
+        let phases = spread(args, &t, n, args.batch as usize, &groups, &laser_rows).await?;
         let write_s: f64 = phases.iter().skip(1).take(2).map(|p| p.1).sum();
         println!("\n### {name}: drain + S3 compaction {write_s:.1} s ({phases:?})");
         let q = QueryService::new(db.clone(), QueryConfig::default(), false);

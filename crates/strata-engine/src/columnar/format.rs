@@ -10,6 +10,10 @@
 //! the group's columns (an *existence marker*: `_present` all zero). So every group sees
 //! every version's sequence number and kind, and a read of any subset of groups decides
 //! whether a row exists (a partial row written after a delete re-creates the row).
+//!
+//! The footer's key-value metadata records [`DISTINCT_KEYS`]: whether every key has one
+//! version in the file. With it, and statistics showing only puts no newer than a read, a
+//! scan can skip `_seq`, `_kind` and `_present` altogether.
 
 use std::sync::Arc;
 
@@ -34,6 +38,8 @@ pub const SEQ_COLUMN: &str = "_seq";
 pub const KIND_COLUMN: &str = "_kind";
 /// Name of the present-columns bitmap.
 pub const PRESENT_COLUMN: &str = "_present";
+/// Parquet key-value metadata: `true` when no key has more than one version in the file.
+pub const DISTINCT_KEYS: &str = "strata.distinct_keys";
 
 /// How one column group is stored and how its versions relate to whole rows.
 #[derive(Debug, Clone)]

@@ -27,8 +27,8 @@ use strata_manifest::ParquetFileInfo;
 use strata_objstore::StoreRef;
 
 use super::cache::BlockCache;
-use super::format::GroupFormat;
-use crate::entry::Entry;
+use super::format::{DISTINCT_KEYS, GroupFormat, KIND_COLUMN, SEQ_COLUMN};
+use crate::entry::{Entry, EntryKind};
 use crate::error::{Error, Result};
 use crate::iter::EntryIter;
 
@@ -159,6 +159,47 @@ impl ParquetSource {
         Ok(fm)
     }
 
+    /// Whether every version in the file's row groups that may hold keys in [start, end) is
+    /// a whole-row put visible at `seq`, one per key: the file says its keys are distinct
+    /// ([`DISTINCT_KEYS`]) and the `_kind` and `_seq` statistics show only puts with
+    /// sequence numbers at most `seq`. Such row groups need no version columns to scan.
+    pub async fn only_visible_puts(
+        &self,
+        start: &[u8],
+        end: Option<&[u8]>,
+        seq: u64,
+    ) -> Result<bool> {
+        let fm = self.meta().await?;
+        let md = fm.meta.metadata();
+        let distinct = md.file_metadata().key_value_metadata().is_some_and(|kv| {
+            kv.iter()
+                .any(|k| k.key == DISTINCT_KEYS && k.value.as_deref() == Some("true"))
+        });
+        if !distinct {
+            return Ok(false);
+        }
+        let descr = md.file_metadata().schema_descr();
+        let find = |name: &str| descr.columns().iter().position(|c| c.name() == name);
+        let (Some(seq_col), Some(kind_col)) = (find(SEQ_COLUMN), find(KIND_COLUMN)) else {
+            return Ok(false);
+        };
+        Ok(in_range(md, start, end).into_iter().all(|g| {
+            let rg = md.row_group(g);
+            let puts = match rg.column(kind_col).statistics() {
+                Some(Statistics::Int32(s)) => {
+                    s.min_opt() == Some(&(EntryKind::Put as i32))
+                        && s.max_opt() == Some(&(EntryKind::Put as i32))
+                }
+                _ => false,
+            };
+            let visible = match rg.column(seq_col).statistics() {
+                Some(Statistics::Int64(s)) => s.max_opt().is_some_and(|m| (*m as u64) <= seq),
+                _ => false,
+            };
+            puts && visible
+        }))
+    }
+
     /// The smallest key of every row group (from the `_key` statistics).
     pub async fn row_group_starts(&self) -> Result<Vec<Vec<u8>>> {
         let fm = self.meta().await?;
@@ -244,19 +285,7 @@ impl ParquetSource {
         let fm = self.meta().await?;
         let md = fm.meta.metadata().clone();
         // Row groups outside [start, end) by their `_key` statistics are never read.
-        let groups: Vec<usize> = md
-            .row_groups()
-            .iter()
-            .enumerate()
-            .filter(|(_, rg)| match rg.column(0).statistics() {
-                Some(Statistics::ByteArray(s)) => {
-                    s.max_opt().is_none_or(|m| m.data() >= start)
-                        && end.is_none_or(|e| s.min_opt().is_none_or(|m| m.data() < e))
-                }
-                _ => true,
-            })
-            .map(|(i, _)| i)
-            .collect();
+        let groups = in_range(&md, start, end);
         let mut builder = ParquetRecordBatchStreamBuilder::new_with_metadata(
             self.reader(fm.clone()),
             fm.meta.clone(),
@@ -270,6 +299,22 @@ impl ParquetSource {
         }
         builder.build().map_err(|e| corrupt(&self.path, e))
     }
+}
+
+/// Row groups that may hold keys in [start, end) by their `_key` statistics.
+fn in_range(md: &ParquetMetaData, start: &[u8], end: Option<&[u8]>) -> Vec<usize> {
+    md.row_groups()
+        .iter()
+        .enumerate()
+        .filter(|(_, rg)| match rg.column(0).statistics() {
+            Some(Statistics::ByteArray(s)) => {
+                s.max_opt().is_none_or(|m| m.data() >= start)
+                    && end.is_none_or(|e| s.min_opt().is_none_or(|m| m.data() < e))
+            }
+            _ => true,
+        })
+        .map(|(i, _)| i)
+        .collect()
 }
 
 /// The smallest key greater than every key with prefix `key` equal to `key`: `key + 0x00`.

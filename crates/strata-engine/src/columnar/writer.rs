@@ -8,13 +8,13 @@ use object_store::buffered::BufWriter;
 use object_store::path::Path;
 use parquet::arrow::AsyncArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
-use parquet::file::metadata::ParquetMetaData;
+use parquet::file::metadata::{KeyValue, ParquetMetaData};
 use parquet::file::properties::{BloomFilterPosition, EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 use strata_manifest::ParquetFileInfo;
 use strata_objstore::StoreRef;
 
-use super::format::{GroupFormat, KEY_COLUMN};
+use super::format::{DISTINCT_KEYS, GroupFormat, KEY_COLUMN};
 use crate::entry::Entry;
 use crate::error::{Error, Result};
 
@@ -56,6 +56,8 @@ struct Open {
     name: String,
     writer: AsyncArrowWriter<BufWriter>,
     info: ParquetFileInfo,
+    /// No key has more than one version in the file so far.
+    distinct: bool,
 }
 
 /// Writes group-local versions (in key, sequence-descending order) into files named
@@ -131,6 +133,7 @@ impl RunWriter {
                     size_bytes: 0,
                     tail_offset: 0,
                 },
+                distinct: true,
             });
         }
         if let Some(o) = self.open.as_mut() {
@@ -140,6 +143,7 @@ impl RunWriter {
                 o.info.seq_max = o.info.seq_max.max(v.seq);
             }
             o.info.rows += versions.len() as u64;
+            o.distinct &= versions.len() == 1;
         }
         self.pending.extend(versions);
         if self.pending.len() >= BATCH_ROWS {
@@ -167,6 +171,12 @@ impl RunWriter {
         let Some(mut o) = self.open.take() else {
             return Ok(());
         };
+        // Scans may skip the version columns of files whose keys are distinct (and whose
+        // statistics show only visible puts); files without the flag are read in full.
+        o.writer.append_key_value_metadata(KeyValue::new(
+            DISTINCT_KEYS.to_string(),
+            o.distinct.to_string(),
+        ));
         let md: ParquetMetaData = o
             .writer
             .close()
