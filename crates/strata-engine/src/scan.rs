@@ -12,8 +12,8 @@
 //!   keys strictly increase, and no upper version falls in the chunk's key range: the
 //!   projected columns are handed on as they are (no copy);
 //! - **patch**: the chunk is clean but upper versions fall in its range: those keys are
-//!   resolved row by row (upper versions over the deep one) and spliced into the chunk's
-//!   columns with `interleave`;
+//!   resolved row by row (upper versions over the deep one, decoded only when the newest
+//!   upper version is partial) and spliced into the chunk's columns, copying runs of rows;
 //! - **row merge**: anything else (history versions kept for time travel, partial rows,
 //!   deletes, versions newer than the read sequence number): the chunk is decoded into
 //!   versions and resolved with the same fold as point reads. The last key's versions may
@@ -27,7 +27,8 @@ use std::cmp::Ordering;
 use arrow::array::{
     Array, ArrayRef, AsArray, BinaryArray, Int64Array, RecordBatch, RecordBatchOptions,
 };
-use arrow::compute::{cast, interleave};
+use arrow::array::{MutableArrayData, make_array};
+use arrow::compute::cast;
 use arrow::datatypes::{DataType, Int64Type, SchemaRef, UInt8Type, UInt64Type};
 use bytes::Bytes;
 use futures::StreamExt;
@@ -138,7 +139,12 @@ impl<'a> Keys<'a> {
 
 /// The first row of `keys` whose key is at least (`strict`: greater than) `bound`.
 fn lower_bound(keys: Keys, bound: &[u8], strict: bool) -> usize {
-    let (mut lo, mut hi) = (0, keys.len());
+    lower_bound_from(keys, 0, bound, strict)
+}
+
+/// [`lower_bound`] among rows `from..`.
+fn lower_bound_from(keys: Keys, from: usize, bound: &[u8], strict: bool) -> usize {
+    let (mut lo, mut hi) = (from, keys.len());
     while lo < hi {
         let mid = (lo + hi) / 2;
         let o = keys.cmp_at(mid, bound);
@@ -720,45 +726,69 @@ impl ViewBatches {
     }
 
     /// Resolves the keys of `upper` (all within the chunk's range) over the chunk's rows and
-    /// splices them in.
+    /// splices them in: runs of the chunk's rows and resolved rows are copied in key order.
+    /// A deep row's values are decoded only when its key's newest visible upper version is
+    /// partial (a whole-row put or a delete replaces it outright).
     fn patch(&mut self, chunk: &Chunk, upper: Vec<Entry>) -> Result<RecordBatch> {
         let deep = self.deep.as_ref().expect("deep level");
         let keys = chunk.keys();
-        let mut ukeys: Vec<Bytes> = upper.iter().map(|e| e.key.clone()).collect();
-        ukeys.dedup();
-        let hits: Vec<usize> = ukeys
-            .iter()
-            .filter_map(|k| {
-                let i = lower_bound(keys, k, false);
-                (i < keys.len() && keys.cmp_at(i, k) == Ordering::Equal).then_some(i)
-            })
-            .collect();
-        let mut versions = upper;
-        deep.versions(&self.table, chunk, hits.iter().copied(), &mut versions)?;
-        let patched = self.resolve(versions)?;
-        let patch = self.table.to_batch(&patched, &self.projection)?;
-        // Interleave: (0, i) = chunk row i, (1, p) = patched row p.
         let n = chunk.rows();
-        let mut order: Vec<(usize, usize)> = Vec::with_capacity(n + ukeys.len());
-        let (mut i, mut j, mut p) = (0, 0, 0);
-        while i < n || j < ukeys.len() {
-            if j < ukeys.len() && (i >= n || keys.cmp_at(i, &ukeys[j]) != Ordering::Less) {
-                if i < n && keys.cmp_at(i, &ukeys[j]) == Ordering::Equal {
-                    i += 1;
-                }
-                if patched.get(p).is_some_and(|(k, _)| *k == ukeys[j]) {
-                    order.push((1, p));
-                    p += 1;
-                }
+        // Per upper key: the key, its position in the chunk, whether the chunk holds it.
+        let mut ukeys: Vec<(Bytes, usize, bool)> = Vec::new();
+        let mut need_deep: Vec<usize> = Vec::new();
+        let mut from = 0;
+        let mut i = 0;
+        while i < upper.len() {
+            let k = &upper[i].key;
+            let mut j = i + 1;
+            while j < upper.len() && upper[j].key == *k {
                 j += 1;
-            } else {
-                order.push((0, i));
-                i += 1;
+            }
+            // Versions of a key arrive newest first.
+            let whole = upper[i..j]
+                .iter()
+                .find(|e| e.seq <= self.read_seq)
+                .is_some_and(|e| e.kind != EntryKind::Partial);
+            let pos = lower_bound_from(keys, from, k, false);
+            let hit = pos < n && keys.cmp_at(pos, k) == Ordering::Equal;
+            if hit && !whole {
+                need_deep.push(pos);
+            }
+            ukeys.push((k.clone(), pos, hit));
+            from = pos;
+            i = j;
+        }
+        let hits = ukeys.iter().filter(|u| u.2).count();
+        let mut versions = upper;
+        deep.versions(&self.table, chunk, need_deep.iter().copied(), &mut versions)?;
+        let patched = self.resolve(versions)?;
+        // Segments of the output: (source, start, end), source 0 = chunk, 1 = patched rows.
+        let mut segments: Vec<(usize, usize, usize)> = Vec::with_capacity(2 * ukeys.len() + 1);
+        let (mut at, mut p) = (0, 0);
+        for (k, pos, hit) in &ukeys {
+            if *pos > at {
+                segments.push((0, at, *pos));
+                at = *pos;
+            }
+            if patched.get(p).is_some_and(|(pk, _)| pk == k) {
+                match segments.last_mut() {
+                    Some((1, _, end)) if *end == p => *end = p + 1,
+                    _ => segments.push((1, p, p + 1)),
+                }
+                p += 1;
+            }
+            if *hit {
+                at = pos + 1;
             }
         }
-        self.paths.passed += (n - hits.len()) as u64;
+        if at < n {
+            segments.push((0, at, n));
+        }
+        let total: usize = segments.iter().map(|(_, a, b)| b - a).sum();
+        self.paths.passed += (n - hits) as u64;
         self.paths.patched += patched.len() as u64;
         let base = deep.columns(chunk);
+        let patch = self.table.to_batch(&patched, &self.projection)?;
         let mut columns = Vec::with_capacity(base.len());
         for (c, b) in base.iter().enumerate() {
             let p = patch.column(c);
@@ -767,12 +797,15 @@ impl ViewBatches {
             } else {
                 cast(p, b.data_type()).map_err(|e| Error::Internal(e.to_string()))?
             };
-            columns.push(
-                interleave(&[b.as_ref(), p.as_ref()], &order)
-                    .map_err(|e| Error::Internal(format!("splicing a scan batch: {e}")))?,
-            );
+            let (bd, pd) = (b.to_data(), p.to_data());
+            let mut out = MutableArrayData::new(vec![&bd, &pd], false, total);
+            for &(src, start, end) in &segments {
+                out.try_extend(src, start, end)
+                    .map_err(|e| Error::Internal(format!("splicing a scan batch: {e}")))?;
+            }
+            columns.push(make_array(out.freeze()));
         }
-        self.batch(columns, order.len())
+        self.batch(columns, total)
     }
 
     fn start_tail(&mut self) -> Result<()> {
