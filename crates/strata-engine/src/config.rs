@@ -68,6 +68,10 @@ pub struct EngineConfig {
     pub parquet_page_bytes: usize,
     /// Rows per Parquet data page at most (what a point lookup decodes per column).
     pub parquet_page_rows: usize,
+    /// Largest Parquet dictionary page: a column whose dictionary outgrows it falls back
+    /// to delta encoding. Scans decode dictionary indices much faster than plain values;
+    /// a point lookup reads the dictionary page once per row group (then it is cached).
+    pub parquet_dictionary_page_bytes: usize,
     /// Block size of the local cache of S3-level data.
     pub cache_block_bytes: u64,
     /// Bytes of S3-level data blocks cached in the local directory.
@@ -140,7 +144,8 @@ impl Default for EngineConfig {
             parquet_file_bytes: 128 << 20,
             parquet_row_group_rows: 128 * 1024,
             parquet_page_bytes: 64 << 10,
-            parquet_page_rows: 256,
+            parquet_page_rows: 4096,
+            parquet_dictionary_page_bytes: 1 << 20,
             cache_block_bytes: 256 << 10,
             cache_bytes_max: 4 << 30,
             sorted_runs_max: 24,

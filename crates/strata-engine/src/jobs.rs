@@ -98,6 +98,9 @@ pub struct JobSpec {
     /// Output rows per page.
     #[serde(default = "default_page_rows")]
     pub page_rows: usize,
+    /// Output dictionary page size limit.
+    #[serde(default = "default_dictionary_page_bytes")]
+    pub dictionary_page_bytes: usize,
     /// Bytes read by the job (the greedy scheduler runs the smallest first).
     pub input_bytes: u64,
     /// When it was published.
@@ -110,6 +113,10 @@ fn no_history() -> u64 {
 
 fn default_page_rows() -> usize {
     1024
+}
+
+fn default_dictionary_page_bytes() -> usize {
+    64 << 10
 }
 
 impl JobSpec {
@@ -461,6 +468,7 @@ pub async fn execute(
                 row_group_rows: spec.row_group_rows,
                 page_bytes: spec.page_bytes,
                 page_rows: spec.page_rows,
+                dictionary_page_bytes: spec.dictionary_page_bytes,
             },
             format!("{}-g{:03}", spec.output_prefix(attempt), target.group),
             {

@@ -134,6 +134,7 @@ impl ShardInner {
             row_group_rows: self.config.parquet_row_group_rows,
             page_bytes: self.config.parquet_page_bytes,
             page_rows: self.config.parquet_page_rows,
+            dictionary_page_bytes: self.config.parquet_dictionary_page_bytes,
             input_bytes,
             created_at_ms: self.clock.now_ms(),
         }

@@ -56,6 +56,9 @@ struct Args {
     /// Rows per Parquet data page in the S3 levels (the engine's default if unset).
     #[arg(long)]
     page_rows: Option<usize>,
+    /// Largest Parquet dictionary page in the S3 levels (the engine's default if unset).
+    #[arg(long)]
+    dict_bytes: Option<usize>,
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -93,6 +96,9 @@ async fn open(args: &Args, dir: &Path) -> Result<Db, BoxError> {
     };
     if let Some(p) = args.page_rows {
         engine.parquet_page_rows = p;
+    }
+    if let Some(d) = args.dict_bytes {
+        engine.parquet_dictionary_page_bytes = d;
     }
     Ok(Db::open(DbConfig {
         store: ObjectStoreConfig::local(dir.join("bucket")),

@@ -56,6 +56,11 @@ pub struct GroupFormat {
 }
 
 impl GroupFormat {
+    /// How many typed key columns follow `_key`.
+    pub fn key_columns(&self) -> usize {
+        self.key_types.len()
+    }
+
     /// The format of a group made of the non-key columns at `columns` (codec positions).
     pub fn new(table: &TableSchema, columns: Vec<usize>) -> Self {
         let mut fields = vec![Field::new(KEY_COLUMN, DataType::Binary, false)];

@@ -9,12 +9,14 @@ use object_store::path::Path;
 use parquet::arrow::AsyncArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::{KeyValue, ParquetMetaData};
-use parquet::file::properties::{BloomFilterPosition, EnabledStatistics, WriterProperties};
+use parquet::file::properties::{
+    BloomFilterPosition, EnabledStatistics, WriterProperties, WriterVersion,
+};
 use parquet::schema::types::ColumnPath;
 use strata_manifest::ParquetFileInfo;
 use strata_objstore::StoreRef;
 
-use super::format::{DISTINCT_KEYS, GroupFormat, KEY_COLUMN};
+use super::format::{DISTINCT_KEYS, GroupFormat, KEY_COLUMN, SEQ_COLUMN};
 use crate::entry::Entry;
 use crate::error::{Error, Result};
 
@@ -30,26 +32,38 @@ pub struct FileShape {
     /// Rows per data page at most: a point lookup reads about this many rows of each
     /// column it needs.
     pub page_rows: usize,
+    /// Largest dictionary page; past it a column falls back to delta encoding.
+    pub dictionary_page_bytes: usize,
 }
 
-/// Largest dictionary page.
-const DICTIONARY_PAGE_BYTES: usize = 64 << 10;
-
-fn properties(shape: &FileShape) -> WriterProperties {
-    WriterProperties::builder()
+fn properties(format: &GroupFormat, shape: &FileShape) -> WriterProperties {
+    let mut b = WriterProperties::builder()
+        // Format 2: integer columns that are not dictionary-encoded use delta encoding
+        // (sorted keys and sequence numbers shrink to a few bits a row), byte arrays
+        // prefix encoding.
+        .set_writer_version(WriterVersion::PARQUET_2_0)
         .set_compression(Compression::ZSTD(ZstdLevel::default()))
         .set_max_row_group_row_count(Some(shape.row_group_rows.max(1)))
         .set_data_page_size_limit(shape.page_bytes.max(1024))
         .set_data_page_row_count_limit(shape.page_rows.max(64))
-        // A point lookup decompresses the dictionary page of every column it reads: keep
-        // dictionaries small (high-cardinality columns fall back to plain encoding early).
-        .set_dictionary_page_size_limit(DICTIONARY_PAGE_BYTES)
+        .set_dictionary_page_size_limit(shape.dictionary_page_bytes.max(1024))
         .set_write_batch_size(shape.page_rows.clamp(64, 1024))
         .set_statistics_enabled(EnabledStatistics::Page)
         .set_column_bloom_filter_enabled(ColumnPath::from(KEY_COLUMN), true)
         .set_bloom_filter_position(BloomFilterPosition::End)
         .set_column_dictionary_enabled(ColumnPath::from(KEY_COLUMN), false)
-        .build()
+        .set_column_dictionary_enabled(ColumnPath::from(SEQ_COLUMN), false);
+    // Keys are distinct or nearly: a dictionary of them would only be thrown away.
+    for f in format
+        .schema
+        .fields()
+        .iter()
+        .skip(1)
+        .take(format.key_columns())
+    {
+        b = b.set_column_dictionary_enabled(ColumnPath::from(f.name().as_str()), false);
+    }
+    b.build()
 }
 
 struct Open {
@@ -117,7 +131,7 @@ impl RunWriter {
             let writer = AsyncArrowWriter::try_new(
                 BufWriter::new(self.store.clone(), path),
                 self.format.schema.clone(),
-                Some(properties(&self.shape)),
+                Some(properties(&self.format, &self.shape)),
             )
             .map_err(|e| Error::Internal(format!("parquet writer: {e}")))?;
             self.open = Some(Open {
