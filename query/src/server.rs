@@ -17,8 +17,20 @@ pub async fn serve(
     flight: TcpListener,
     stop: CancellationToken,
 ) -> Result<(), ServeError> {
+    serve_with(q, axum::Router::new(), http, flight, stop).await
+}
+
+/// [`serve`] with more HTTP routes next to the query service's (e.g. the data API of
+/// `strata serve`).
+pub async fn serve_with(
+    q: QueryService,
+    extra: axum::Router,
+    http: TcpListener,
+    flight: TcpListener,
+    stop: CancellationToken,
+) -> Result<(), ServeError> {
     let (s1, s2) = (stop.clone(), stop.clone());
-    let app = crate::http::router(q.clone());
+    let app = crate::http::router(q.clone()).merge(extra);
     let http_task = tokio::spawn(async move {
         axum::serve(http, app)
             .with_graceful_shutdown(async move { s1.cancelled().await })

@@ -3,9 +3,12 @@
 //! - `strata serve`: every role in one process on the embedded default (a local directory
 //!   as the bucket, the NVMe tier under it): the ingest writer with its in-process
 //!   compaction worker and GC, and the query service with writes enabled, over HTTP
-//!   (`POST /sql`, `/health`, `/ready`) and Arrow Flight SQL on 127.0.0.1.
+//!   (`POST /sql`, the data API under `/v1` (see [`api`]), `/health`, `/ready`) and Arrow
+//!   Flight SQL on 127.0.0.1.
 //! - `strata quickstart`: create a table in a local directory, write, read, reopen from the
 //!   bucket and read again (the embedded API, no server).
+
+mod api;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -158,8 +161,14 @@ async fn serve(
     println!("http listening on {}", http.local_addr()?);
     println!("flight listening on {}", flight.local_addr()?);
     tracing::info!(dir = %dir.display(), "strata serve ready");
-    let result =
-        strata_query::server::serve(q, http, flight, strata_query::server::stop_on_signal()).await;
+    let result = strata_query::server::serve_with(
+        q,
+        api::router(db.clone()),
+        http,
+        flight,
+        strata_query::server::stop_on_signal(),
+    )
+    .await;
     db.close().await;
     result
 }

@@ -1,0 +1,743 @@
+//! The data API over HTTP (under `/v1`): tables and rows, next to SQL (`POST /sql`).
+//!
+//! | method and path | does |
+//! |---|---|
+//! | `POST /v1/tables` | create a table: `{"name", "columns": [{"name", "type", "nullable"}], "primary_key": [...]}` |
+//! | `GET /v1/tables` | list tables |
+//! | `GET /v1/tables/{t}` | describe a table |
+//! | `DELETE /v1/tables/{t}` | drop a table |
+//! | `POST /v1/tables/{t}/rows` | upsert whole rows (missing nullable columns are NULL) |
+//! | `PATCH /v1/tables/{t}/rows` | partial update: each row carries its key and the columns it changes |
+//! | `POST /v1/tables/{t}/delete` | delete rows by key (objects holding the key columns) |
+//! | `GET /v1/tables/{t}/rows/get?key=..&columns=..` | point read (one `key` per key column, in key order) |
+//! | `GET /v1/tables/{t}/rows?start=..&end=..&limit=..&after=..&columns=..` | key-range scan, one page |
+//!
+//! Row bodies are a JSON array of objects (`application/json`), one object per line
+//! (`application/x-ndjson`) or an Arrow IPC stream (`application/vnd.apache.arrow.stream`).
+//! In JSON, integers, dates (days) and timestamps (in the column's unit) are numbers, dates
+//! and timestamps may also be ISO 8601 strings, and binary values are hex strings. One
+//! request is one atomic write: a rejected request changes nothing. Reads answer in the
+//! format `Accept` asks for (as `/sql` does). A scan page answers JSON
+//! `{"rows": [...], "next": cursor or null}`; pass `after=<cursor>` for the next page (each
+//! page reads the latest state).
+//!
+//! Errors are `{"error": {"code", "message"}}`: 400 with the field path for bad input, 404
+//! for an unknown table, 409 for a table that exists, 503 with `Retry-After` when
+//! overloaded.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, RecordBatch, StringArray};
+use arrow::compute::cast;
+use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::{Map, Value as Json, json};
+use strata_engine::value::build_array;
+use strata_engine::{Db, Error as EngineError, Mutation, ScanOptions, Table, Value, WriteOptions};
+use strata_query::error::{QueryError, QueryErrorKind};
+use strata_query::http::{Format, encode, error_response};
+
+/// Largest request body (rows to write).
+pub const BODY_BYTES_MAX: usize = 64 << 20;
+/// Most rows a scan page returns.
+pub const PAGE_ROWS_MAX: usize = 10_000;
+
+/// An API error: status, stable code, message.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    fn bad(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::BAD_REQUEST,
+            code: "invalid",
+            message: message.into(),
+        }
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> Self {
+        match &e {
+            EngineError::TableExists(_) => Self {
+                status: StatusCode::CONFLICT,
+                code: "already_exists",
+                message: e.to_string(),
+            },
+            _ => {
+                let q = QueryError::from(e);
+                Self {
+                    status: StatusCode::from_u16(q.http_status())
+                        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                    code: q.code(),
+                    message: q.message,
+                }
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            // Same shape and Retry-After as the SQL endpoint.
+            return error_response(&QueryError::new(QueryErrorKind::Overloaded, self.message));
+        }
+        let body = json!({"error": {"code": self.code, "message": self.message}});
+        (self.status, axum::Json(body)).into_response()
+    }
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+/// The data API's routes (state: the database).
+pub fn router(db: Db) -> Router {
+    Router::new()
+        .route("/v1/tables", post(create_table).get(list_tables))
+        .route("/v1/tables/{table}", get(describe).delete(drop_table))
+        .route(
+            "/v1/tables/{table}/rows",
+            post(upsert).patch(update).get(scan),
+        )
+        .route("/v1/tables/{table}/rows/get", get(point_get))
+        .route("/v1/tables/{table}/delete", post(delete))
+        .layer(axum::extract::DefaultBodyLimit::max(BODY_BYTES_MAX))
+        .with_state(Arc::new(db))
+}
+
+type Shared = State<Arc<Db>>;
+
+/// A column's type by its API name.
+pub fn parse_type(name: &str) -> Option<DataType> {
+    Some(match name.to_ascii_lowercase().as_str() {
+        "bool" | "boolean" => DataType::Boolean,
+        "int8" => DataType::Int8,
+        "int16" => DataType::Int16,
+        "int32" | "int" => DataType::Int32,
+        "int64" | "bigint" => DataType::Int64,
+        "uint8" => DataType::UInt8,
+        "uint16" => DataType::UInt16,
+        "uint32" => DataType::UInt32,
+        "uint64" => DataType::UInt64,
+        "float32" | "float" => DataType::Float32,
+        "float64" | "double" => DataType::Float64,
+        "string" | "utf8" | "text" => DataType::Utf8,
+        "binary" | "bytes" => DataType::Binary,
+        "date" | "date32" => DataType::Date32,
+        "timestamp_s" => DataType::Timestamp(TimeUnit::Second, None),
+        "timestamp_ms" => DataType::Timestamp(TimeUnit::Millisecond, None),
+        "timestamp" | "timestamp_us" => DataType::Timestamp(TimeUnit::Microsecond, None),
+        "timestamp_ns" => DataType::Timestamp(TimeUnit::Nanosecond, None),
+        _ => return None,
+    })
+}
+
+/// The API name of a column type.
+pub fn type_name(dt: &DataType) -> String {
+    match dt {
+        DataType::Boolean => "boolean".into(),
+        DataType::Utf8 | DataType::LargeUtf8 => "string".into(),
+        DataType::Binary | DataType::LargeBinary => "binary".into(),
+        DataType::Date32 => "date".into(),
+        DataType::Timestamp(u, _) => match u {
+            TimeUnit::Second => "timestamp_s".into(),
+            TimeUnit::Millisecond => "timestamp_ms".into(),
+            TimeUnit::Microsecond => "timestamp".into(),
+            TimeUnit::Nanosecond => "timestamp_ns".into(),
+        },
+        other => other.to_string().to_ascii_lowercase(),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ColumnDef {
+    name: String,
+    #[serde(rename = "type")]
+    data_type: String,
+    #[serde(default = "yes")]
+    nullable: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateTable {
+    name: String,
+    columns: Vec<ColumnDef>,
+    primary_key: Vec<String>,
+}
+
+fn describe_json(t: &Table) -> Json {
+    let schema = t.schema();
+    let entry = &t.table_schema().entry;
+    json!({
+        "name": t.name(),
+        "columns": schema.fields().iter().map(|f| json!({
+            "name": f.name(),
+            "type": type_name(f.data_type()),
+            "nullable": f.is_nullable(),
+        })).collect::<Vec<_>>(),
+        "primary_key": entry.primary_key,
+        "shards": entry.shards.len(),
+        "created_at_ms": entry.created_at_ms,
+    })
+}
+
+fn json_body<T: serde::de::DeserializeOwned>(body: &Bytes, what: &str) -> ApiResult<T> {
+    serde_json::from_slice(body).map_err(|e| ApiError::bad(format!("{what}: {e}")))
+}
+
+async fn create_table(State(db): Shared, body: Bytes) -> ApiResult<Response> {
+    let req: CreateTable = json_body(&body, "table definition")?;
+    let mut fields = Vec::with_capacity(req.columns.len());
+    for (i, c) in req.columns.iter().enumerate() {
+        let dt = parse_type(&c.data_type).ok_or_else(|| {
+            ApiError::bad(format!(
+                "columns[{i}].type: unknown type {:?} (boolean, int8..int64, uint8..uint64, float32, float64, string, binary, date, timestamp_s/_ms/_ns, timestamp)",
+                c.data_type
+            ))
+        })?;
+        fields.push(Field::new(&c.name, dt, c.nullable));
+    }
+    let pk: Vec<&str> = req.primary_key.iter().map(|s| s.as_str()).collect();
+    db.create_table(&req.name, Schema::new(fields), &pk).await?;
+    let t = db.table(&req.name).await?;
+    Ok((StatusCode::CREATED, axum::Json(describe_json(&t))).into_response())
+}
+
+async fn list_tables(State(db): Shared) -> ApiResult<Response> {
+    let tables = db.list_tables().await?;
+    let names: Vec<&str> = tables.iter().map(|t| t.name.as_str()).collect();
+    Ok(axum::Json(json!({ "tables": names })).into_response())
+}
+
+async fn describe(State(db): Shared, Path(table): Path<String>) -> ApiResult<Response> {
+    let t = db.table(&table).await?;
+    Ok(axum::Json(describe_json(&t)).into_response())
+}
+
+async fn drop_table(State(db): Shared, Path(table): Path<String>) -> ApiResult<Response> {
+    db.drop_table(&table).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// How a request body encodes rows.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum BodyFormat {
+    Json,
+    NdJson,
+    Arrow,
+}
+
+fn body_format(headers: &HeaderMap) -> ApiResult<BodyFormat> {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json");
+    let mime = ct.split(';').next().unwrap_or("").trim();
+    match mime {
+        "application/json" => Ok(BodyFormat::Json),
+        "application/x-ndjson" | "application/jsonl" => Ok(BodyFormat::NdJson),
+        "application/vnd.apache.arrow.stream" => Ok(BodyFormat::Arrow),
+        other => Err(ApiError {
+            status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            code: "unsupported_media_type",
+            message: format!(
+                "content type {other:?}: rows are application/json, application/x-ndjson or application/vnd.apache.arrow.stream"
+            ),
+        }),
+    }
+}
+
+/// JSON rows of a body: objects, with their positions for error paths.
+fn json_rows(format: BodyFormat, body: &Bytes) -> ApiResult<Vec<Map<String, Json>>> {
+    let values: Vec<Json> = match format {
+        BodyFormat::Json => match serde_json::from_slice::<Json>(body) {
+            Ok(Json::Array(a)) => a,
+            Ok(_) => return Err(ApiError::bad("rows: expected a JSON array of objects")),
+            Err(e) => return Err(ApiError::bad(format!("rows: {e}"))),
+        },
+        _ => {
+            let text = std::str::from_utf8(body)
+                .map_err(|_| ApiError::bad("rows: the body is not UTF-8"))?;
+            let mut out = Vec::new();
+            for (i, line) in text.lines().enumerate() {
+                if line.trim().is_empty() {
+                    continue;
+                }
+                out.push(
+                    serde_json::from_str(line)
+                        .map_err(|e| ApiError::bad(format!("line {}: {e}", i + 1)))?,
+                );
+            }
+            out
+        }
+    };
+    values
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| match v {
+            Json::Object(m) => Ok(m),
+            _ => Err(ApiError::bad(format!("rows[{i}]: expected an object"))),
+        })
+        .collect()
+}
+
+/// One JSON value as an engine value of type `dt`; `path` names it in errors.
+fn to_value(dt: &DataType, v: &Json, path: &str) -> ApiResult<Value> {
+    let wrong = |what: &str| ApiError::bad(format!("{path}: expected {what}, got {v}"));
+    if v.is_null() {
+        return Ok(Value::Null);
+    }
+    let int_in = |lo: i64, hi: i64| -> ApiResult<Value> {
+        match v.as_i64() {
+            Some(x) if (lo..=hi).contains(&x) => Ok(Value::Int(x)),
+            _ => Err(wrong(&format!("an integer in {lo}..={hi}"))),
+        }
+    };
+    let uint_to = |hi: u64| -> ApiResult<Value> {
+        match v.as_u64() {
+            Some(x) if x <= hi => Ok(Value::UInt(x)),
+            _ => Err(wrong(&format!("an integer in 0..={hi}"))),
+        }
+    };
+    match dt {
+        DataType::Boolean => v
+            .as_bool()
+            .map(Value::Bool)
+            .ok_or_else(|| wrong("a boolean")),
+        DataType::Int8 => int_in(i8::MIN.into(), i8::MAX.into()),
+        DataType::Int16 => int_in(i16::MIN.into(), i16::MAX.into()),
+        DataType::Int32 => int_in(i32::MIN.into(), i32::MAX.into()),
+        DataType::Int64 => int_in(i64::MIN, i64::MAX),
+        DataType::UInt8 => uint_to(u8::MAX.into()),
+        DataType::UInt16 => uint_to(u16::MAX.into()),
+        DataType::UInt32 => uint_to(u32::MAX.into()),
+        DataType::UInt64 => uint_to(u64::MAX),
+        DataType::Float32 | DataType::Float64 => v
+            .as_f64()
+            .map(Value::Float)
+            .ok_or_else(|| wrong("a number")),
+        DataType::Utf8 | DataType::LargeUtf8 => v
+            .as_str()
+            .map(|s| Value::Bytes(s.as_bytes().to_vec()))
+            .ok_or_else(|| wrong("a string")),
+        DataType::Binary | DataType::LargeBinary => v
+            .as_str()
+            .and_then(|s| hex::decode(s).ok())
+            .map(Value::Bytes)
+            .ok_or_else(|| wrong("a hex string")),
+        DataType::Date32 | DataType::Date64 | DataType::Timestamp(_, _) => {
+            if let Some(x) = v.as_i64() {
+                return Ok(Value::Int(x));
+            }
+            let Some(s) = v.as_str() else {
+                return Err(wrong("an integer or an ISO 8601 string"));
+            };
+            // Arrow's string casts parse ISO 8601 dates and timestamps.
+            let a = cast(&StringArray::from(vec![s]), dt)
+                .ok()
+                .filter(|a| !a.is_null(0))
+                .ok_or_else(|| wrong("an ISO 8601 date or timestamp"))?;
+            strata_engine::value::value_at(a.as_ref(), 0).map_err(|e| ApiError::bad(e.to_string()))
+        }
+        other => Err(ApiError::bad(format!(
+            "{path}: type {other} is not writable"
+        ))),
+    }
+}
+
+/// A JSON row and its position in the request.
+type Indexed<'a> = (usize, &'a Map<String, Json>);
+
+/// Builds a batch of `columns` (names of the table's columns) from JSON objects.
+fn build_batch(schema: &Schema, columns: &[String], rows: &[Indexed]) -> ApiResult<RecordBatch> {
+    let mut fields = Vec::with_capacity(columns.len());
+    let mut arrays: Vec<ArrayRef> = Vec::with_capacity(columns.len());
+    for name in columns {
+        let f = schema
+            .field_with_name(name)
+            .map_err(|_| ApiError::bad(format!("unknown column {name:?}")))?;
+        let mut values = Vec::with_capacity(rows.len());
+        for (i, row) in rows {
+            let path = format!("rows[{i}].{name}");
+            let v = match row.get(name) {
+                Some(v) => to_value(f.data_type(), v, &path)?,
+                None => Value::Null,
+            };
+            if v == Value::Null && !f.is_nullable() {
+                return Err(ApiError::bad(format!("{path}: required (not nullable)")));
+            }
+            values.push(v);
+        }
+        arrays.push(build_array(f.data_type(), &values).map_err(ApiError::from)?);
+        fields.push(f.clone());
+    }
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)
+        .map_err(|e| ApiError::bad(format!("rows: {e}")))
+}
+
+/// Rejects columns the table does not have, naming the first.
+fn check_columns(schema: &Schema, rows: &[Map<String, Json>]) -> ApiResult<()> {
+    for (i, r) in rows.iter().enumerate() {
+        for k in r.keys() {
+            if schema.field_with_name(k).is_err() {
+                return Err(ApiError::bad(format!("rows[{i}].{k}: unknown column")));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn arrow_batches(body: &Bytes) -> ApiResult<Vec<RecordBatch>> {
+    let reader =
+        arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(body.as_ref()), None)
+            .map_err(|e| ApiError::bad(format!("Arrow IPC stream: {e}")))?;
+    reader
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| ApiError::bad(format!("Arrow IPC stream: {e}")))
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum WriteKind {
+    Upsert,
+    Update,
+    Delete,
+}
+
+/// Decodes a body into the mutations of one atomic write.
+fn mutations(
+    t: &Table,
+    kind: WriteKind,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> ApiResult<Vec<Mutation>> {
+    let wrap = |b: RecordBatch| match kind {
+        WriteKind::Upsert => Mutation::Upsert(b),
+        WriteKind::Update => Mutation::Update(b),
+        WriteKind::Delete => Mutation::Delete(b),
+    };
+    let format = body_format(headers)?;
+    if format == BodyFormat::Arrow {
+        return Ok(arrow_batches(body)?.into_iter().map(wrap).collect());
+    }
+    let schema = t.schema();
+    let rows = json_rows(format, body)?;
+    check_columns(&schema, &rows)?;
+    let keys: Vec<String> = t.table_schema().entry.primary_key.clone();
+    let all: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
+    match kind {
+        WriteKind::Upsert => {
+            let indexed: Vec<_> = rows.iter().enumerate().collect();
+            Ok(vec![wrap(build_batch(&schema, &all, &indexed)?)])
+        }
+        WriteKind::Delete => {
+            for (i, r) in rows.iter().enumerate() {
+                if let Some(k) = r.keys().find(|k| !keys.contains(k)) {
+                    return Err(ApiError::bad(format!(
+                        "rows[{i}].{k}: a delete carries only the key columns {keys:?}"
+                    )));
+                }
+            }
+            let indexed: Vec<_> = rows.iter().enumerate().collect();
+            Ok(vec![wrap(build_batch(&schema, &keys, &indexed)?)])
+        }
+        WriteKind::Update => {
+            // Rows changing different columns go in separate batches of the same write.
+            let mut groups: Vec<(Vec<String>, Vec<Indexed>)> = Vec::new();
+            for (i, r) in rows.iter().enumerate() {
+                let set: BTreeSet<&String> = r.keys().collect();
+                let cols: Vec<String> = all
+                    .iter()
+                    .filter(|c| keys.contains(c) || set.contains(c))
+                    .cloned()
+                    .collect();
+                match groups.iter_mut().find(|(c, _)| *c == cols) {
+                    Some((_, g)) => g.push((i, r)),
+                    None => groups.push((cols, vec![(i, r)])),
+                }
+            }
+            groups
+                .iter()
+                .map(|(cols, g)| build_batch(&schema, cols, g).map(wrap))
+                .collect()
+        }
+    }
+}
+
+async fn write(
+    db: &Db,
+    table: &str,
+    kind: WriteKind,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> ApiResult<Response> {
+    let t = db.table(table).await?;
+    let ms = mutations(&t, kind, headers, body)?;
+    let rows: usize = ms
+        .iter()
+        .map(|m| match m {
+            Mutation::Upsert(b) | Mutation::Update(b) | Mutation::Delete(b) => b.num_rows(),
+        })
+        .sum();
+    let seq = if rows == 0 {
+        0
+    } else {
+        t.write(&ms, WriteOptions::default()).await?
+    };
+    Ok(axum::Json(json!({"rows": rows, "seq": seq})).into_response())
+}
+
+async fn upsert(
+    State(db): Shared,
+    Path(table): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Response> {
+    write(&db, &table, WriteKind::Upsert, &headers, &body).await
+}
+
+async fn update(
+    State(db): Shared,
+    Path(table): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Response> {
+    write(&db, &table, WriteKind::Update, &headers, &body).await
+}
+
+async fn delete(
+    State(db): Shared,
+    Path(table): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Response> {
+    write(&db, &table, WriteKind::Delete, &headers, &body).await
+}
+
+/// Key values from query parameters (one per key column, or a prefix), by key type.
+fn key_values(t: &Table, texts: &[&str], what: &str) -> ApiResult<Vec<Value>> {
+    let ks = t.table_schema();
+    if texts.len() > ks.key_types.len() {
+        return Err(ApiError::bad(format!(
+            "{what}: {} values for {} key columns",
+            texts.len(),
+            ks.key_types.len()
+        )));
+    }
+    texts
+        .iter()
+        .zip(&ks.key_types)
+        .enumerate()
+        .map(|(i, (s, dt))| {
+            // Numbers parse as JSON; anything else is taken as a string.
+            let j = match dt {
+                DataType::Utf8 | DataType::LargeUtf8 | DataType::Binary | DataType::LargeBinary => {
+                    Json::String(s.to_string())
+                }
+                _ => serde_json::from_str(s).unwrap_or_else(|_| Json::String(s.to_string())),
+            };
+            to_value(dt, &j, &format!("{what}[{i}]"))
+        })
+        .collect()
+}
+
+fn projection(pairs: &[(String, String)]) -> Option<Vec<String>> {
+    pairs.iter().find(|(k, _)| k == "columns").map(|(_, v)| {
+        v.split(',')
+            .map(|c| c.trim().to_string())
+            .filter(|c| !c.is_empty())
+            .collect()
+    })
+}
+
+async fn point_get(
+    State(db): Shared,
+    Path(table): Path<String>,
+    headers: HeaderMap,
+    Query(pairs): Query<Vec<(String, String)>>,
+) -> ApiResult<Response> {
+    let t = db.table(&table).await?;
+    let key: Vec<&str> = pairs
+        .iter()
+        .filter(|(k, _)| k == "key")
+        .map(|(_, v)| v.as_str())
+        .collect();
+    if key.len() != t.table_schema().key_types.len() {
+        return Err(ApiError::bad(format!(
+            "key: give one key= parameter per key column {:?}",
+            t.table_schema().entry.primary_key
+        )));
+    }
+    let key = key_values(&t, &key, "key")?;
+    let cols = projection(&pairs);
+    let cols_ref: Option<Vec<&str>> = cols
+        .as_ref()
+        .map(|c| c.iter().map(|s| s.as_str()).collect());
+    let row = t.get(&key, cols_ref.as_deref(), None).await?;
+    let Some(row) = row else {
+        return Err(ApiError {
+            status: StatusCode::NOT_FOUND,
+            code: "not_found",
+            message: "no row with this key".into(),
+        });
+    };
+    let format = Format::from_accept(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
+    if format == Format::Json {
+        // One row: an object rather than an array of one.
+        let mut out = encode(Format::Json, &row.schema(), &[row]).map_err(query_error)?;
+        let v: Json = serde_json::from_slice(&out).map_err(|e| ApiError::bad(e.to_string()))?;
+        out = serde_json::to_vec(&v.get(0).cloned().unwrap_or(Json::Null))
+            .map_err(|e| ApiError::bad(e.to_string()))?;
+        return Ok(([(header::CONTENT_TYPE, "application/json")], out).into_response());
+    }
+    let out = encode(format, &row.schema(), &[row]).map_err(query_error)?;
+    Ok(([(header::CONTENT_TYPE, content_type(format))], out).into_response())
+}
+
+fn content_type(f: Format) -> &'static str {
+    match f {
+        Format::Json => "application/json",
+        Format::NdJson => "application/x-ndjson",
+        Format::Csv => "text/csv",
+        Format::Arrow => "application/vnd.apache.arrow.stream",
+    }
+}
+
+fn query_error(e: QueryError) -> ApiError {
+    ApiError {
+        status: StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        code: e.code(),
+        message: e.message,
+    }
+}
+
+async fn scan(
+    State(db): Shared,
+    Path(table): Path<String>,
+    Query(p): Query<Vec<(String, String)>>,
+) -> ApiResult<Response> {
+    let t = db.table(&table).await?;
+    let get_all = |name: &str| -> Vec<&str> {
+        p.iter()
+            .filter(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    };
+    let limit: usize = match get_all("limit").first() {
+        Some(s) => s
+            .parse()
+            .map_err(|_| ApiError::bad(format!("limit: expected a number, got {s:?}")))?,
+        None => 100,
+    };
+    if limit == 0 || limit > PAGE_ROWS_MAX {
+        return Err(ApiError::bad(format!(
+            "limit: between 1 and {PAGE_ROWS_MAX}"
+        )));
+    }
+    let ks = t.table_schema().clone();
+    let start = get_all("start");
+    let end = get_all("end");
+    let mut start = (!start.is_empty())
+        .then(|| key_values(&t, &start, "start"))
+        .transpose()?;
+    let end = (!end.is_empty())
+        .then(|| key_values(&t, &end, "end"))
+        .transpose()?;
+    // The cursor is the hex-encoded last key of the previous page: start there and skip it.
+    let mut skip_key: Option<Vec<u8>> = None;
+    if let Some(c) = get_all("after").first() {
+        let encoded = hex::decode(c)
+            .map_err(|_| ApiError::bad("after: not a cursor from a previous page"))?;
+        let values = strata_engine::keycodec::decode_key(&ks.key_types, &encoded)
+            .map_err(|_| ApiError::bad("after: not a cursor from a previous page"))?;
+        start = Some(values);
+        skip_key = Some(encoded);
+    }
+    let cols = projection(&p);
+    // Key columns are always read (the cursor needs them); the projection applies after.
+    let mut read: Option<Vec<String>> = cols.clone();
+    if let Some(r) = read.as_mut() {
+        for k in ks.entry.primary_key.iter().rev() {
+            if !r.contains(k) {
+                r.insert(0, k.clone());
+            }
+        }
+    }
+    let read_ref: Option<Vec<&str>> = read
+        .as_ref()
+        .map(|c| c.iter().map(|s| s.as_str()).collect());
+    let batch = t
+        .scan(
+            &ScanOptions {
+                start,
+                end,
+                limit: limit + 2,
+                projection: read_ref.as_deref(),
+            },
+            None,
+        )
+        .await?;
+    let schema = batch.schema();
+    let key_cols: Vec<usize> = ks
+        .entry
+        .primary_key
+        .iter()
+        .map(|k| schema.index_of(k).map_err(|e| ApiError::bad(e.to_string())))
+        .collect::<ApiResult<_>>()?;
+    let key_of = |row: usize| -> ApiResult<Vec<u8>> {
+        let vals = key_cols
+            .iter()
+            .map(|c| strata_engine::value::value_at(batch.column(*c).as_ref(), row))
+            .collect::<strata_engine::Result<Vec<_>>>()?;
+        Ok(ks.encode_key(&vals)?)
+    };
+    let mut first = 0;
+    if let Some(s) = &skip_key
+        && batch.num_rows() > 0
+        && key_of(0)? == *s
+    {
+        first = 1;
+    }
+    let n = (batch.num_rows() - first).min(limit);
+    let page = batch.slice(first, n);
+    let more = batch.num_rows() - first > limit;
+    let next = if more && n > 0 {
+        Some(hex::encode(key_of(first + n - 1)?))
+    } else {
+        None
+    };
+    let page = match &cols {
+        Some(c) => {
+            let idx = c
+                .iter()
+                .map(|name| {
+                    page.schema()
+                        .index_of(name)
+                        .map_err(|_| ApiError::bad(format!("columns: unknown column {name:?}")))
+                })
+                .collect::<ApiResult<Vec<_>>>()?;
+            page.project(&idx)
+                .map_err(|e| ApiError::bad(e.to_string()))?
+        }
+        None => page,
+    };
+    let rows = encode(Format::Json, &page.schema(), &[page]).map_err(query_error)?;
+    let rows: Json = serde_json::from_slice(&rows).map_err(|e| ApiError::bad(e.to_string()))?;
+    Ok(axum::Json(json!({"rows": rows, "next": next})).into_response())
+}

@@ -1,0 +1,299 @@
+//! The data API of `strata serve` (`/v1`): tables and rows over HTTP with the real binary,
+//! success and error paths, and rows still there after a kill and restart.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+
+use std::sync::Arc;
+
+use arrow::array::{Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
+
+struct Server {
+    child: Child,
+    http: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(dir: &std::path::Path) -> Server {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .arg("serve")
+        .arg("--dir")
+        .arg(dir)
+        .args(["--http", "127.0.0.1:0", "--flight", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start strata serve");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut addr = |prefix: &str| -> String {
+        let line = lines.next().expect("address line").expect("read");
+        line.strip_prefix(prefix)
+            .unwrap_or_else(|| panic!("unexpected line {line}"))
+            .to_string()
+    };
+    let http = addr("http listening on ");
+    addr("flight listening on ");
+    Server { child, http }
+}
+
+/// A minimal HTTP/1.1 request (Connection: close): status and body (not chunked: the
+/// bodies used here are small JSON documents).
+fn request(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    request_as(addr, method, path, "application/json", body.as_bytes())
+}
+
+fn request_as(
+    addr: &str,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &[u8],
+) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .expect("write");
+    s.write_all(body).expect("write body");
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).expect("read");
+    let text = String::from_utf8_lossy(&raw).to_string();
+    let (head, body) = text.split_once("\r\n\r\n").expect("header end");
+    let status: u16 = head
+        .split_whitespace()
+        .nth(1)
+        .expect("status")
+        .parse()
+        .expect("status");
+    let body = if head.to_lowercase().contains("transfer-encoding: chunked") {
+        // Drop the chunk-size lines.
+        body.split("\r\n")
+            .enumerate()
+            .filter(|(i, _)| i % 2 == 1)
+            .map(|(_, s)| s)
+            .collect()
+    } else {
+        body.to_string()
+    };
+    (status, body)
+}
+
+fn json(s: &str) -> serde_json::Value {
+    serde_json::from_str(s).unwrap_or_else(|e| panic!("{e}: {s}"))
+}
+
+#[test]
+fn tables_and_rows_over_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let h = server.http.clone();
+
+    // Tables.
+    let def = r#"{"name": "users", "columns": [
+        {"name": "id", "type": "int64", "nullable": false},
+        {"name": "name", "type": "string"},
+        {"name": "score", "type": "float64"},
+        {"name": "born", "type": "date"}], "primary_key": ["id"]}"#;
+    let (st, body) = request(&h, "POST", "/v1/tables", def);
+    assert_eq!(st, 201, "{body}");
+    assert_eq!(json(&body)["primary_key"], serde_json::json!(["id"]));
+    let (st, body) = request(&h, "POST", "/v1/tables", def);
+    assert_eq!(st, 409, "{body}");
+    assert_eq!(json(&body)["error"]["code"], "already_exists");
+    let (st, body) = request(
+        &h,
+        "POST",
+        "/v1/tables",
+        r#"{"name": "x", "columns": [{"name": "id", "type": "int128"}], "primary_key": ["id"]}"#,
+    );
+    assert_eq!(st, 400, "{body}");
+    assert!(body.contains("columns[0].type"), "{body}");
+    let (st, body) = request(&h, "GET", "/v1/tables", "");
+    assert_eq!(
+        (st, json(&body)),
+        (200, serde_json::json!({"tables": ["users"]}))
+    );
+    let (st, body) = request(&h, "GET", "/v1/tables/users", "");
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(json(&body)["columns"][3]["type"], "date");
+    let (st, body) = request(&h, "GET", "/v1/tables/nope", "");
+    assert_eq!(st, 404, "{body}");
+
+    // Upserts: JSON array, NDJSON, Arrow IPC.
+    let (st, body) = request(
+        &h,
+        "POST",
+        "/v1/tables/users/rows",
+        r#"[{"id": 1, "name": "ada", "score": 9.5, "born": "1815-12-10"}, {"id": 2, "name": "grace", "score": 8}]"#,
+    );
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(json(&body)["rows"], 2);
+    let (st, body) = request_as(
+        &h,
+        "POST",
+        "/v1/tables/users/rows",
+        "application/x-ndjson",
+        b"{\"id\": 3, \"name\": \"edsger\"}\n{\"id\": 4, \"name\": \"barbara\", \"score\": 7}\n",
+    );
+    assert_eq!(st, 200, "{body}");
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("name", DataType::Utf8, true),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(Int64Array::from(vec![5, 6])),
+            Arc::new(StringArray::from(vec!["ken", "dennis"])),
+        ],
+    )
+    .unwrap();
+    let mut ipc = Vec::new();
+    {
+        let mut w = arrow::ipc::writer::StreamWriter::try_new(&mut ipc, &schema).unwrap();
+        w.write(&batch).unwrap();
+        w.finish().unwrap();
+    }
+    let (st, body) = request_as(
+        &h,
+        "PATCH",
+        "/v1/tables/users/rows",
+        "application/vnd.apache.arrow.stream",
+        &ipc,
+    );
+    assert_eq!(st, 200, "{body}");
+
+    // Bad input: the field path, and nothing written.
+    for (rows, path) in [
+        (
+            r#"[{"id": 7, "name": "x"}, {"id": 8, "score": "high"}]"#,
+            "rows[1].score",
+        ),
+        (r#"[{"id": 7, "nmae": "x"}]"#, "rows[0].nmae"),
+        (r#"[{"name": "no key"}]"#, "rows[0].id"),
+        (r#"[{"id": 7, "born": "not a date"}]"#, "rows[0].born"),
+        (r#"{"id": 7}"#, "expected a JSON array"),
+        (r#"[{"id": 7"#, "rows:"),
+    ] {
+        let (st, body) = request(&h, "POST", "/v1/tables/users/rows", rows);
+        assert_eq!(st, 400, "{rows}: {body}");
+        assert_eq!(json(&body)["error"]["code"], "invalid", "{body}");
+        assert!(body.contains(path), "{rows}: {body}");
+    }
+    let (st, body) = request_as(&h, "POST", "/v1/tables/users/rows", "text/csv", b"id\n1\n");
+    assert_eq!(st, 415, "{body}");
+    let (st, body) = request_as(
+        &h,
+        "POST",
+        "/v1/tables/users/rows",
+        "application/vnd.apache.arrow.stream",
+        b"garbage",
+    );
+    assert_eq!(st, 400, "{body}");
+    let (st, body) = request(&h, "POST", "/v1/tables/nope/rows", "[]");
+    assert_eq!(st, 404, "{body}");
+
+    // Partial updates (rows changing different columns in one request) and deletes.
+    let (st, body) = request(
+        &h,
+        "PATCH",
+        "/v1/tables/users/rows",
+        r#"[{"id": 2, "score": 8.5}, {"id": 3, "name": "dijkstra"}]"#,
+    );
+    assert_eq!(st, 200, "{body}");
+    let (st, body) = request(&h, "POST", "/v1/tables/users/delete", r#"[{"id": 4}]"#);
+    assert_eq!(st, 200, "{body}");
+    let (st, body) = request(
+        &h,
+        "POST",
+        "/v1/tables/users/delete",
+        r#"[{"id": 4, "name": "x"}]"#,
+    );
+    assert_eq!(st, 400, "{body}");
+
+    // Point reads.
+    let (st, body) = request(&h, "GET", "/v1/tables/users/rows/get?key=2", "");
+    assert_eq!(
+        (st, json(&body)),
+        (
+            200,
+            serde_json::json!({"id": 2, "name": "grace", "score": 8.5})
+        )
+    );
+    let (st, body) = request(
+        &h,
+        "GET",
+        "/v1/tables/users/rows/get?key=1&columns=name,born",
+        "",
+    );
+    assert_eq!(
+        (st, json(&body)),
+        (
+            200,
+            serde_json::json!({"name": "ada", "born": "1815-12-10"})
+        )
+    );
+    let (st, _) = request(&h, "GET", "/v1/tables/users/rows/get?key=4", "");
+    assert_eq!(st, 404);
+    let (st, body) = request(&h, "GET", "/v1/tables/users/rows/get?key=abc", "");
+    assert_eq!(st, 400, "{body}");
+
+    // Scans with paging: every live row once, in key order.
+    let mut seen = Vec::new();
+    let mut path = "/v1/tables/users/rows?limit=2&columns=name".to_string();
+    loop {
+        let (st, body) = request(&h, "GET", &path, "");
+        assert_eq!(st, 200, "{body}");
+        let page = json(&body);
+        for r in page["rows"].as_array().unwrap() {
+            assert_eq!(r.as_object().unwrap().len(), 1, "projection: {r}");
+            seen.push(r["name"].as_str().unwrap().to_string());
+        }
+        match page["next"].as_str() {
+            Some(c) => path = format!("/v1/tables/users/rows?limit=2&columns=name&after={c}"),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["ada", "grace", "dijkstra", "ken", "dennis"]);
+    let (st, body) = request(&h, "GET", "/v1/tables/users/rows?start=2&end=4", "");
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(json(&body)["rows"].as_array().unwrap().len(), 2, "{body}");
+    let (st, body) = request(&h, "GET", "/v1/tables/users/rows?limit=0", "");
+    assert_eq!(st, 400, "{body}");
+
+    // SQL sees the same rows.
+    let (st, body) = request_as(
+        &h,
+        "POST",
+        "/sql",
+        "text/plain",
+        b"SELECT count(*) AS c FROM users",
+    );
+    assert_eq!((st, body.trim()), (200, r#"[{"c":5}]"#));
+
+    // Kill -9 and restart: acknowledged writes are there.
+    drop(server);
+    let server = start(dir.path());
+    let (st, body) = request(&server.http, "GET", "/v1/tables/users/rows/get?key=3", "");
+    assert_eq!(
+        (st, json(&body)["name"].clone()),
+        (200, serde_json::json!("dijkstra"))
+    );
+
+    // Drop.
+    let (st, _) = request(&server.http, "DELETE", "/v1/tables/users", "");
+    assert_eq!(st, 204);
+    let (st, _) = request(&server.http, "GET", "/v1/tables/users", "");
+    assert_eq!(st, 404);
+}
