@@ -58,7 +58,8 @@ impl Format {
         Format::Json
     }
 
-    fn content_type(self) -> &'static str {
+    /// The MIME type of the format.
+    pub fn content_type(self) -> &'static str {
         match self {
             Format::Json => "application/json",
             Format::NdJson => "application/x-ndjson",

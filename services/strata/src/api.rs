@@ -75,15 +75,7 @@ impl From<EngineError> for ApiError {
                 code: "already_exists",
                 message: e.to_string(),
             },
-            _ => {
-                let q = QueryError::from(e);
-                Self {
-                    status: StatusCode::from_u16(q.http_status())
-                        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                    code: q.code(),
-                    message: q.message,
-                }
-            }
+            _ => query_error(QueryError::from(e)),
         }
     }
 }
@@ -607,16 +599,7 @@ async fn point_get(
         return Ok(([(header::CONTENT_TYPE, "application/json")], out).into_response());
     }
     let out = encode(format, &row.schema(), &[row]).map_err(query_error)?;
-    Ok(([(header::CONTENT_TYPE, content_type(format))], out).into_response())
-}
-
-fn content_type(f: Format) -> &'static str {
-    match f {
-        Format::Json => "application/json",
-        Format::NdJson => "application/x-ndjson",
-        Format::Csv => "text/csv",
-        Format::Arrow => "application/vnd.apache.arrow.stream",
-    }
+    Ok(([(header::CONTENT_TYPE, format.content_type())], out).into_response())
 }
 
 fn query_error(e: QueryError) -> ApiError {

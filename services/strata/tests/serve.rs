@@ -3,88 +3,15 @@
 //! acknowledged write still there after the process is killed and started again.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+mod common;
 
 use arrow::array::RecordBatch;
 use arrow_flight::sql::client::FlightSqlServiceClient;
+use common::{Server, request, request_as, start};
 use futures::TryStreamExt;
 
-struct Server {
-    child: Child,
-    http: String,
-    flight: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(dir: &std::path::Path) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_strata"))
-        .arg("serve")
-        .arg("--dir")
-        .arg(dir)
-        .args(["--http", "127.0.0.1:0", "--flight", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start strata serve");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let mut addr = |prefix: &str| -> String {
-        let line = lines.next().expect("address line").expect("read");
-        line.strip_prefix(prefix)
-            .unwrap_or_else(|| panic!("unexpected line {line}"))
-            .to_string()
-    };
-    let http = addr("http listening on ");
-    let flight = addr("flight listening on ");
-    Server {
-        child,
-        http,
-        flight,
-    }
-}
-
-/// A minimal HTTP/1.1 request (Connection: close): status and body (not chunked: the
-/// bodies used here are small JSON documents).
-fn request(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).expect("connect");
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .expect("write");
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).expect("read");
-    let text = String::from_utf8_lossy(&raw).to_string();
-    let (head, body) = text.split_once("\r\n\r\n").expect("header end");
-    let status: u16 = head
-        .split_whitespace()
-        .nth(1)
-        .expect("status")
-        .parse()
-        .expect("status");
-    let body = if head.to_lowercase().contains("transfer-encoding: chunked") {
-        // Drop the chunk-size lines.
-        body.split("\r\n")
-            .enumerate()
-            .filter(|(i, _)| i % 2 == 1)
-            .map(|(_, s)| s)
-            .collect()
-    } else {
-        body.to_string()
-    };
-    (status, body)
-}
-
 fn sql(s: &Server, q: &str) -> (u16, String) {
-    request(&s.http, "POST", "/sql", q)
+    request_as(&s.http, "POST", "/sql", "text/plain", q.as_bytes())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

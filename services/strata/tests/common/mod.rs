@@ -1,0 +1,92 @@
+//! Running `strata serve` in tests and talking HTTP to it.
+#![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+
+/// A running `strata serve` (killed with SIGKILL when dropped).
+pub struct Server {
+    child: Child,
+    pub http: String,
+    pub flight: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts the real binary over `dir` on free ports.
+pub fn start(dir: &std::path::Path) -> Server {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .arg("serve")
+        .arg("--dir")
+        .arg(dir)
+        .args(["--http", "127.0.0.1:0", "--flight", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start strata serve");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut addr = |prefix: &str| -> String {
+        let line = lines.next().expect("address line").expect("read");
+        line.strip_prefix(prefix)
+            .unwrap_or_else(|| panic!("unexpected line {line}"))
+            .to_string()
+    };
+    let http = addr("http listening on ");
+    let flight = addr("flight listening on ");
+    Server {
+        child,
+        http,
+        flight,
+    }
+}
+
+/// A minimal HTTP/1.1 request (Connection: close): status and body (not chunked: the
+/// bodies used here are small JSON documents).
+pub fn request(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    request_as(addr, method, path, "application/json", body.as_bytes())
+}
+
+/// A request with a body of `content_type`.
+pub fn request_as(
+    addr: &str,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &[u8],
+) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .expect("write");
+    s.write_all(body).expect("write body");
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).expect("read");
+    let text = String::from_utf8_lossy(&raw).to_string();
+    let (head, body) = text.split_once("\r\n\r\n").expect("header end");
+    let status: u16 = head
+        .split_whitespace()
+        .nth(1)
+        .expect("status")
+        .parse()
+        .expect("status");
+    let body = if head.to_lowercase().contains("transfer-encoding: chunked") {
+        // Drop the chunk-size lines.
+        body.split("\r\n")
+            .enumerate()
+            .filter(|(i, _)| i % 2 == 1)
+            .map(|(_, s)| s)
+            .collect()
+    } else {
+        body.to_string()
+    };
+    (status, body)
+}
