@@ -541,6 +541,7 @@ pub(crate) fn s3_iters(
         start,
         end,
         needed,
+        false,
         handle,
     )
 }
@@ -594,6 +595,7 @@ pub(crate) fn run_iters(
     start: &[u8],
     end: Option<&[u8]>,
     needed: Option<&[usize]>,
+    scan: bool,
     handle: &tokio::runtime::Handle,
 ) -> Vec<Box<dyn EntryIter>> {
     let mut out: Vec<Box<dyn EntryIter>> = Vec::new();
@@ -613,14 +615,31 @@ pub(crate) fn run_iters(
             if sources.is_empty() {
                 continue;
             }
-            out.push(Box::new(RunIter::new(
-                handle.clone(),
-                formats[g].clone(),
-                sources,
-                start,
-                end,
-                Some(table.codec.clone()),
-            )));
+            let format = formats[g].clone();
+            out.push(Box::new(match (scan, needed) {
+                (true, Some(needed)) => {
+                    let read = (0..format.columns.len())
+                        .filter(|p| needed.contains(&format.columns[*p]))
+                        .collect();
+                    RunIter::for_scan(
+                        handle.clone(),
+                        format,
+                        sources,
+                        start,
+                        end,
+                        table.codec.clone(),
+                        read,
+                    )
+                }
+                _ => RunIter::new(
+                    handle.clone(),
+                    format,
+                    sources,
+                    start,
+                    end,
+                    Some(table.codec.clone()),
+                ),
+            }));
         }
     }
     out

@@ -22,7 +22,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use std::cmp::Ordering;
+use std::cmp::{Ordering, Reverse};
 
 use arrow::array::{
     Array, ArrayRef, AsArray, BinaryArray, Int64Array, RecordBatch, RecordBatchOptions,
@@ -142,8 +142,19 @@ fn lower_bound(keys: Keys, bound: &[u8], strict: bool) -> usize {
     lower_bound_from(keys, 0, bound, strict)
 }
 
+/// The `BIGINT` whose encoding is `bound`, when it is one.
+fn decode_int(bound: &[u8]) -> Option<i64> {
+    let b: [u8; 8] = bound.try_into().ok()?;
+    Some((u64::from_be_bytes(b) ^ 0x8000_0000_0000_0000) as i64)
+}
+
 /// [`lower_bound`] among rows `from..`.
 fn lower_bound_from(keys: Keys, from: usize, bound: &[u8], strict: bool) -> usize {
+    if let (Keys::Int(k), Some(b)) = (keys, decode_int(bound)) {
+        // Same order as the encoding; compares integers instead of bytes.
+        let values = &k.values()[from..];
+        return from + values.partition_point(|v| *v < b || (strict && *v == b));
+    }
     let (mut lo, mut hi) = (from, keys.len());
     while lo < hi {
         let mid = (lo + hi) / 2;
@@ -583,14 +594,21 @@ impl ViewBatches {
 
     /// Resolves sorted versions row by row.
     fn resolve(&self, mut versions: Vec<Entry>) -> Result<Vec<(Bytes, RowValues)>> {
-        versions.sort_by(|a, b| {
-            (&a.key, std::cmp::Reverse(a.seq)).cmp(&(&b.key, std::cmp::Reverse(b.seq)))
-        });
-        let merged = MergeIter::with_parts(
-            vec![Box::new(VecIter(versions.into_iter()))],
-            self.table.codec.clone(),
-        );
-        let mut rows = RowIter::new(Box::new(merged), &self.table.codec, self.read_seq, None);
+        let order = |a: &Entry, b: &Entry| (&a.key, Reverse(a.seq)).cmp(&(&b.key, Reverse(b.seq)));
+        // Upper versions arrive in order; deep versions appended for a patch do not.
+        if !versions.is_sorted_by(|a, b| order(a, b) != Ordering::Greater) {
+            versions.sort_by(order);
+        }
+        // Parts of one version (column groups) are merged into one; without any, the
+        // versions go straight to the fold.
+        let parts = versions
+            .windows(2)
+            .any(|w| w[0].seq == w[1].seq && w[0].key == w[1].key);
+        let mut inner: Box<dyn EntryIter> = Box::new(VecIter(versions.into_iter()));
+        if parts {
+            inner = Box::new(MergeIter::with_parts(vec![inner], self.table.codec.clone()));
+        }
+        let mut rows = RowIter::new(inner, &self.table.codec, self.read_seq, None);
         let mut out = Vec::new();
         while let Some(r) = rows.next_row()? {
             out.push(r);

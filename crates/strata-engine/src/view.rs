@@ -280,6 +280,7 @@ impl ShardView {
             start,
             end,
             needed,
+            false,
             handle,
         ));
         ViewRows {
@@ -368,6 +369,7 @@ impl ShardView {
             start,
             end,
             Some(&needed),
+            true,
             handle,
         ));
         let deep = deep_level.map(|li| crate::scan::DeepSpec {

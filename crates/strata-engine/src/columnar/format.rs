@@ -198,6 +198,85 @@ impl GroupFormat {
             .map_err(|e| Error::Internal(format!("building a column-group batch: {e}")))
     }
 
+    /// Reads versions for a scan from a batch holding `_key`, `_seq`, `_kind`, `_present`
+    /// and the group columns at `read` (positions in the group, ascending), in file order,
+    /// keeping rows whose key is in `[start, end)`. Versions come out at the table's full
+    /// width (`full`) in one encoding step. A whole-row put keeps its kind: for the columns
+    /// a scan projects, which this group's read columns cover, it decides the row, so older
+    /// versions need not be consulted (the other columns are not carried and not read).
+    pub fn scan_entries(
+        &self,
+        full: &RowCodec,
+        read: &[usize],
+        batch: &RecordBatch,
+        origin: &str,
+        start: &[u8],
+        end: Option<&[u8]>,
+    ) -> Result<Vec<Entry>> {
+        let bad = |what: &str| Error::Corrupt(format!("parquet {origin}: {what}"));
+        if batch.num_columns() != 4 + read.len() {
+            return Err(bad("unexpected projection"));
+        }
+        let keys: &BinaryArray = batch
+            .column(0)
+            .as_binary_opt::<i32>()
+            .ok_or_else(|| bad("_key is not binary"))?;
+        let seqs = batch
+            .column(1)
+            .as_primitive_opt::<UInt64Type>()
+            .ok_or_else(|| bad("_seq is not uint64"))?;
+        let kinds = batch
+            .column(2)
+            .as_primitive_opt::<UInt8Type>()
+            .ok_or_else(|| bad("_kind is not uint8"))?;
+        let present: &BinaryArray = batch
+            .column(3)
+            .as_binary_opt::<i32>()
+            .ok_or_else(|| bad("_present is not binary"))?;
+        if keys.null_count() + seqs.null_count() + kinds.null_count() > 0 {
+            return Err(bad("null in a required column"));
+        }
+        let mut out = Vec::with_capacity(batch.num_rows());
+        let mut vals: RowValues = vec![None; self.full_width];
+        for row in 0..batch.num_rows() {
+            let key = keys.value(row);
+            if key < start || end.is_some_and(|e| key >= e) {
+                continue;
+            }
+            let kind = EntryKind::from_u8(kinds.value(row))
+                .map_err(|_| bad(&format!("unknown kind {}", kinds.value(row))))?;
+            let value = if kind == EntryKind::Delete {
+                Bytes::new()
+            } else {
+                let bits = (!present.is_null(row)).then(|| present.value(row));
+                for (j, &pos) in read.iter().enumerate() {
+                    let carried = match (kind, bits) {
+                        (EntryKind::Partial, Some(b)) => {
+                            b.get(pos / 8).is_some_and(|x| x & (1 << (pos % 8)) != 0)
+                        }
+                        (EntryKind::Partial, None) => {
+                            return Err(bad("partial row without _present"));
+                        }
+                        _ => true,
+                    };
+                    vals[self.columns[pos]] = if carried {
+                        Some(value_at(batch.column(4 + j).as_ref(), row)?)
+                    } else {
+                        None
+                    };
+                }
+                Bytes::from(full.encode(&vals)?)
+            };
+            out.push(Entry {
+                key: Bytes::copy_from_slice(key),
+                seq: seqs.value(row),
+                kind,
+                value,
+            });
+        }
+        Ok(out)
+    }
+
     /// Reads group-local versions back from a batch of this format, keeping rows whose key
     /// is in `[start, end)`. `origin` names the object for error messages.
     pub fn from_batch(

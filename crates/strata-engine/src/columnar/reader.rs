@@ -415,6 +415,9 @@ pub struct RunIter {
     end: Option<Vec<u8>>,
     /// Widen to the full width with this codec (readers) or keep group-local (compaction).
     widen: Option<crate::row::RowCodec>,
+    /// For scans: the group's columns read (positions in the group, ascending); the others
+    /// are not read (see [`GroupFormat::scan_entries`]).
+    scan: Option<Vec<usize>>,
 }
 
 impl RunIter {
@@ -443,7 +446,26 @@ impl RunIter {
             start: start.to_vec(),
             end: end.map(|e| e.to_vec()),
             widen,
+            scan: None,
         }
+    }
+
+    /// Iterates `files` for a scan that needs only the group's columns at `read`
+    /// (positions in the group, ascending): versions come out at the table's full width
+    /// (`full`), with whole-row puts kept whole (see [`GroupFormat::scan_entries`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn for_scan(
+        handle: tokio::runtime::Handle,
+        format: Arc<GroupFormat>,
+        files: Vec<ParquetSource>,
+        start: &[u8],
+        end: Option<&[u8]>,
+        full: crate::row::RowCodec,
+        read: Vec<usize>,
+    ) -> Self {
+        let mut it = Self::new(handle, format, files, start, end, Some(full));
+        it.scan = Some(read);
+        it
     }
 }
 
@@ -451,9 +473,9 @@ impl EntryIter for RunIter {
     fn next_entry(&mut self) -> Result<Option<Entry>> {
         loop {
             if let Some(e) = self.buffered.pop_front() {
-                return Ok(Some(match &self.widen {
-                    Some(full) => self.format.widen(full, &e)?,
-                    None => e,
+                return Ok(Some(match (&self.widen, &self.scan) {
+                    (Some(full), None) => self.format.widen(full, &e)?,
+                    _ => e,
                 }));
             }
             if self.stream.is_none() {
@@ -461,9 +483,17 @@ impl EntryIter for RunIter {
                     return Ok(None);
                 };
                 let start = self.start.clone();
-                let s = self
-                    .handle
-                    .block_on(f.stream(&start, self.end.as_deref(), None))?;
+                let columns = self.scan.as_ref().map(|read| {
+                    let k = self.format.key_columns();
+                    let mut c = vec![0, 1 + k, 2 + k, 3 + k];
+                    c.extend(read.iter().map(|p| 4 + k + p));
+                    c
+                });
+                let s = self.handle.block_on(f.stream(
+                    &start,
+                    self.end.as_deref(),
+                    columns.as_deref(),
+                ))?;
                 self.stream = Some((f.path.to_string(), s));
             }
             let Some((origin, stream)) = self.stream.as_mut() else {
@@ -474,9 +504,22 @@ impl EntryIter for RunIter {
                 Some(batch) => {
                     let batch =
                         batch.map_err(|e| Error::Corrupt(format!("parquet {origin}: {e}")))?;
-                    let entries =
-                        self.format
-                            .from_batch(&batch, origin, &self.start, self.end.as_deref())?;
+                    let entries = match (&self.scan, &self.widen) {
+                        (Some(read), Some(full)) => self.format.scan_entries(
+                            full,
+                            read,
+                            &batch,
+                            origin,
+                            &self.start,
+                            self.end.as_deref(),
+                        )?,
+                        _ => self.format.from_batch(
+                            &batch,
+                            origin,
+                            &self.start,
+                            self.end.as_deref(),
+                        )?,
+                    };
                     self.buffered.extend(entries);
                 }
             }
