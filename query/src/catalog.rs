@@ -1,7 +1,8 @@
-//! Every Strata table in a DataFusion schema (`strata.public.<table>`), plus the `as_of`
-//! table function for time travel.
+//! Every Strata table in a DataFusion schema per namespace (`strata.<namespace>.<table>`;
+//! `public` for names without a dot), plus the `as_of` table function for time travel
+//! (`as_of('sales.orders', 42)`).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -14,6 +15,7 @@ use parking_lot::Mutex;
 use strata_engine::schema::TableSchema;
 use strata_engine::{AsOf, Db};
 
+use crate::auth::{DEFAULT_NAMESPACE, Principal, split_name};
 use crate::provider::{StrataTable, TableOptions};
 
 /// The tables of one query, loaded from the catalog when the query starts.
@@ -26,19 +28,41 @@ pub struct StrataSchema {
 }
 
 impl StrataSchema {
-    /// Loads the table list from the catalog.
-    pub async fn load(db: Db, options: TableOptions) -> strata_engine::Result<Self> {
-        let mut tables = HashMap::new();
+    /// The tables of every namespace `principal` may read, one schema per namespace (keyed
+    /// by namespace; tables by their name within it), from the catalog as of now.
+    pub async fn load(
+        db: Db,
+        options: TableOptions,
+        principal: &Principal,
+    ) -> strata_engine::Result<BTreeMap<String, Arc<StrataSchema>>> {
+        let mut by_ns: BTreeMap<String, HashMap<String, Arc<TableSchema>>> = BTreeMap::new();
         for entry in db.list_tables().await? {
-            let name = entry.name.clone();
-            tables.insert(name, Arc::new(TableSchema::new(entry)?));
+            let (ns, table) = split_name(&entry.name);
+            if !principal.can_read(ns) {
+                continue;
+            }
+            let (ns, table) = (ns.to_string(), table.to_string());
+            by_ns
+                .entry(ns)
+                .or_default()
+                .insert(table, Arc::new(TableSchema::new(entry)?));
         }
-        Ok(Self {
-            db,
-            tables,
-            options,
-            providers: Mutex::new(HashMap::new()),
-        })
+        // The default namespace always exists (an empty `public` schema for a new service).
+        if principal.can_read(DEFAULT_NAMESPACE) {
+            by_ns.entry(DEFAULT_NAMESPACE.to_string()).or_default();
+        }
+        Ok(by_ns
+            .into_iter()
+            .map(|(ns, tables)| {
+                let schema = StrataSchema {
+                    db: db.clone(),
+                    tables,
+                    options: options.clone(),
+                    providers: Mutex::new(HashMap::new()),
+                };
+                (ns, Arc::new(schema))
+            })
+            .collect())
     }
 
     /// A table as of a snapshot (time travel); not shared with the latest-state provider.
@@ -93,8 +117,8 @@ impl SchemaProvider for StrataSchema {
 /// of an earlier retained snapshot.
 #[derive(Debug)]
 pub struct AsOfFunction {
-    /// The query's tables.
-    pub schema: Arc<StrataSchema>,
+    /// The query's tables by namespace.
+    pub namespaces: BTreeMap<String, Arc<StrataSchema>>,
 }
 
 impl TableFunctionImpl for AsOfFunction {
@@ -129,7 +153,12 @@ impl TableFunctionImpl for AsOfFunction {
             }
             v => timestamp_ms(&v).ok_or_else(usage)?,
         };
-        Ok(self.schema.table_as_of(&name, as_of)?)
+        let (ns, table) = split_name(&name);
+        let schema = self
+            .namespaces
+            .get(ns)
+            .ok_or_else(|| DataFusionError::Plan(format!("table not found: {name}")))?;
+        Ok(schema.table_as_of(table, as_of)?)
     }
 }
 

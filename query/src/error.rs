@@ -7,6 +7,8 @@ use datafusion::error::DataFusionError;
 pub enum QueryErrorKind {
     /// Bad SQL, unknown column, type error, unsupported statement.
     Invalid,
+    /// No API key, or one that is not configured.
+    Unauthenticated,
     /// The statement is not allowed here (DDL, COPY, file access, writes on a read-only
     /// service).
     Forbidden,
@@ -47,6 +49,7 @@ impl QueryError {
     pub fn code(&self) -> &'static str {
         match self.kind {
             QueryErrorKind::Invalid => "invalid_query",
+            QueryErrorKind::Unauthenticated => "unauthenticated",
             QueryErrorKind::Forbidden => "forbidden",
             QueryErrorKind::NotFound => "not_found",
             QueryErrorKind::SnapshotTooOld => "snapshot_too_old",
@@ -61,6 +64,7 @@ impl QueryError {
     pub fn http_status(&self) -> u16 {
         match self.kind {
             QueryErrorKind::Invalid => 400,
+            QueryErrorKind::Unauthenticated => 401,
             QueryErrorKind::Forbidden => 403,
             QueryErrorKind::NotFound => 404,
             QueryErrorKind::Timeout => 408,
@@ -76,6 +80,7 @@ impl QueryError {
         let m = format!("{}: {}", self.code(), self.message);
         match self.kind {
             QueryErrorKind::Invalid => tonic::Status::invalid_argument(m),
+            QueryErrorKind::Unauthenticated => tonic::Status::unauthenticated(m),
             QueryErrorKind::Forbidden => tonic::Status::permission_denied(m),
             QueryErrorKind::NotFound => tonic::Status::not_found(m),
             QueryErrorKind::SnapshotTooOld => tonic::Status::failed_precondition(m),

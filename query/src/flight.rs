@@ -25,6 +25,8 @@ use futures::{Stream, TryStreamExt};
 use prost::Message;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::auth::{Authenticator, Principal};
+
 use crate::error::QueryError;
 use crate::service::{QueryService, query_error};
 
@@ -32,12 +34,22 @@ use crate::service::{QueryService, query_error};
 #[derive(Debug, Clone)]
 pub struct FlightSql {
     q: QueryService,
+    auth: Authenticator,
 }
 
 impl FlightSql {
-    /// Serves `q`.
-    pub fn new(q: QueryService) -> Self {
-        Self { q }
+    /// Serves `q` to callers `auth` lets in.
+    pub fn new(q: QueryService, auth: Authenticator) -> Self {
+        Self { q, auth }
+    }
+
+    /// The caller of a request: its `authorization: Bearer <key>` metadata.
+    fn caller<T>(&self, request: &Request<T>) -> Result<Principal, Status> {
+        let header = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok());
+        self.auth.principal(header).map_err(status)
     }
 
     /// The tonic service.
@@ -49,12 +61,13 @@ impl FlightSql {
 /// Serves Flight SQL on `listener` until `shutdown` resolves.
 pub async fn serve(
     q: QueryService,
+    auth: Authenticator,
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
     let incoming = tokio_stream_from(listener);
     tonic::transport::Server::builder()
-        .add_service(FlightSql::new(q).into_server())
+        .add_service(FlightSql::new(q, auth).into_server())
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
 }
@@ -86,12 +99,14 @@ impl FlightSqlService for FlightSql {
 
     async fn do_handshake(
         &self,
-        _request: Request<Streaming<HandshakeRequest>>,
+        request: Request<Streaming<HandshakeRequest>>,
     ) -> Result<
         Response<Pin<Box<dyn Stream<Item = Result<HandshakeResponse, Status>> + Send>>>,
         Status,
     > {
-        // No authentication yet: answer with an empty token.
+        // The key travels as `authorization: Bearer <key>` on every call; a handshake only
+        // checks it early.
+        self.caller(&request)?;
         let out = futures::stream::once(async {
             Ok(HandshakeResponse {
                 protocol_version: 0,
@@ -106,7 +121,12 @@ impl FlightSqlService for FlightSql {
         query: CommandStatementQuery,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        let schema = self.q.describe(&query.query).await.map_err(status)?;
+        let who = self.caller(&request)?;
+        let schema = self
+            .q
+            .describe_as(&query.query, &who)
+            .await
+            .map_err(status)?;
         let ticket = TicketStatementQuery {
             statement_handle: query.query.clone().into_bytes().into(),
         };
@@ -123,10 +143,11 @@ impl FlightSqlService for FlightSql {
     async fn do_get_statement(
         &self,
         ticket: TicketStatementQuery,
-        _request: Request<Ticket>,
+        request: Request<Ticket>,
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let who = self.caller(&request)?;
         let sql = sql_of_ticket(&ticket.statement_handle)?;
-        let (schema, stream) = self.q.stream(&sql).await.map_err(status)?;
+        let (schema, stream) = self.q.stream_as(&sql, &who).await.map_err(status)?;
         let batches = stream.map_err(|e| FlightError::Tonic(Box::new(status(query_error(e)))));
         let data = FlightDataEncoderBuilder::new()
             .with_schema(schema)
@@ -141,9 +162,14 @@ impl FlightSqlService for FlightSql {
     async fn do_put_statement_update(
         &self,
         ticket: CommandStatementUpdate,
-        _request: Request<PeekableFlightDataStream>,
+        request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
-        let (_, batches) = self.q.collect(&ticket.query).await.map_err(status)?;
+        let who = self.caller(&request)?;
+        let (_, batches) = self
+            .q
+            .collect_as(&ticket.query, &who)
+            .await
+            .map_err(status)?;
         let count = batches
             .first()
             .and_then(|b| b.column_by_name("count"))

@@ -23,6 +23,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
+use crate::auth::Authenticator;
 use crate::error::{QueryError, QueryErrorKind};
 use crate::service::QueryService;
 
@@ -131,6 +132,10 @@ pub fn error_response(e: &QueryError) -> Response {
         r.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     }
+    if e.kind == QueryErrorKind::Unauthenticated {
+        r.headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
     r
 }
 
@@ -154,11 +159,24 @@ fn statement(headers: &HeaderMap, body: &Bytes) -> Result<String, QueryError> {
     }
 }
 
-async fn sql(State(q): State<Arc<QueryService>>, headers: HeaderMap, body: Bytes) -> Response {
+/// The `Authorization` header of a request, if it is text.
+pub fn authorization(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+}
+
+struct SqlState {
+    q: QueryService,
+    auth: Authenticator,
+}
+
+async fn sql(State(st): State<Arc<SqlState>>, headers: HeaderMap, body: Bytes) -> Response {
     let format = Format::from_accept(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
     let run = async {
+        let who = st.auth.principal(authorization(&headers))?;
         let text = statement(&headers, &body)?;
-        let (schema, batches) = q.collect(&text).await?;
+        let (schema, batches) = st.q.collect_as(&text, &who).await?;
         encode(format, &schema, &batches)
     };
     match run.await {
@@ -167,11 +185,12 @@ async fn sql(State(q): State<Arc<QueryService>>, headers: HeaderMap, body: Bytes
     }
 }
 
-/// The HTTP routes of the query service.
-pub fn router(q: QueryService) -> Router {
+/// The HTTP routes of the query service. `/health` and `/ready` need no key (load
+/// balancers probe them); `/sql` runs as the caller of the request's key.
+pub fn router(q: QueryService, auth: Authenticator) -> Router {
     Router::new()
         .route("/sql", post(sql))
         .route("/health", get(|| async { "ok" }))
         .route("/ready", get(|| async { "ready" }))
-        .with_state(Arc::new(q))
+        .with_state(Arc::new(SqlState { q, auth }))
 }

@@ -2,7 +2,8 @@
 //! WAL tail, the NVMe-tier SSTs and the S3 Parquet levels of each shard as one consistent
 //! snapshot, over HTTP and Arrow Flight SQL.
 //!
-//! - [`catalog`]: every table in `strata.public`, and `as_of(table, seq | timestamp)` for
+//! - [`auth`]: API keys with read / write / admin scope per namespace.
+//! - [`catalog`]: every table in `strata.<namespace>` (`public` for names without a dot), and `as_of(table, seq | timestamp)` for
 //!   time travel.
 //! - [`provider`]: a table as a DataFusion `TableProvider`; INSERT / UPDATE / DELETE go
 //!   through the engine's ingest path where the service is the tables' writer.
@@ -16,6 +17,7 @@
 //! Limits: sequence numbers are per shard (tables have one shard today); a statement's
 //! writes are atomic per batch of rows, not per statement.
 
+pub mod auth;
 pub mod catalog;
 pub mod error;
 pub mod flight;

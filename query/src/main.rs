@@ -64,6 +64,10 @@ struct Args {
     /// Timeout of one query.
     #[arg(long, default_value_t = 300_000, env = "STRATA_QUERY_TIMEOUT_MS")]
     timeout_ms: u64,
+    /// API keys file (see `strata_query::auth`); without it every caller may read every
+    /// table.
+    #[arg(long, env = "STRATA_AUTH_KEYS")]
+    auth_keys: Option<PathBuf>,
 }
 
 #[tokio::main]
@@ -83,6 +87,12 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), strata_query::server::ServeError> {
+    let auth = match &args.auth_keys {
+        Some(path) => {
+            strata_query::auth::Authenticator::with_keys(strata_query::auth::Auth::load(path)?)
+        }
+        None => strata_query::auth::Authenticator::open(),
+    };
     let store = match args.store {
         StoreKind::Local => ObjectStoreConfig::local(&args.dir),
         StoreKind::S3 => ObjectStoreConfig::s3(S3Config {
@@ -122,6 +132,14 @@ async fn run(args: Args) -> Result<(), strata_query::server::ServeError> {
     // Tests and scripts read the bound addresses from these lines.
     println!("http listening on {}", http.local_addr()?);
     println!("flight listening on {}", flight.local_addr()?);
-    strata_query::server::serve(q, http, flight, strata_query::server::stop_on_signal()).await?;
+    strata_query::server::serve_with(
+        q,
+        auth,
+        axum::Router::new(),
+        http,
+        flight,
+        strata_query::server::stop_on_signal(),
+    )
+    .await?;
     Ok(())
 }

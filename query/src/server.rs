@@ -5,6 +5,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::QueryService;
+use crate::auth::Authenticator;
 
 /// An error starting or running a server.
 pub type ServeError = Box<dyn std::error::Error + Send + Sync>;
@@ -17,26 +18,35 @@ pub async fn serve(
     flight: TcpListener,
     stop: CancellationToken,
 ) -> Result<(), ServeError> {
-    serve_with(q, axum::Router::new(), http, flight, stop).await
+    serve_with(
+        q,
+        Authenticator::open(),
+        axum::Router::new(),
+        http,
+        flight,
+        stop,
+    )
+    .await
 }
 
-/// [`serve`] with more HTTP routes next to the query service's (e.g. the data API of
-/// `strata serve`).
+/// [`serve`] with API keys (`auth`) and more HTTP routes next to the query service's (e.g.
+/// the data API of `strata serve`).
 pub async fn serve_with(
     q: QueryService,
+    auth: Authenticator,
     extra: axum::Router,
     http: TcpListener,
     flight: TcpListener,
     stop: CancellationToken,
 ) -> Result<(), ServeError> {
     let (s1, s2) = (stop.clone(), stop.clone());
-    let app = crate::http::router(q.clone()).merge(extra);
+    let app = crate::http::router(q.clone(), auth.clone()).merge(extra);
     let http_task = tokio::spawn(async move {
         axum::serve(http, app)
             .with_graceful_shutdown(async move { s1.cancelled().await })
             .await
     });
-    let flight_task = tokio::spawn(crate::flight::serve(q, flight, async move {
+    let flight_task = tokio::spawn(crate::flight::serve(q, auth, flight, async move {
         s2.cancelled().await
     }));
     http_task.await??;

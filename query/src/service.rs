@@ -18,6 +18,7 @@ use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use strata_engine::Db;
 
+use crate::auth::{DEFAULT_NAMESPACE, Principal, Scope, qualified, split_name};
 use crate::catalog::{AsOfFunction, StrataSchema};
 use crate::error::{QueryError, QueryErrorKind};
 use crate::provider::TableOptions;
@@ -125,8 +126,14 @@ impl QueryService {
         )
     }
 
-    /// A fresh session with the catalog as of now.
+    /// A fresh session with the catalog as of now: every table.
     pub async fn context(&self) -> Result<SessionContext, QueryError> {
+        self.context_for(&Principal::unrestricted()).await
+    }
+
+    /// A fresh session with the catalog as of now, holding only the namespaces `who` may
+    /// read: tables of other namespaces do not exist for the session.
+    pub async fn context_for(&self, who: &Principal) -> Result<SessionContext, QueryError> {
         let partitions = if self.config.scan_partitions == 0 {
             std::thread::available_parallelism().map_or(2, |n| n.get())
         } else {
@@ -137,7 +144,7 @@ impl QueryService {
             partitions,
             writable: self.writable,
         };
-        let schema = Arc::new(StrataSchema::load(self.db.clone(), options).await?);
+        let namespaces = StrataSchema::load(self.db.clone(), options, who).await?;
         let runtime = RuntimeEnvBuilder::new()
             .with_memory_limit(self.config.memory_limit_bytes, 1.0)
             .with_disk_manager_builder(
@@ -157,28 +164,36 @@ impl QueryService {
         let catalog = ctx
             .catalog("strata")
             .ok_or_else(|| QueryError::new(QueryErrorKind::Internal, "default catalog missing"))?;
-        catalog.register_schema("public", schema.clone())?;
-        ctx.register_udtf("as_of", Arc::new(AsOfFunction { schema }));
+        for (ns, schema) in &namespaces {
+            catalog.register_schema(ns, schema.clone())?;
+        }
+        ctx.register_udtf("as_of", Arc::new(AsOfFunction { namespaces }));
         Ok(ctx)
     }
 
     /// Plans one SQL statement, refusing what SQL over Strata must not do.
     pub async fn plan(&self, sql: &str) -> Result<Planned, QueryError> {
+        self.plan_as(sql, &Principal::unrestricted()).await
+    }
+
+    /// [`QueryService::plan`] for a caller: it sees the namespaces it may read, writes need
+    /// its `write` scope and CREATE / DROP TABLE its `admin` scope on the table's namespace.
+    pub async fn plan_as(&self, sql: &str, who: &Principal) -> Result<Planned, QueryError> {
         let fut = async {
-            let ctx = self.context().await?;
+            let ctx = self.context_for(who).await?;
             let options = SQLOptions::new()
                 .with_allow_ddl(false)
                 .with_allow_statements(false)
                 .with_allow_dml(true);
             let plan = ctx.state().create_logical_plan(sql).await?;
-            if let Some(done) = self.table_ddl(&plan).await? {
+            if let Some(done) = self.table_ddl(&plan, who).await? {
                 return Ok(Planned {
                     df: ctx.read_batch(done)?,
                     ctx,
                 });
             }
             options.verify_plan(&plan).map_err(forbid)?;
-            check_plan(&plan, self.writable)?;
+            check_plan(&plan, self.writable, who)?;
             let df = ctx.execute_logical_plan(plan).await?;
             Ok(Planned { ctx, df })
         };
@@ -189,7 +204,11 @@ impl QueryService {
 
     /// `CREATE TABLE t (... PRIMARY KEY (...))` and `DROP TABLE t` on Strata tables, where
     /// the service is writable; other DDL (views, external tables on files) is refused.
-    async fn table_ddl(&self, plan: &LogicalPlan) -> Result<Option<RecordBatch>, QueryError> {
+    async fn table_ddl(
+        &self,
+        plan: &LogicalPlan,
+        who: &Principal,
+    ) -> Result<Option<RecordBatch>, QueryError> {
         use datafusion::common::Constraint;
         use datafusion::logical_expr::DdlStatement;
         let LogicalPlan::Ddl(ddl) = plan else {
@@ -259,7 +278,8 @@ impl QueryService {
                     .iter()
                     .map(|i| schema.field(*i).name().as_str())
                     .collect();
-                let name = c.name.table().to_string();
+                let name = strata_name(&c.name);
+                who.check(split_name(&name).0, Scope::Admin)?;
                 match self.db.create_table(&name, schema.clone(), &pk).await {
                     Ok(_) => done(format!("created table {name}")),
                     Err(strata_engine::Error::TableExists(_)) if c.if_not_exists => {
@@ -269,7 +289,8 @@ impl QueryService {
                 }
             }
             DdlStatement::DropTable(d) => {
-                let name = d.name.table().to_string();
+                let name = strata_name(&d.name);
+                who.check(split_name(&name).0, Scope::Admin)?;
                 match self.db.drop_table(&name).await {
                     Ok(()) => done(format!("dropped table {name}")),
                     Err(strata_engine::Error::TableNotFound(_)) if d.if_exists => {
@@ -285,7 +306,12 @@ impl QueryService {
     /// The schema of a statement's results, without running it (nothing is written, no
     /// table created).
     pub async fn describe(&self, sql: &str) -> Result<SchemaRef, QueryError> {
-        let ctx = self.context().await?;
+        self.describe_as(sql, &Principal::unrestricted()).await
+    }
+
+    /// [`QueryService::describe`] for a caller (see [`QueryService::plan_as`]).
+    pub async fn describe_as(&self, sql: &str, who: &Principal) -> Result<SchemaRef, QueryError> {
+        let ctx = self.context_for(who).await?;
         let plan = ctx.state().create_logical_plan(sql).await?;
         if let LogicalPlan::Ddl(
             datafusion::logical_expr::DdlStatement::CreateMemoryTable(_)
@@ -301,7 +327,7 @@ impl QueryService {
             .with_allow_statements(false)
             .verify_plan(&plan)
             .map_err(forbid)?;
-        check_plan(&plan, self.writable)?;
+        check_plan(&plan, self.writable, who)?;
         Ok(Arc::new(plan.schema().as_arrow().clone()))
     }
 
@@ -310,8 +336,17 @@ impl QueryService {
         &self,
         sql: &str,
     ) -> Result<(SchemaRef, SendableRecordBatchStream), QueryError> {
+        self.stream_as(sql, &Principal::unrestricted()).await
+    }
+
+    /// [`QueryService::stream`] for a caller (see [`QueryService::plan_as`]).
+    pub async fn stream_as(
+        &self,
+        sql: &str,
+        who: &Principal,
+    ) -> Result<(SchemaRef, SendableRecordBatchStream), QueryError> {
         let deadline = tokio::time::Instant::now() + self.timeout();
-        let planned = self.plan(sql).await?;
+        let planned = self.plan_as(sql, who).await?;
         let stream = tokio::time::timeout_at(deadline, planned.df.execute_stream())
             .await
             .map_err(|_| self.timed_out())??;
@@ -342,7 +377,16 @@ impl QueryService {
 
     /// Runs one statement to completion.
     pub async fn collect(&self, sql: &str) -> Result<(SchemaRef, Vec<RecordBatch>), QueryError> {
-        let (schema, mut stream) = self.stream(sql).await?;
+        self.collect_as(sql, &Principal::unrestricted()).await
+    }
+
+    /// [`QueryService::collect`] for a caller (see [`QueryService::plan_as`]).
+    pub async fn collect_as(
+        &self,
+        sql: &str,
+        who: &Principal,
+    ) -> Result<(SchemaRef, Vec<RecordBatch>), QueryError> {
+        let (schema, mut stream) = self.stream_as(sql, who).await?;
         let mut out = Vec::new();
         let mut bytes = 0usize;
         while let Some(b) = stream.next().await {
@@ -385,7 +429,13 @@ fn forbid(e: datafusion::error::DataFusionError) -> QueryError {
 
 /// Rules DataFusion's own options do not express: no COPY (it writes files), and writes
 /// only where the service is writable.
-fn check_plan(plan: &LogicalPlan, writable: bool) -> Result<(), QueryError> {
+/// The Strata table name of a SQL table reference (`ns.t` -> `ns.t`, `t` and `public.t`
+/// -> `t`).
+fn strata_name(r: &datafusion::common::TableReference) -> String {
+    qualified(r.schema().unwrap_or(DEFAULT_NAMESPACE), r.table())
+}
+
+fn check_plan(plan: &LogicalPlan, writable: bool, who: &Principal) -> Result<(), QueryError> {
     let mut bad: Option<QueryError> = None;
     plan.apply_with_subqueries(|node| {
         match node {
@@ -405,6 +455,13 @@ fn check_plan(plan: &LogicalPlan, writable: bool) -> Result<(), QueryError> {
                     ),
                 ));
                 return Ok(TreeNodeRecursion::Stop);
+            }
+            LogicalPlan::Dml(d) => {
+                let name = strata_name(&d.table_name);
+                if let Err(e) = who.check(split_name(&name).0, Scope::Write) {
+                    bad = Some(e);
+                    return Ok(TreeNodeRecursion::Stop);
+                }
             }
             _ => {}
         }

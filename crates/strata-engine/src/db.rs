@@ -64,17 +64,24 @@ impl std::fmt::Debug for Db {
 }
 
 fn validate_name(name: &str) -> Result<()> {
-    let ok = !name.is_empty()
-        && name.len() <= 128
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-        && !name.starts_with('-');
+    // `namespace.table` or `table`: each part letters, digits, '_' or '-', not starting with
+    // '-' (a namespace groups tables for access control).
+    let part = |p: &str| {
+        !p.is_empty()
+            && p.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            && !p.starts_with('-')
+    };
+    let ok = name.len() <= 128
+        && match name.split_once('.') {
+            Some((ns, t)) => ns.len() <= 64 && part(ns) && part(t),
+            None => part(name),
+        };
     if ok {
         Ok(())
     } else {
         Err(Error::Invalid(format!(
-            "table name {name:?} must be 1-128 characters of letters, digits, '_' or '-'"
+            "table name {name:?} must be 1-128 characters of letters, digits, '_' or '-', optionally prefixed by a namespace and a dot (sales.orders)"
         )))
     }
 }

@@ -21,9 +21,11 @@
 //! `{"rows": [...], "next": cursor or null}`; pass `after=<cursor>` for the next page (each
 //! page reads the latest state).
 //!
-//! Errors are `{"error": {"code", "message"}}`: 400 with the field path for bad input, 404
-//! for an unknown table, 409 for a table that exists, 503 with `Retry-After` when
-//! overloaded.
+//! Errors are `{"error": {"code", "message"}}`: 400 with the field path for bad input, 401
+//! without a valid API key (when keys are configured), 403 when the key lacks the scope on
+//! the table's namespace (read: list, describe, get, scan; write: upsert, update, delete;
+//! admin: create, drop; see [`strata_query::auth`]), 404 for an unknown table, 409 for a
+//! table that exists, 503 with `Retry-After` when overloaded.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -41,6 +43,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value as Json, json};
 use strata_engine::value::build_array;
 use strata_engine::{Db, Error as EngineError, Mutation, ScanOptions, Table, Value, WriteOptions};
+use strata_query::auth::{Authenticator, Principal, Scope, split_name};
 use strata_query::error::{QueryError, QueryErrorKind};
 use strata_query::http::{Format, encode, error_response};
 
@@ -82,9 +85,15 @@ impl From<EngineError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        // Same shape and headers (Retry-After, WWW-Authenticate) as the SQL endpoint.
         if self.status == StatusCode::SERVICE_UNAVAILABLE {
-            // Same shape and Retry-After as the SQL endpoint.
             return error_response(&QueryError::new(QueryErrorKind::Overloaded, self.message));
+        }
+        if self.status == StatusCode::UNAUTHORIZED {
+            return error_response(&QueryError::new(
+                QueryErrorKind::Unauthenticated,
+                self.message,
+            ));
         }
         let body = json!({"error": {"code": self.code, "message": self.message}});
         (self.status, axum::Json(body)).into_response()
@@ -93,8 +102,40 @@ impl IntoResponse for ApiError {
 
 type ApiResult<T> = Result<T, ApiError>;
 
-/// The data API's routes (state: the database).
-pub fn router(db: Db) -> Router {
+/// What the handlers share: the database and who may call.
+pub struct ApiState {
+    db: Db,
+    auth: Authenticator,
+}
+
+/// The caller of a request, from its `Authorization: Bearer <key>` header (401 without a
+/// valid key when keys are configured).
+struct Caller(Principal);
+
+impl axum::extract::FromRequestParts<Arc<ApiState>> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        st: &Arc<ApiState>,
+    ) -> ApiResult<Self> {
+        let header = strata_query::http::authorization(&parts.headers);
+        Ok(Caller(st.auth.principal(header).map_err(query_error)?))
+    }
+}
+
+impl Caller {
+    /// 403 unless the caller has `scope` on `table`'s namespace (checked before the table
+    /// is looked up, so a key cannot learn which tables other namespaces hold).
+    fn check(&self, table: &str, scope: Scope) -> ApiResult<()> {
+        self.0
+            .check(split_name(table).0, scope)
+            .map_err(query_error)
+    }
+}
+
+/// The data API's routes: the database, callers authenticated by `auth`.
+pub fn router(db: Db, auth: Authenticator) -> Router {
     Router::new()
         .route("/v1/tables", post(create_table).get(list_tables))
         .route("/v1/tables/{table}", get(describe).delete(drop_table))
@@ -105,10 +146,10 @@ pub fn router(db: Db) -> Router {
         .route("/v1/tables/{table}/rows/get", get(point_get))
         .route("/v1/tables/{table}/delete", post(delete))
         .layer(axum::extract::DefaultBodyLimit::max(BODY_BYTES_MAX))
-        .with_state(Arc::new(db))
+        .with_state(Arc::new(ApiState { db, auth }))
 }
 
-type Shared = State<Arc<Db>>;
+type Shared = State<Arc<ApiState>>;
 
 /// A column's type by its API name.
 pub fn parse_type(name: &str) -> Option<DataType> {
@@ -194,8 +235,10 @@ fn json_body<T: serde::de::DeserializeOwned>(body: &Bytes, what: &str) -> ApiRes
     serde_json::from_slice(body).map_err(|e| ApiError::bad(format!("{what}: {e}")))
 }
 
-async fn create_table(State(db): Shared, body: Bytes) -> ApiResult<Response> {
+async fn create_table(State(st): Shared, who: Caller, body: Bytes) -> ApiResult<Response> {
+    let db = &st.db;
     let req: CreateTable = json_body(&body, "table definition")?;
+    who.check(&req.name, Scope::Admin)?;
     let mut fields = Vec::with_capacity(req.columns.len());
     for (i, c) in req.columns.iter().enumerate() {
         let dt = parse_type(&c.data_type).ok_or_else(|| {
@@ -212,19 +255,34 @@ async fn create_table(State(db): Shared, body: Bytes) -> ApiResult<Response> {
     Ok((StatusCode::CREATED, axum::Json(describe_json(&t))).into_response())
 }
 
-async fn list_tables(State(db): Shared) -> ApiResult<Response> {
-    let tables = db.list_tables().await?;
-    let names: Vec<&str> = tables.iter().map(|t| t.name.as_str()).collect();
+async fn list_tables(State(st): Shared, who: Caller) -> ApiResult<Response> {
+    let tables = st.db.list_tables().await?;
+    // Only the namespaces the caller may read.
+    let names: Vec<&str> = tables
+        .iter()
+        .map(|t| t.name.as_str())
+        .filter(|n| who.0.can_read(split_name(n).0))
+        .collect();
     Ok(axum::Json(json!({ "tables": names })).into_response())
 }
 
-async fn describe(State(db): Shared, Path(table): Path<String>) -> ApiResult<Response> {
-    let t = db.table(&table).await?;
+async fn describe(
+    State(st): Shared,
+    who: Caller,
+    Path(table): Path<String>,
+) -> ApiResult<Response> {
+    who.check(&table, Scope::Read)?;
+    let t = st.db.table(&table).await?;
     Ok(axum::Json(describe_json(&t)).into_response())
 }
 
-async fn drop_table(State(db): Shared, Path(table): Path<String>) -> ApiResult<Response> {
-    db.drop_table(&table).await?;
+async fn drop_table(
+    State(st): Shared,
+    who: Caller,
+    Path(table): Path<String>,
+) -> ApiResult<Response> {
+    who.check(&table, Scope::Admin)?;
+    st.db.drop_table(&table).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -474,11 +532,13 @@ fn mutations(
 
 async fn write(
     db: &Db,
+    who: &Caller,
     table: &str,
     kind: WriteKind,
     headers: &HeaderMap,
     body: &Bytes,
 ) -> ApiResult<Response> {
+    who.check(table, Scope::Write)?;
     let t = db.table(table).await?;
     let ms = mutations(&t, kind, headers, body)?;
     let rows: usize = ms
@@ -496,30 +556,33 @@ async fn write(
 }
 
 async fn upsert(
-    State(db): Shared,
+    State(st): Shared,
+    who: Caller,
     Path(table): Path<String>,
     headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult<Response> {
-    write(&db, &table, WriteKind::Upsert, &headers, &body).await
+    write(&st.db, &who, &table, WriteKind::Upsert, &headers, &body).await
 }
 
 async fn update(
-    State(db): Shared,
+    State(st): Shared,
+    who: Caller,
     Path(table): Path<String>,
     headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult<Response> {
-    write(&db, &table, WriteKind::Update, &headers, &body).await
+    write(&st.db, &who, &table, WriteKind::Update, &headers, &body).await
 }
 
 async fn delete(
-    State(db): Shared,
+    State(st): Shared,
+    who: Caller,
     Path(table): Path<String>,
     headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult<Response> {
-    write(&db, &table, WriteKind::Delete, &headers, &body).await
+    write(&st.db, &who, &table, WriteKind::Delete, &headers, &body).await
 }
 
 /// Key values from query parameters (one per key column, or a prefix), by key type.
@@ -559,12 +622,14 @@ fn projection(pairs: &[(String, String)]) -> Option<Vec<String>> {
 }
 
 async fn point_get(
-    State(db): Shared,
+    State(st): Shared,
+    who: Caller,
     Path(table): Path<String>,
     headers: HeaderMap,
     Query(pairs): Query<Vec<(String, String)>>,
 ) -> ApiResult<Response> {
-    let t = db.table(&table).await?;
+    who.check(&table, Scope::Read)?;
+    let t = st.db.table(&table).await?;
     let key: Vec<&str> = pairs
         .iter()
         .filter(|(k, _)| k == "key")
@@ -611,11 +676,13 @@ fn query_error(e: QueryError) -> ApiError {
 }
 
 async fn scan(
-    State(db): Shared,
+    State(st): Shared,
+    who: Caller,
     Path(table): Path<String>,
     Query(p): Query<Vec<(String, String)>>,
 ) -> ApiResult<Response> {
-    let t = db.table(&table).await?;
+    who.check(&table, Scope::Read)?;
+    let t = st.db.table(&table).await?;
     let get_all = |name: &str| -> Vec<&str> {
         p.iter()
             .filter(|(k, _)| k == name)

@@ -19,6 +19,7 @@ use arrow::datatypes::{DataType, Field, Schema};
 use clap::{Parser, Subcommand};
 use strata_engine::{Db, DbConfig, EngineConfig, ScanOptions, Value};
 use strata_objstore::ObjectStoreConfig;
+use strata_query::auth::{Auth, Authenticator};
 use strata_query::{QueryConfig, QueryService};
 
 #[derive(Parser)]
@@ -53,6 +54,11 @@ enum Command {
         /// Timeout of one query.
         #[arg(long, default_value_t = 300_000, env = "STRATA_QUERY_TIMEOUT_MS")]
         query_timeout_ms: u64,
+        /// API keys (TOML: `[[keys]]` with name, sha256, namespace, scope = read | write |
+        /// admin). Without it every caller may do everything: keep the listeners on
+        /// 127.0.0.1.
+        #[arg(long, env = "STRATA_AUTH_KEYS")]
+        auth_keys: Option<PathBuf>,
     },
     /// Creates a table in a local directory (the embedded default bucket), writes rows,
     /// reads them back, reopens from the bucket alone and reads again.
@@ -152,7 +158,12 @@ async fn serve(
     http: SocketAddr,
     flight: SocketAddr,
     query: QueryConfig,
+    auth_keys: Option<PathBuf>,
 ) -> anyhow_free::Result<()> {
+    let auth = match &auth_keys {
+        Some(path) => Authenticator::with_keys(Auth::load(path)?),
+        None => Authenticator::open(),
+    };
     let db = open(&dir).await?;
     let q = QueryService::new(db.clone(), query, true);
     let http = tokio::net::TcpListener::bind(http).await?;
@@ -160,10 +171,11 @@ async fn serve(
     // Scripts and tests read the bound addresses from these lines.
     println!("http listening on {}", http.local_addr()?);
     println!("flight listening on {}", flight.local_addr()?);
-    tracing::info!(dir = %dir.display(), "strata serve ready");
+    tracing::info!(dir = %dir.display(), auth = auth.enabled(), "strata serve ready");
     let result = strata_query::server::serve_with(
         q,
-        api::router(db.clone()),
+        auth.clone(),
+        api::router(db.clone(), auth),
         http,
         flight,
         strata_query::server::stop_on_signal(),
@@ -188,6 +200,7 @@ async fn main() {
             flight,
             query_memory_limit_bytes,
             query_timeout_ms,
+            auth_keys,
         } => {
             serve(
                 dir,
@@ -198,6 +211,7 @@ async fn main() {
                     timeout_ms: query_timeout_ms,
                     ..Default::default()
                 },
+                auth_keys,
             )
             .await
         }

@@ -21,11 +21,17 @@ impl Drop for Server {
 
 /// Starts the real binary over `dir` on free ports.
 pub fn start(dir: &std::path::Path) -> Server {
+    start_with(dir, &[])
+}
+
+/// [`start`] with more `strata serve` arguments.
+pub fn start_with(dir: &std::path::Path, args: &[&str]) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_strata"))
         .arg("serve")
         .arg("--dir")
         .arg(dir)
         .args(["--http", "127.0.0.1:0", "--flight", "127.0.0.1:0"])
+        .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -60,10 +66,23 @@ pub fn request_as(
     content_type: &str,
     body: &[u8],
 ) -> (u16, String) {
+    request_with(addr, method, path, content_type, body, &[])
+}
+
+/// A request with a body of `content_type` and more headers (`Name: value` lines).
+pub fn request_with(
+    addr: &str,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &[u8],
+    headers: &[String],
+) -> (u16, String) {
     let mut s = TcpStream::connect(addr).expect("connect");
+    let extra: String = headers.iter().map(|h| format!("{h}\r\n")).collect();
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{extra}Connection: close\r\n\r\n",
         body.len()
     )
     .expect("write");
