@@ -80,6 +80,11 @@ impl Principal {
         self.scope >= scope && self.namespace.as_deref().is_none_or(|n| n == namespace)
     }
 
+    /// Whether the key is for every namespace (`namespace = "*"`).
+    pub fn all_namespaces(&self) -> bool {
+        self.namespace.is_none()
+    }
+
     /// Whether the caller can see `namespace` at all (at least `read`).
     pub fn can_read(&self, namespace: &str) -> bool {
         self.allows(namespace, Scope::Read)

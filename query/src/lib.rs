@@ -12,7 +12,8 @@
 //!   are reconciled (never used to skip files by their statistics).
 //! - [`service`]: sessions with the safety rules (no file or URL access, no DDL, memory limit
 //!   and timeout per query).
-//! - [`http`] and [`flight`]: the endpoints; [`server`] runs both.
+//! - [`http`] and [`flight`]: the endpoints; [`server`] runs both; [`metrics`] is
+//!   `GET /metrics`.
 //!
 //! Limits: sequence numbers are per shard (tables have one shard today); a statement's
 //! writes are atomic per batch of rows, not per statement.
@@ -22,6 +23,7 @@ pub mod catalog;
 pub mod error;
 pub mod flight;
 pub mod http;
+pub mod metrics;
 pub mod provider;
 pub mod pushdown;
 pub mod scan;

@@ -1,5 +1,6 @@
-//! Running the endpoints: HTTP (`POST /sql`, `/health`, `/ready`) and Arrow Flight SQL on
-//! bound listeners until a stop signal, shared by `strata-query` and `strata serve`.
+//! Running the endpoints: HTTP (`POST /sql`, `/health`, `/ready`, `/metrics`) and Arrow
+//! Flight SQL on bound listeners until a stop signal, shared by `strata-query` and
+//! `strata serve`.
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -40,7 +41,18 @@ pub async fn serve_with(
     stop: CancellationToken,
 ) -> Result<(), ServeError> {
     let (s1, s2) = (stop.clone(), stop.clone());
-    let app = crate::http::router(q.clone(), auth.clone()).merge(extra);
+    let metrics = crate::metrics::ServiceMetrics::new(q.db().clone(), auth.clone());
+    let app = crate::http::router(q.clone(), auth.clone())
+        .merge(extra)
+        .merge(
+            axum::Router::new()
+                .route("/metrics", axum::routing::get(crate::metrics::handler))
+                .with_state(metrics.clone()),
+        )
+        .route_layer(axum::middleware::from_fn_with_state(
+            metrics,
+            crate::metrics::track,
+        ));
     let http_task = tokio::spawn(async move {
         axum::serve(http, app)
             .with_graceful_shutdown(async move { s1.cancelled().await })

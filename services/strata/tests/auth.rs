@@ -221,6 +221,16 @@ async fn keys_scope_every_endpoint_by_namespace() {
     let (st, body) = sql(&s, reader, "SELECT count(*) AS n FROM sales.orders");
     assert_eq!((st, body.trim()), (200, r#"[{"n":3}]"#));
 
+    // Metrics name every table: they need a key for every namespace.
+    assert_eq!(call(&s, None, "GET", "/metrics", "").0, 401);
+    assert_eq!(call(&s, reader, "GET", "/metrics", "").0, 403);
+    let (st, text) = call(&s, root, "GET", "/metrics", "");
+    assert_eq!(st, 200, "{text}");
+    assert!(
+        text.contains(r#"strata_http_requests_total{op="POST /v1/tables",status="403"} 3"#),
+        "{text}"
+    );
+
     // Arrow Flight SQL: the same key in `authorization` metadata.
     let channel = tonic::transport::Channel::from_shared(format!("http://{}", s.flight))
         .unwrap()

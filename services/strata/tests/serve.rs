@@ -50,6 +50,22 @@ async fn serve_answers_sql_and_keeps_acknowledged_writes_across_a_kill() {
     assert_eq!(status, 404, "{body}");
     assert!(body.contains("\"code\""), "{body}");
 
+    // Prometheus metrics: requests per operation, the bucket's requests, the engine's
+    // backlog per table.
+    let (status, text) = request(&server.http, "GET", "/metrics", "");
+    assert_eq!(status, 200, "{text}");
+    for want in [
+        r#"strata_http_requests_total{op="POST /sql",status="200"} 5"#,
+        r#"strata_http_requests_total{op="POST /sql",status="404"} 1"#,
+        "strata_http_request_seconds_bucket{",
+        r#"strata_object_store_requests_total{op="put",prefix="wal"}"#,
+        r#"strata_pending_compaction_bytes{table="kv",shard="0"}"#,
+        r#"strata_write_stalls_total{table="kv",shard="0"} 0"#,
+        "# EOF",
+    ] {
+        assert!(text.contains(want), "missing {want} in\n{text}");
+    }
+
     // Arrow Flight SQL on the same process.
     let channel = tonic::transport::Channel::from_shared(format!("http://{}", server.flight))
         .unwrap()

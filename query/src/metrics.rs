@@ -1,0 +1,279 @@
+//! Prometheus metrics at `GET /metrics` (OpenMetrics text):
+//!
+//! - `strata_http_requests_total{op, status}` and `strata_http_request_seconds{op}`: every
+//!   HTTP request by operation (`POST /sql`, `POST /v1/tables/{table}/rows`, ...);
+//! - `strata_object_store_{requests,bytes,errors}_total{op, prefix}` and
+//!   `strata_object_store_latency_seconds`: requests to the bucket by kind (get, put, list,
+//!   ...) and by directory (`wal`, `sst`, `manifest`, ...);
+//! - per table and shard, read from the engine at scrape time: the write path's backlog
+//!   (`strata_memtables_frozen`: memtables waiting for their flush, i.e. WAL not yet in an
+//!   SST), compaction backlog (`strata_pending_compaction_bytes`,
+//!   `strata_compaction_jobs_outstanding`, `strata_sorted_runs`), bytes per tier,
+//!   write stalls and overload refusals, flushes and compactions.
+//!
+//! With API keys configured, `/metrics` needs a key for every namespace (`namespace = "*"`,
+//! any scope): the metrics name every table.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{HeaderValue, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use strata_engine::Db;
+
+use crate::auth::Authenticator;
+use crate::error::{QueryError, QueryErrorKind};
+use crate::http::{authorization, error_response};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    op: String,
+    status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OpLabel {
+    op: String,
+}
+
+fn latency_histogram() -> Histogram {
+    // 100 µs .. ~6.5 s.
+    Histogram::new(exponential_buckets(0.0001, 2.0, 17))
+}
+
+/// The service's metrics: request counters and histograms, the bucket's, the engine's.
+#[derive(Clone)]
+pub struct ServiceMetrics {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    latency: Family<OpLabel, Histogram, fn() -> Histogram>,
+    db: Db,
+    auth: Authenticator,
+}
+
+impl std::fmt::Debug for ServiceMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ServiceMetrics")
+    }
+}
+
+impl ServiceMetrics {
+    /// Metrics of a service over `db`; `/metrics` callers are checked by `auth`.
+    pub fn new(db: Db, auth: Authenticator) -> Self {
+        let mut registry = Registry::default();
+        let requests = Family::<RequestLabels, Counter>::default();
+        let latency: Family<OpLabel, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "strata_http_requests",
+            "HTTP requests by operation and status",
+            requests.clone(),
+        );
+        registry.register(
+            "strata_http_request_seconds",
+            "HTTP request latency by operation",
+            latency.clone(),
+        );
+        db.object_store_metrics().register(&mut registry);
+        Self {
+            inner: Arc::new(Inner {
+                registry,
+                requests,
+                latency,
+                db,
+                auth,
+            }),
+        }
+    }
+
+    /// Counts a request and its latency.
+    pub fn observe(&self, op: &str, status: u16, seconds: f64) {
+        self.inner
+            .requests
+            .get_or_create(&RequestLabels {
+                op: op.to_string(),
+                status: status.to_string(),
+            })
+            .inc();
+        self.inner
+            .latency
+            .get_or_create(&OpLabel { op: op.to_string() })
+            .observe(seconds);
+    }
+
+    /// The OpenMetrics text of every metric.
+    pub async fn render(&self) -> Result<String, QueryError> {
+        let internal =
+            |e: std::fmt::Error| QueryError::new(QueryErrorKind::Internal, e.to_string());
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode_registry(&mut out, &self.inner.registry)
+            .map_err(internal)?;
+        self.engine_metrics(&mut out).await?;
+        prometheus_client::encoding::text::encode_eof(&mut out).map_err(internal)?;
+        Ok(out)
+    }
+
+    async fn engine_metrics(&self, out: &mut String) -> Result<(), QueryError> {
+        let db = &self.inner.db;
+        let mut rows: Vec<(String, usize, strata_engine::metrics::ShardStatsSnapshot)> = Vec::new();
+        for entry in db.list_tables().await? {
+            // A table dropped since the listing is skipped.
+            let Ok(t) = db.table(&entry.name).await else {
+                continue;
+            };
+            for (i, shard) in t.shards().enumerate() {
+                rows.push((entry.name.clone(), i, shard.stats()));
+            }
+        }
+        type Get = fn(&strata_engine::metrics::ShardStatsSnapshot) -> u64;
+        let families: [(&str, &str, &str, Get); 12] = [
+            (
+                "strata_memtables_frozen",
+                "gauge",
+                "Frozen memtables waiting for their flush (WAL not yet in an SST)",
+                |s| s.memtables_frozen as u64,
+            ),
+            (
+                "strata_pending_compaction_bytes",
+                "gauge",
+                "Bytes compaction still has to rewrite to bring the tree to its shape",
+                |s| s.pending_compaction_bytes,
+            ),
+            (
+                "strata_compaction_jobs_outstanding",
+                "gauge",
+                "S3 compaction jobs published and not yet committed",
+                |s| s.jobs_outstanding as u64,
+            ),
+            (
+                "strata_sorted_runs",
+                "gauge",
+                "Sorted runs a read may merge",
+                |s| s.sorted_runs as u64,
+            ),
+            (
+                "strata_nvme_bytes",
+                "gauge",
+                "Bytes in the NVMe-tier levels",
+                |s| s.bytes_per_level.iter().sum(),
+            ),
+            (
+                "strata_s3_level_bytes",
+                "gauge",
+                "Bytes in the S3 levels",
+                |s| s.s3_bytes.iter().flatten().sum(),
+            ),
+            (
+                "strata_write_stalls",
+                "counter",
+                "Periods in which writes were refused as overloaded",
+                |s| s.stalls,
+            ),
+            (
+                "strata_writes_overloaded",
+                "counter",
+                "Writes refused as overloaded",
+                |s| s.overloaded,
+            ),
+            ("strata_flushes", "counter", "Memtable flushes", |s| {
+                s.flushes
+            }),
+            (
+                "strata_compactions",
+                "counter",
+                "NVMe-tier compactions",
+                |s| s.compactions,
+            ),
+            (
+                "strata_compaction_s3_bytes_read",
+                "counter",
+                "Bytes S3 compaction jobs read",
+                |s| s.s3_bytes_read,
+            ),
+            (
+                "strata_compaction_s3_bytes_written",
+                "counter",
+                "Bytes S3 compaction jobs wrote",
+                |s| s.s3_bytes_written,
+            ),
+        ];
+        let internal =
+            |e: std::fmt::Error| QueryError::new(QueryErrorKind::Internal, e.to_string());
+        for (name, kind, help, get) in families {
+            writeln!(out, "# HELP {name} {help}.").map_err(internal)?;
+            writeln!(out, "# TYPE {name} {kind}").map_err(internal)?;
+            let suffix = if kind == "counter" { "_total" } else { "" };
+            for (table, shard, s) in &rows {
+                writeln!(
+                    out,
+                    "{name}{suffix}{{table=\"{}\",shard=\"{shard}\"}} {}",
+                    escape(table),
+                    get(s)
+                )
+                .map_err(internal)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A label value with `\`, `"` and newlines escaped.
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Middleware counting each matched request by its route.
+pub async fn track(State(m): State<ServiceMetrics>, req: Request, next: Next) -> Response {
+    let op = match req.extensions().get::<MatchedPath>() {
+        Some(p) => format!("{} {}", req.method(), p.as_str()),
+        None => format!("{} other", req.method()),
+    };
+    let t0 = Instant::now();
+    let response = next.run(req).await;
+    m.observe(&op, response.status().as_u16(), t0.elapsed().as_secs_f64());
+    response
+}
+
+/// `GET /metrics`.
+pub async fn handler(State(m): State<ServiceMetrics>, headers: axum::http::HeaderMap) -> Response {
+    let run = async {
+        let who = m.inner.auth.principal(authorization(&headers))?;
+        if !who.all_namespaces() {
+            return Err(QueryError::new(
+                QueryErrorKind::Forbidden,
+                format!(
+                    "key {:?} is for one namespace; /metrics needs a key for every namespace (namespace = \"*\")",
+                    who.name
+                ),
+            ));
+        }
+        m.render().await
+    };
+    match run.await {
+        Ok(text) => {
+            let mut r = text.into_response();
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                ),
+            );
+            r
+        }
+        Err(e) => error_response(&e),
+    }
+}
