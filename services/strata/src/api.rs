@@ -11,6 +11,7 @@
 //! | `POST /v1/tables/{t}/delete` | delete rows by key (objects holding the key columns) |
 //! | `GET /v1/tables/{t}/rows/get?key=..&columns=..` | point read (one `key` per key column, in key order) |
 //! | `GET /v1/tables/{t}/rows?start=..&end=..&limit=..&after=..&columns=..` | key-range scan, one page |
+//! | `GET /openapi.json` | the OpenAPI document of every HTTP route (`docs/openapi.json`) |
 //!
 //! Row bodies are a JSON array of objects (`application/json`), one object per line
 //! (`application/x-ndjson`) or an Arrow IPC stream (`application/vnd.apache.arrow.stream`).
@@ -46,6 +47,9 @@ use strata_engine::{Db, Error as EngineError, Mutation, ScanOptions, Table, Valu
 use strata_query::auth::{Authenticator, Principal, Scope, split_name};
 use strata_query::error::{QueryError, QueryErrorKind};
 use strata_query::http::{Format, encode, error_response};
+
+/// The OpenAPI document of the HTTP API (`docs/openapi.json`, served at `/openapi.json`).
+pub const OPENAPI_JSON: &str = include_str!("../../../docs/openapi.json");
 
 /// Largest request body (rows to write).
 pub const BODY_BYTES_MAX: usize = 64 << 20;
@@ -145,6 +149,10 @@ pub fn router(db: Db, auth: Authenticator) -> Router {
         )
         .route("/v1/tables/{table}/rows/get", get(point_get))
         .route("/v1/tables/{table}/delete", post(delete))
+        .route(
+            "/openapi.json",
+            get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI_JSON) }),
+        )
         .layer(axum::extract::DefaultBodyLimit::max(BODY_BYTES_MAX))
         .with_state(Arc::new(ApiState { db, auth }))
 }

@@ -218,3 +218,55 @@ fn tables_and_rows_over_http() {
     let (st, _) = request(&server.http, "GET", "/v1/tables/users", "");
     assert_eq!(st, 404);
 }
+
+/// The OpenAPI document is served, is the checked-in file, and every operation it lists
+/// is a route of the server (not axum's bare 404 or 405), so the two cannot drift apart
+/// silently; every route the server has is in the document.
+#[test]
+fn openapi_document_matches_the_routes() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path());
+    let (status, body) = request(&s.http, "GET", "/openapi.json", "");
+    assert_eq!(status, 200);
+    let served = json(&body);
+    let file = json(include_str!("../../../docs/openapi.json"));
+    assert_eq!(served, file);
+    let mut ops = Vec::new();
+    for (path, item) in file["paths"].as_object().unwrap() {
+        for method in ["get", "post", "patch", "delete", "put"] {
+            if item.get(method).is_some() {
+                ops.push(format!("{} {path}", method.to_uppercase()));
+            }
+        }
+    }
+    ops.sort();
+    let mut want = vec![
+        "GET /health",
+        "GET /ready",
+        "GET /metrics",
+        "GET /openapi.json",
+        "POST /sql",
+        "GET /v1/tables",
+        "POST /v1/tables",
+        "GET /v1/tables/{table}",
+        "DELETE /v1/tables/{table}",
+        "POST /v1/tables/{table}/rows",
+        "PATCH /v1/tables/{table}/rows",
+        "GET /v1/tables/{table}/rows",
+        "GET /v1/tables/{table}/rows/get",
+        "POST /v1/tables/{table}/delete",
+    ];
+    want.sort();
+    assert_eq!(ops, want);
+    for op in &ops {
+        let (method, path) = op.split_once(' ').unwrap();
+        let path = path.replace("{table}", "no_such_table");
+        let (status, body) = request(&s.http, method, &path, "[]");
+        assert_ne!(status, 405, "{op}: method not routed");
+        if status == 404 {
+            assert_eq!(json(&body)["error"]["code"], "not_found", "{op}: {body}");
+        }
+    }
+    // And a route that is not in the document is not served.
+    assert_eq!(request(&s.http, "PUT", "/v1/tables", "[]").0, 405);
+}
