@@ -462,13 +462,66 @@ fn check_columns(schema: &Schema, rows: &[Map<String, Json>]) -> ApiResult<()> {
     Ok(())
 }
 
+/// Decodes an Arrow IPC stream from an untrusted body.
+///
+/// arrow-rs's IPC reader trusts the lengths and offsets inside a stream: a corrupted one
+/// can make it allocate what a message header claims (up to exabytes, which aborts the
+/// process) or panic slicing a buffer (found by the property tests below). So the stream's
+/// framing is checked first (every message's flatbuffer verified, its body within the
+/// request), which bounds allocations by the request size, and the decoding runs under
+/// `catch_unwind`, so a buffer the reader mis-slices is a 400, not a dead connection.
 fn arrow_batches(body: &Bytes) -> ApiResult<Vec<RecordBatch>> {
-    let reader =
-        arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(body.as_ref()), None)
-            .map_err(|e| ApiError::bad(format!("Arrow IPC stream: {e}")))?;
-    reader
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| ApiError::bad(format!("Arrow IPC stream: {e}")))
+    let bad = |m: String| ApiError::bad(format!("Arrow IPC stream: {m}"));
+    check_ipc_framing(body).map_err(bad)?;
+    let decode = || -> Result<Vec<RecordBatch>, arrow::error::ArrowError> {
+        arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(body.as_ref()), None)?
+            .collect()
+    };
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode)) {
+        Ok(r) => r.map_err(|e| bad(e.to_string())),
+        Err(_) => Err(bad(
+            "malformed buffers (lengths or offsets out of range)".into()
+        )),
+    }
+}
+
+/// Walks an IPC stream's messages (optional `0xFFFFFFFF` continuation, metadata length,
+/// flatbuffer `Message`, body) and checks each lies within `body`.
+fn check_ipc_framing(body: &[u8]) -> Result<(), String> {
+    let i32_at = |p: usize| -> Option<i32> {
+        body.get(p..p + 4)
+            .and_then(|b| <[u8; 4]>::try_from(b).ok())
+            .map(i32::from_le_bytes)
+    };
+    let mut pos = 0usize;
+    while pos < body.len() {
+        let mut len = i32_at(pos).ok_or("truncated message length")?;
+        pos += 4;
+        if len == -1 {
+            len = i32_at(pos).ok_or("truncated message length")?;
+            pos += 4;
+        }
+        if len == 0 {
+            return Ok(()); // end-of-stream marker
+        }
+        let len = usize::try_from(len).map_err(|_| format!("negative message length {len}"))?;
+        let meta = pos
+            .checked_add(len)
+            .and_then(|end| body.get(pos..end))
+            .ok_or("message metadata runs past the end of the body")?;
+        let message = arrow::ipc::root_as_message(meta)
+            .map_err(|e| format!("invalid message metadata: {e}"))?;
+        pos += len;
+        let body_len = usize::try_from(message.bodyLength())
+            .map_err(|_| "negative message body length".to_string())?;
+        if body_len > body.len() - pos {
+            return Err(format!(
+                "message body of {body_len} bytes runs past the end of the request"
+            ));
+        }
+        pos += body_len;
+    }
+    Ok(())
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -798,4 +851,210 @@ async fn scan(
     let rows = encode(Format::Json, &page.schema(), &[page]).map_err(query_error)?;
     let rows: Json = serde_json::from_slice(&rows).map_err(|e| ApiError::bad(e.to_string()))?;
     Ok(axum::Json(json!({"rows": rows, "next": next})).into_response())
+}
+
+/// Property tests of the request decoders: malformed JSON, NDJSON and Arrow IPC bodies
+/// (random bytes, random JSON shapes, valid streams with flipped, cut or inserted bytes)
+/// are refused with an error, never a panic; whatever decodes goes through the engine's
+/// write validation, which must not panic either. `STRATA_PROPTEST_CASES` sets the cases.
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod fuzz {
+    use super::*;
+    use arrow::array::{BooleanArray, Float64Array, Int64Array, TimestampMillisecondArray};
+    use proptest::prelude::*;
+    use strata_engine::{DbConfig, EngineConfig};
+    use strata_objstore::ObjectStoreConfig;
+
+    struct Fixture {
+        rt: tokio::runtime::Runtime,
+        _dir: tempfile::TempDir,
+        table: Table,
+    }
+
+    fn schema() -> Schema {
+        Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("name", DataType::Utf8, true),
+            Field::new("score", DataType::Float64, true),
+            Field::new("at", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+            Field::new("ok", DataType::Boolean, true),
+            Field::new("blob", DataType::Binary, true),
+            Field::new("day", DataType::Date32, true),
+        ])
+    }
+
+    fn fixture() -> Fixture {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let table = rt.block_on(async {
+            let db = Db::open(DbConfig {
+                store: ObjectStoreConfig::local(dir.path().join("bucket")),
+                local_dir: dir.path().join("nvme"),
+                engine: EngineConfig::default(),
+            })
+            .await
+            .unwrap();
+            db.create_table("t", schema(), &["id"]).await.unwrap();
+            db.table("t").await.unwrap()
+        });
+        Fixture {
+            rt,
+            _dir: dir,
+            table,
+        }
+    }
+
+    fn headers(ct: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_TYPE, ct.parse().unwrap());
+        h
+    }
+
+    /// Decodes and, if that succeeds, writes: both may refuse, neither may panic.
+    fn exercise(f: &Fixture, ct: &str, body: &[u8]) {
+        let body = Bytes::copy_from_slice(body);
+        for kind in [WriteKind::Upsert, WriteKind::Update, WriteKind::Delete] {
+            if let Ok(ms) = mutations(&f.table, kind, &headers(ct), &body) {
+                let _ = f.rt.block_on(f.table.write(&ms, WriteOptions::default()));
+            }
+        }
+    }
+
+    fn valid_ipc() -> Vec<u8> {
+        let b = RecordBatch::try_new(
+            Arc::new(schema()),
+            vec![
+                Arc::new(Int64Array::from(vec![1, 2, 3])),
+                Arc::new(StringArray::from(vec![Some("a"), None, Some("ccc")])),
+                Arc::new(Float64Array::from(vec![1.5, -2.0, f64::NAN])),
+                Arc::new(TimestampMillisecondArray::from(vec![
+                    Some(0),
+                    None,
+                    Some(i64::MAX),
+                ])),
+                Arc::new(BooleanArray::from(vec![Some(true), None, Some(false)])),
+                Arc::new(arrow::array::BinaryArray::from(vec![
+                    Some(b"x".as_ref()),
+                    None,
+                    Some(b"yz".as_ref()),
+                ])),
+                Arc::new(arrow::array::Date32Array::from(vec![
+                    Some(1),
+                    None,
+                    Some(-1),
+                ])),
+            ],
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        let mut w = arrow::ipc::writer::StreamWriter::try_new(&mut out, &b.schema()).unwrap();
+        w.write(&b).unwrap();
+        w.finish().unwrap();
+        drop(w);
+        out
+    }
+
+    fn json_value() -> impl Strategy<Value = Json> {
+        let leaf = prop_oneof![
+            Just(Json::Null),
+            any::<bool>().prop_map(Json::Bool),
+            any::<i64>().prop_map(|v| json!(v)),
+            any::<u64>().prop_map(|v| json!(v)),
+            any::<f64>().prop_map(|v| json!(v)),
+            ".{0,12}".prop_map(Json::String),
+            Just(json!("2026-11-22T01:02:03Z")),
+            Just(json!("ff00")),
+        ];
+        leaf.prop_recursive(3, 16, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Json::Array),
+                prop::collection::btree_map(".{0,6}", inner, 0..4)
+                    .prop_map(|m| Json::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    fn row() -> impl Strategy<Value = Json> {
+        let names = prop_oneof![
+            Just("id".to_string()),
+            Just("name".to_string()),
+            Just("score".to_string()),
+            Just("at".to_string()),
+            Just("ok".to_string()),
+            Just("blob".to_string()),
+            Just("day".to_string()),
+            "[a-z]{1,4}",
+        ];
+        prop::collection::btree_map(names, json_value(), 0..8)
+            .prop_map(|m| Json::Object(m.into_iter().collect()))
+    }
+
+    fn cases() -> u32 {
+        std::env::var("STRATA_PROPTEST_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(128)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: cases(),
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
+        #[test]
+        fn json_bodies_never_panic(
+            rows in prop::collection::vec(row(), 0..6),
+            top in json_value(),
+            raw in prop::collection::vec(any::<u8>(), 0..64),
+        ) {
+            let f = fixture();
+            let array = serde_json::to_vec(&Json::Array(rows.clone())).unwrap();
+            exercise(&f, "application/json", &array);
+            exercise(&f, "application/json", &serde_json::to_vec(&top).unwrap());
+            exercise(&f, "application/json", &raw);
+            let nd: Vec<u8> = rows
+                .iter()
+                .flat_map(|r| {
+                    let mut l = serde_json::to_vec(r).unwrap();
+                    l.push(b'\n');
+                    l
+                })
+                .collect();
+            exercise(&f, "application/x-ndjson", &nd);
+            exercise(&f, "application/x-ndjson", &raw);
+            // Cut anywhere.
+            let cut = raw.len() % (array.len() + 1);
+            exercise(&f, "application/json", &array[..cut]);
+        }
+
+        #[test]
+        fn arrow_ipc_bodies_never_panic(
+            flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..6),
+            cut in any::<prop::sample::Index>(),
+            insert in prop::collection::vec(any::<u8>(), 0..16),
+            at in any::<prop::sample::Index>(),
+        ) {
+            let f = fixture();
+            let ipc = valid_ipc();
+            let ct = "application/vnd.apache.arrow.stream";
+            let mut flipped = ipc.clone();
+            for (i, b) in &flips {
+                let i = i.index(flipped.len());
+                flipped[i] ^= b;
+            }
+            exercise(&f, ct, &flipped);
+            exercise(&f, ct, &ipc[..cut.index(ipc.len() + 1)]);
+            let mut inserted = ipc.clone();
+            let at = at.index(inserted.len() + 1);
+            inserted.splice(at..at, insert.iter().copied());
+            exercise(&f, ct, &inserted);
+        }
+    }
 }
