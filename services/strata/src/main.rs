@@ -5,10 +5,13 @@
 //!   compaction worker and GC, and the query service with writes enabled, over HTTP
 //!   (`POST /sql`, the data API under `/v1` (see [`api`]), `/health`, `/ready`) and Arrow
 //!   Flight SQL on 127.0.0.1.
+//! - `strata sql`: SQL against a running server over Arrow Flight SQL, one-shot or
+//!   interactive (see [`cli`]).
 //! - `strata quickstart`: create a table in a local directory, write, read, reopen from the
 //!   bucket and read again (the embedded API, no server).
 
 mod api;
+mod cli;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -59,6 +62,22 @@ enum Command {
         /// 127.0.0.1.
         #[arg(long, env = "STRATA_AUTH_KEYS")]
         auth_keys: Option<PathBuf>,
+    },
+    /// Runs SQL against a running Strata over Arrow Flight SQL: the statement given, or
+    /// statements read from stdin (interactive on a terminal; end each with ';', \q quits).
+    /// Exits non-zero when a statement fails.
+    Sql {
+        /// Flight SQL address of `strata serve` or `strata-query`.
+        #[arg(long, default_value = "127.0.0.1:8081", env = "STRATA_FLIGHT")]
+        flight: String,
+        /// API key, when the server requires one.
+        #[arg(long, env = "STRATA_API_KEY", hide_env_values = true)]
+        key: Option<String>,
+        /// How results are printed.
+        #[arg(long, value_enum, default_value = "table")]
+        format: cli::Output,
+        /// One statement; without it, statements come from stdin.
+        statement: Option<String>,
     },
     /// Creates a table in a local directory (the embedded default bucket), writes rows,
     /// reads them back, reopens from the bucket alone and reads again.
@@ -194,6 +213,12 @@ async fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Quickstart { dir } => quickstart(dir).await,
+        Command::Sql {
+            flight,
+            key,
+            format,
+            statement,
+        } => cli::sql(&flight, key.as_deref(), format, statement).await,
         Command::Serve {
             dir,
             http,

@@ -266,6 +266,33 @@ async fn keys_scope_every_endpoint_by_namespace() {
         .await
         .unwrap_err();
     assert!(!e.to_string().contains("secret"), "{e}");
+
+    // `strata sql` passes its key the same way.
+    let cli = |key: Option<&str>| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_strata"));
+        c.args(["sql", "--flight", &s.flight, "--format", "csv"]);
+        c.env_remove("STRATA_API_KEY");
+        if let Some(k) = key {
+            c.args(["--key", k]);
+        }
+        c.arg("SELECT count(*) AS n FROM sales.orders")
+            .output()
+            .unwrap()
+    };
+    let out = cli(reader);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "n\n3\n");
+    let out = cli(None);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("unauthenticated"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]

@@ -1,0 +1,185 @@
+//! `strata sql`: SQL against a running Strata over Arrow Flight SQL, one statement from the
+//! command line or an interactive session (statements end with `;`).
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::time::Instant;
+
+use arrow::array::RecordBatch;
+use arrow_flight::sql::client::FlightSqlServiceClient;
+use futures::TryStreamExt;
+use strata_query::http::{Format, encode};
+use tonic::transport::Channel;
+
+/// How `strata sql` prints results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    /// An aligned text table.
+    Table,
+    /// CSV with a header row.
+    Csv,
+    /// A JSON array of row objects.
+    Json,
+    /// One JSON object per line.
+    Ndjson,
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A Flight SQL session with a server.
+pub struct SqlClient {
+    client: FlightSqlServiceClient<Channel>,
+}
+
+impl SqlClient {
+    /// Connects to `flight` (`host:port` or a URL) with an optional API key.
+    pub async fn connect(flight: &str, key: Option<&str>) -> Result<Self, BoxError> {
+        let url = if flight.contains("://") {
+            flight.to_string()
+        } else {
+            format!("http://{flight}")
+        };
+        let channel = Channel::from_shared(url.clone())
+            .map_err(|e| format!("{url}: {e}"))?
+            .connect()
+            .await
+            .map_err(|e| format!("connecting to {url}: {e}"))?;
+        let mut client = FlightSqlServiceClient::new(channel);
+        if let Some(k) = key {
+            client.set_token(k.to_string());
+        }
+        Ok(Self { client })
+    }
+
+    /// Runs one statement; its results (DDL and DML answer one row too).
+    pub async fn run(&mut self, sql: &str) -> Result<Vec<RecordBatch>, BoxError> {
+        let info = self
+            .client
+            .execute(sql.to_string(), None)
+            .await
+            .map_err(flight_error)?;
+        let mut out = Vec::new();
+        for endpoint in info.endpoint {
+            let Some(ticket) = endpoint.ticket else {
+                continue;
+            };
+            let batches: Vec<RecordBatch> = self
+                .client
+                .do_get(ticket)
+                .await
+                .map_err(flight_error)?
+                .try_collect()
+                .await
+                .map_err(flight_error)?;
+            out.extend(batches);
+        }
+        Ok(out)
+    }
+}
+
+/// The server's message, without the transport's wrapping.
+fn flight_error(e: impl std::fmt::Display) -> BoxError {
+    let text = e.to_string();
+    match text.split_once("message: \"") {
+        Some((_, rest)) => rest.split('"').next().unwrap_or(&text).to_string().into(),
+        None => text.into(),
+    }
+}
+
+/// Renders batches for the terminal or a pipe.
+pub fn render(batches: &[RecordBatch], output: Output) -> Result<String, BoxError> {
+    let format = match output {
+        Output::Table => {
+            return Ok(arrow::util::pretty::pretty_format_batches(batches)?.to_string() + "\n");
+        }
+        Output::Csv => Format::Csv,
+        Output::Json => Format::Json,
+        Output::Ndjson => Format::NdJson,
+    };
+    let Some(first) = batches.first() else {
+        return Ok(String::new());
+    };
+    let bytes = encode(format, &first.schema(), batches).map_err(|e| e.message)?;
+    let mut text = String::from_utf8(bytes)?;
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    Ok(text)
+}
+
+/// `strata sql`: one statement, or a session reading statements from stdin.
+pub async fn sql(
+    flight: &str,
+    key: Option<&str>,
+    output: Output,
+    statement: Option<String>,
+) -> Result<(), BoxError> {
+    let mut client = SqlClient::connect(flight, key).await?;
+    if let Some(s) = statement {
+        let batches = client.run(&s).await?;
+        print!("{}", render(&batches, output)?);
+        return Ok(());
+    }
+    let interactive = std::io::stdin().is_terminal();
+    if interactive {
+        eprintln!("connected to {flight}; end statements with ';', \\q quits");
+    }
+    let mut pending = String::new();
+    let mut failed = false;
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    loop {
+        if interactive {
+            eprint!(
+                "{}",
+                if pending.is_empty() {
+                    "strata> "
+                } else {
+                    "   ...> "
+                }
+            );
+            std::io::stderr().flush()?;
+        }
+        let Some(line) = lines.next() else {
+            break;
+        };
+        let line = line?;
+        if pending.is_empty() && matches!(line.trim(), "\\q" | "quit" | "exit") {
+            break;
+        }
+        pending.push_str(&line);
+        pending.push('\n');
+        let Some(end) = pending.rfind(';') else {
+            continue;
+        };
+        if !pending[end + 1..].trim().is_empty() {
+            continue;
+        }
+        let statement = std::mem::take(&mut pending);
+        let statement = statement.trim().trim_end_matches(';').trim();
+        if statement.is_empty() {
+            continue;
+        }
+        let t0 = Instant::now();
+        match client.run(statement).await {
+            Ok(batches) => {
+                print!("{}", render(&batches, output)?);
+                std::io::stdout().flush()?;
+                if interactive {
+                    let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+                    eprintln!("({rows} rows, {:.3} s)", t0.elapsed().as_secs_f64());
+                }
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                failed = true;
+            }
+        }
+    }
+    if !pending.trim().is_empty() {
+        return Err("the input ended inside a statement (missing ';')".into());
+    }
+    if failed && !interactive {
+        return Err("a statement failed".into());
+    }
+    Ok(())
+}

@@ -1,0 +1,97 @@
+//! `strata sql` against a running `strata serve`: one-shot statements in each output
+//! format, a script on stdin, errors with a non-zero exit, and API keys.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+use common::start;
+
+fn strata_sql(flight: &str, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["sql", "--flight", flight])
+        .args(args)
+        .env_remove("STRATA_API_KEY")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    if let Some(text) = stdin {
+        input.write_all(text.as_bytes()).unwrap();
+    }
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).to_string()
+}
+
+#[test]
+fn sql_one_shot_and_scripts() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(dir.path());
+    let f = s.flight.as_str();
+
+    let out = strata_sql(
+        f,
+        &["CREATE TABLE kv (k BIGINT, v VARCHAR, PRIMARY KEY (k))"],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("created table kv"));
+    let out = strata_sql(f, &["INSERT INTO kv VALUES (1, 'one'), (2, 'two')"], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    let q = "SELECT k, v FROM kv ORDER BY k";
+    let out = strata_sql(f, &["--format", "json", q], None);
+    assert_eq!(
+        text(&out.stdout).trim(),
+        r#"[{"k":1,"v":"one"},{"k":2,"v":"two"}]"#
+    );
+    let out = strata_sql(f, &["--format", "csv", q], None);
+    assert_eq!(text(&out.stdout), "k,v\n1,one\n2,two\n");
+    let out = strata_sql(f, &[q], None);
+    let table = text(&out.stdout);
+    assert!(table.contains("| 2 | two |"), "{table}");
+
+    // A script: statements across lines, each ending with ';'.
+    let script = "INSERT INTO kv\n  VALUES (3, 'three');\nUPDATE kv SET v = 'TWO' WHERE k = 2;\nSELECT count(*) AS n,\n  max(v) AS m FROM kv;\n";
+    let out = strata_sql(f, &["--format", "ndjson"], Some(script));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains(r#"{"n":3,"m":"three"}"#), "{stdout}");
+
+    // Errors: the server's message on stderr, a failing exit status; a script goes on
+    // after a failed statement and still fails at the end.
+    let out = strata_sql(f, &["SELECT * FROM nope"], None);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("nope"), "{}", text(&out.stderr));
+    let out = strata_sql(f, &["--format", "csv"], Some("SELEC 1;\nSELECT 7 AS x;\n"));
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stdout).contains("x\n7\n"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = strata_sql(f, &[], Some("SELECT 1"));
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("missing ';'"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // Nothing listening: a clear error.
+    let out = strata_sql("127.0.0.1:1", &["SELECT 1"], None);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("connecting to"),
+        "{}",
+        text(&out.stderr)
+    );
+}
