@@ -34,7 +34,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use parquet::arrow::async_reader::ParquetRecordBatchStream;
 
-use crate::columnar::format::GroupFormat;
+use crate::columnar::format::{GroupFormat, carries};
 use crate::columnar::reader::{FileReader, ParquetSource};
 use crate::entry::{Entry, EntryKind};
 use crate::error::{Error, Result};
@@ -405,17 +405,9 @@ impl Deep {
                         .and_then(|(_, _, p)| (!p.is_null(row)).then(|| p.value(row)));
                     let mut vals: RowValues = vec![None; width];
                     for &(pos, col) in &self.values[g] {
-                        let carried = match (kind, bits) {
-                            (EntryKind::Partial, Some(b)) => {
-                                b.get(pos / 8).is_some_and(|x| x & (1 << (pos % 8)) != 0)
-                            }
-                            (EntryKind::Partial, None) => {
-                                return Err(Error::Corrupt(
-                                    "partial row without _present in S3 level".into(),
-                                ));
-                            }
-                            _ => true,
-                        };
+                        let carried = carries(kind, bits, pos).ok_or_else(|| {
+                            Error::Corrupt("partial row without _present in S3 level".into())
+                        })?;
                         if carried {
                             vals[format.columns[pos]] =
                                 Some(value_at(batch.column(col).as_ref(), row)?);

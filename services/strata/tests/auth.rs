@@ -6,10 +6,7 @@
 
 mod common;
 
-use arrow::array::RecordBatch;
-use arrow_flight::sql::client::FlightSqlServiceClient;
-use common::{Server, request_with, start_with};
-use futures::TryStreamExt;
+use common::{Server, flight_sql, request_with, start_with};
 
 /// Keys and the SHA-256 the keys file holds (`printf %s KEY | sha256sum`).
 const ROOT: (&str, &str) = (
@@ -232,40 +229,16 @@ async fn keys_scope_every_endpoint_by_namespace() {
     );
 
     // Arrow Flight SQL: the same key in `authorization` metadata.
-    let channel = tonic::transport::Channel::from_shared(format!("http://{}", s.flight))
-        .unwrap()
-        .connect()
+    let e = flight_sql(&s.flight, None, "SELECT 1").await.unwrap_err();
+    assert!(e.contains("nauthenticated"), "{e}");
+    let text = flight_sql(&s.flight, reader, "SELECT sum(id) AS s FROM sales.orders")
         .await
         .unwrap();
-    let mut anonymous = FlightSqlServiceClient::new(channel.clone());
-    let e = anonymous
-        .execute("SELECT 1".into(), None)
-        .await
-        .unwrap_err();
-    assert!(e.to_string().contains("nauthenticated"), "{e}");
-    let mut client = FlightSqlServiceClient::new(channel);
-    client.set_token(SALES_READER.0.to_string());
-    let info = client
-        .execute("SELECT sum(id) AS s FROM sales.orders".into(), None)
-        .await
-        .unwrap();
-    let ticket = info.endpoint[0].ticket.clone().unwrap();
-    let batches: Vec<RecordBatch> = client
-        .do_get(ticket)
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap();
-    let text = arrow::util::pretty::pretty_format_batches(&batches)
-        .unwrap()
-        .to_string();
     assert!(text.contains("| 6 |"), "{text}");
-    let e = client
-        .execute("SELECT * FROM hr.people".into(), None)
+    let e = flight_sql(&s.flight, reader, "SELECT * FROM hr.people")
         .await
         .unwrap_err();
-    assert!(!e.to_string().contains("secret"), "{e}");
+    assert!(!e.contains("secret"), "{e}");
 
     // `strata sql` passes its key the same way.
     let cli = |key: Option<&str>| {

@@ -5,10 +5,7 @@
 
 mod common;
 
-use arrow::array::RecordBatch;
-use arrow_flight::sql::client::FlightSqlServiceClient;
-use common::{Server, request, request_as, start};
-use futures::TryStreamExt;
+use common::{Server, flight_sql, request, request_as, start};
 
 fn sql(s: &Server, q: &str) -> (u16, String) {
     request_as(&s.http, "POST", "/sql", "text/plain", q.as_bytes())
@@ -67,27 +64,9 @@ async fn serve_answers_sql_and_keeps_acknowledged_writes_across_a_kill() {
     }
 
     // Arrow Flight SQL on the same process.
-    let channel = tonic::transport::Channel::from_shared(format!("http://{}", server.flight))
-        .unwrap()
-        .connect()
+    let text = flight_sql(&server.flight, None, "SELECT sum(n) AS s FROM kv")
         .await
         .unwrap();
-    let mut client = FlightSqlServiceClient::new(channel);
-    let info = client
-        .execute("SELECT sum(n) AS s FROM kv".into(), None)
-        .await
-        .unwrap();
-    let ticket = info.endpoint[0].ticket.clone().unwrap();
-    let batches: Vec<RecordBatch> = client
-        .do_get(ticket)
-        .await
-        .unwrap()
-        .try_collect()
-        .await
-        .unwrap();
-    let text = arrow::util::pretty::pretty_format_batches(&batches)
-        .unwrap()
-        .to_string();
     assert!(text.contains("| 31 |"), "{text}");
 
     // SIGKILL: no shutdown hook runs. Every acknowledged write is in the bucket's WAL.

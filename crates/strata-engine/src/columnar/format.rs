@@ -41,6 +41,18 @@ pub const PRESENT_COLUMN: &str = "_present";
 /// Parquet key-value metadata: `true` when no key has more than one version in the file.
 pub const DISTINCT_KEYS: &str = "strata.distinct_keys";
 
+/// Whether a version of `kind` whose `_present` bitmap is `bits` carries the group's column
+/// at `pos`; None for a partial version without a bitmap (corrupt).
+pub(crate) fn carries(kind: EntryKind, bits: Option<&[u8]>, pos: usize) -> Option<bool> {
+    match (kind, bits) {
+        (EntryKind::Partial, Some(b)) => {
+            Some(b.get(pos / 8).is_some_and(|x| x & (1 << (pos % 8)) != 0))
+        }
+        (EntryKind::Partial, None) => None,
+        _ => Some(true),
+    }
+}
+
 /// How one column group is stored and how its versions relate to whole rows.
 #[derive(Debug, Clone)]
 pub struct GroupFormat {
@@ -250,15 +262,8 @@ impl GroupFormat {
             } else {
                 let bits = (!present.is_null(row)).then(|| present.value(row));
                 for (j, &pos) in read.iter().enumerate() {
-                    let carried = match (kind, bits) {
-                        (EntryKind::Partial, Some(b)) => {
-                            b.get(pos / 8).is_some_and(|x| x & (1 << (pos % 8)) != 0)
-                        }
-                        (EntryKind::Partial, None) => {
-                            return Err(bad("partial row without _present"));
-                        }
-                        _ => true,
-                    };
+                    let carried = carries(kind, bits, pos)
+                        .ok_or_else(|| bad("partial row without _present"))?;
                     vals[self.columns[pos]] = if carried {
                         Some(value_at(batch.column(4 + j).as_ref(), row)?)
                     } else {
@@ -329,15 +334,8 @@ impl GroupFormat {
                     let bits = (!present.is_null(row)).then(|| present.value(row));
                     let mut vals: RowValues = Vec::with_capacity(self.columns.len());
                     for i in 0..self.columns.len() {
-                        let carried = match (kind, bits) {
-                            (EntryKind::Partial, Some(b)) => {
-                                b.get(i / 8).is_some_and(|x| x & (1 << (i % 8)) != 0)
-                            }
-                            (EntryKind::Partial, None) => {
-                                return Err(bad("partial row without _present"));
-                            }
-                            _ => true,
-                        };
+                        let carried = carries(kind, bits, i)
+                            .ok_or_else(|| bad("partial row without _present"))?;
                         vals.push(if carried {
                             Some(value_at(batch.column(first + i).as_ref(), row)?)
                         } else {

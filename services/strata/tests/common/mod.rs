@@ -109,3 +109,33 @@ pub fn request_with(
     };
     (status, body)
 }
+
+/// Runs `sql` over Arrow Flight SQL at `flight` (with an API key, if given); the result as
+/// a pretty-printed table, or the error's text.
+pub async fn flight_sql(flight: &str, key: Option<&str>, sql: &str) -> Result<String, String> {
+    use futures::TryStreamExt;
+    let channel = tonic::transport::Channel::from_shared(format!("http://{flight}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = arrow_flight::sql::client::FlightSqlServiceClient::new(channel);
+    if let Some(k) = key {
+        client.set_token(k.to_string());
+    }
+    let info = client
+        .execute(sql.to_string(), None)
+        .await
+        .map_err(|e| e.to_string())?;
+    let ticket = info.endpoint[0].ticket.clone().unwrap();
+    let batches: Vec<arrow::array::RecordBatch> = client
+        .do_get(ticket)
+        .await
+        .map_err(|e| e.to_string())?
+        .try_collect()
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(arrow::util::pretty::pretty_format_batches(&batches)
+        .unwrap()
+        .to_string())
+}
