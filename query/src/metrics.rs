@@ -5,7 +5,8 @@
 //! - `strata_object_store_{requests,bytes,errors}_total{op, prefix}` and
 //!   `strata_object_store_latency_seconds`: requests to the bucket by kind (get, put, list,
 //!   ...) and by directory (`wal`, `sst`, `manifest`, ...);
-//! - per table and shard, read from the engine at scrape time: the write path's backlog
+//! - per table and shard this process writes (read from the engine at scrape time, no
+//!   object-store request): the write path's backlog
 //!   (`strata_memtables_frozen`: memtables waiting for their flush, i.e. WAL not yet in an
 //!   SST), compaction backlog (`strata_pending_compaction_bytes`,
 //!   `strata_compaction_jobs_outstanding`, `strata_sorted_runs`), bytes per tier,
@@ -126,15 +127,12 @@ impl ServiceMetrics {
     }
 
     async fn engine_metrics(&self, out: &mut String) -> Result<(), QueryError> {
-        let db = &self.inner.db;
+        // Only shards this process writes: no object-store request per scrape, and a
+        // reader (the query service) never opens a table as its writer to report on it.
         let mut rows: Vec<(String, usize, strata_engine::metrics::ShardStatsSnapshot)> = Vec::new();
-        for entry in db.list_tables().await? {
-            // A table dropped since the listing is skipped.
-            let Ok(t) = db.table(&entry.name).await else {
-                continue;
-            };
+        for t in self.inner.db.open_tables().await {
             for (i, shard) in t.shards().enumerate() {
-                rows.push((entry.name.clone(), i, shard.stats()));
+                rows.push((t.name().to_string(), i, shard.stats()));
             }
         }
         type Get = fn(&strata_engine::metrics::ShardStatsSnapshot) -> u64;

@@ -289,5 +289,27 @@ async fn separate_query_process_sees_every_acknowledged_write() {
         .await
         .expect_err("read-only");
     assert!(err.to_string().contains("forbidden"), "{err}");
+
+    // Metrics of a reader: its requests and the bucket's, and no engine gauges, because it
+    // writes no shard; scraping must not open a table as its writer (which would fence the
+    // ingest writer), so the writer still writes and the reader still sees it.
+    let mut s = TcpStream::connect(&server.http).expect("connect");
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .expect("write");
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).expect("read");
+    assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
+    assert!(
+        raw.contains(r#"strata_http_requests_total{op="POST /sql",status="200"}"#),
+        "{raw}"
+    );
+    assert!(raw.contains("strata_object_store_requests_total"), "{raw}");
+    assert!(!raw.contains(r#"table="people""#), "{raw}");
+    put(&t, 600..601, "after-metrics-").await;
+    let (_, v) = sql(&server.http, "SELECT name FROM people WHERE id = 600");
+    assert_eq!(v, serde_json::json!([{"name": "after-metrics-600"}]));
     db.close().await;
 }

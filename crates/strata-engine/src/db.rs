@@ -425,6 +425,14 @@ impl Db {
         &self.inner.worker_stats
     }
 
+    /// The tables this process has open as their writer, without any I/O (metrics: a
+    /// reader such as the query service has none, and must not open one just to report).
+    pub async fn open_tables(&self) -> Vec<Table> {
+        let mut out: Vec<Table> = self.inner.open.lock().await.values().cloned().collect();
+        out.sort_by(|a, b| a.name().cmp(b.name()));
+        out
+    }
+
     /// Stops every open shard and the in-process compaction workers.
     pub async fn close(&self) {
         self.inner.workers.cancel();
