@@ -5,6 +5,7 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::time::Instant;
 
 use arrow::array::RecordBatch;
+use arrow_flight::error::FlightError;
 use arrow_flight::sql::client::FlightSqlServiceClient;
 use futures::TryStreamExt;
 use strata_query::http::{Format, encode};
@@ -76,12 +77,11 @@ impl SqlClient {
     }
 }
 
-/// The server's message, without the transport's wrapping.
-fn flight_error(e: impl std::fmt::Display) -> BoxError {
-    let text = e.to_string();
-    match text.split_once("message: \"") {
-        Some((_, rest)) => rest.split('"').next().unwrap_or(&text).to_string().into(),
-        None => text.into(),
+/// The server's message (a gRPC status carries the code and text of Strata's error).
+fn flight_error(e: FlightError) -> BoxError {
+    match e {
+        FlightError::Tonic(status) => status.message().to_string().into(),
+        other => other.to_string().into(),
     }
 }
 

@@ -70,7 +70,13 @@ fn sql_one_shot_and_scripts() {
     // after a failed statement and still fails at the end.
     let out = strata_sql(f, &["SELECT * FROM nope"], None);
     assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("nope"), "{}", text(&out.stderr));
+    // The server's code and message, without the transport's wrapping.
+    let err = text(&out.stderr);
+    assert!(
+        err.starts_with("error: not_found: ") && err.contains("nope"),
+        "{err}"
+    );
+    assert!(!err.contains("Tonic") && !err.contains("status:"), "{err}");
     let out = strata_sql(f, &["--format", "csv"], Some("SELEC 1;\nSELECT 7 AS x;\n"));
     assert!(!out.status.success());
     assert!(
