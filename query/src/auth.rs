@@ -168,7 +168,7 @@ impl Auth {
                 ns if valid_namespace(ns) => Some(ns.to_string()),
                 ns => {
                     return Err(format!(
-                        "{at}.namespace: {ns:?} is not \"*\" or a namespace name (letters, digits, '_' or '-')"
+                        "{at}.namespace: {ns:?} is not \"*\" or a namespace name (letters, digits, '_' or '-', not starting with '-')"
                     ));
                 }
             };
@@ -245,9 +245,11 @@ impl Authenticator {
     }
 }
 
+/// A name the engine accepts before the dot of a table name (see `Db::create_table`).
 fn valid_namespace(ns: &str) -> bool {
     !ns.is_empty()
         && ns.len() <= 64
+        && !ns.starts_with('-')
         && ns
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
@@ -310,12 +312,14 @@ mod tests {
             Auth::from_toml("[[keys]]\nname='x'\nsha256='abc'\nnamespace='sales'\nscope='read'\n")
                 .unwrap_err();
         assert!(e.contains("keys[0] (x).sha256"), "{e}");
-        let e = Auth::from_toml(&format!(
-            "[[keys]]\nname='x'\nsha256='{}'\nnamespace='a.b'\nscope='read'\n",
-            sha("k")
-        ))
-        .unwrap_err();
-        assert!(e.contains("namespace"), "{e}");
+        for ns in ["a.b", "-a", ""] {
+            let e = Auth::from_toml(&format!(
+                "[[keys]]\nname='x'\nsha256='{}'\nnamespace='{ns}'\nscope='read'\n",
+                sha("k")
+            ))
+            .unwrap_err();
+            assert!(e.contains("keys[0] (x).namespace"), "{ns}: {e}");
+        }
         let e = Auth::from_toml(&format!(
             "[[keys]]\nname='x'\nsha256='{}'\nnamespace='a'\nscope='root'\n",
             sha("k")
