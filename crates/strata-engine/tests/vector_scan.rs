@@ -261,7 +261,13 @@ async fn apply(t: &strata_engine::Table, op: &Op, layout_n: usize) {
     }
 }
 
-async fn run(ops: Vec<Op>, layout_n: usize, history: bool, narrow: bool) {
+/// A database over an in-memory bucket with table `t` in layout `layout_n` (the directory
+/// holds the NVMe tier).
+async fn table_t(
+    layout_n: usize,
+    history: bool,
+    narrow: bool,
+) -> (tempfile::TempDir, strata_engine::Db, strata_engine::Table) {
     let store = memory_store();
     let dir = tempfile::tempdir().unwrap();
     let db = open(&store, dir.path(), config(history)).await;
@@ -269,6 +275,11 @@ async fn run(ops: Vec<Op>, layout_n: usize, history: bool, narrow: bool) {
         .await
         .unwrap();
     let t = db.table("t").await.unwrap();
+    (dir, db, t)
+}
+
+async fn run(ops: Vec<Op>, layout_n: usize, history: bool, narrow: bool) {
+    let (_dir, db, t) = table_t(layout_n, history, narrow).await;
     let mut seqs = Vec::new();
     for op in &ops {
         apply(&t, op, layout_n).await;
@@ -299,13 +310,7 @@ proptest! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_path_is_taken_and_agrees() {
     for (layout_n, history, narrow) in [(0, false, false), (1, false, true), (2, true, false)] {
-        let store = memory_store();
-        let dir = tempfile::tempdir().unwrap();
-        let db = open(&store, dir.path(), config(history)).await;
-        db.create_table_with_layout("t", table_schema(narrow), &["id"], layout(layout_n))
-            .await
-            .unwrap();
-        let t = db.table("t").await.unwrap();
+        let (_dir, db, t) = table_t(layout_n, history, narrow).await;
         let ops = [
             Op::Upsert {
                 start: 0,
