@@ -59,6 +59,9 @@ struct Args {
     /// Largest Parquet dictionary page in the S3 levels (the engine's default if unset).
     #[arg(long)]
     dict_bytes: Option<usize>,
+    /// Also print each side's `EXPLAIN ANALYZE` of every query (after the timed runs).
+    #[arg(long)]
+    explain: bool,
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -268,6 +271,25 @@ async fn side_by_side(
     Ok((ma, mb))
 }
 
+/// Prints both sides' `EXPLAIN ANALYZE` of each query.
+async fn explain(
+    queries: &[(&str, String)],
+    strata: &QueryService,
+    plain: &SessionContext,
+) -> Result<(), BoxError> {
+    for (label, sql) in queries {
+        let sql = format!("EXPLAIN ANALYZE {sql}");
+        let (_, s) = strata.collect(&sql).await?;
+        let p = plain.sql(&sql).await?.collect().await?;
+        println!(
+            "\n### {label}\nstrata:\n{}\nplain:\n{}",
+            render(&s)?,
+            render(&p)?
+        );
+    }
+    Ok(())
+}
+
 fn analytic_schema() -> SchemaRef {
     Arc::new(Schema::new(
         ["id", "grp", "flag", "v", "w"]
@@ -343,12 +365,19 @@ async fn analytic(args: &Args, dir: &Path) -> Result<(), BoxError> {
             "SELECT count(*) AS n, sum(v) AS sv FROM events WHERE flag < 100".to_string(),
         ),
         (
+            "empty key range (the fixed cost of a query)",
+            "SELECT count(*) AS n FROM events WHERE id < 0".to_string(),
+        ),
+        (
             "key-range sum (10% of keys)",
             format!("SELECT count(*) AS n, sum(v) AS sv FROM events WHERE id >= {lo} AND id < {hi}"),
         ),
     ];
     for (label, sql) in &queries {
         side_by_side(label, sql, &q, &plain, args.reps).await?;
+    }
+    if args.explain {
+        explain(&queries, &q, &plain).await?;
     }
     db.close().await;
     Ok(())

@@ -5,6 +5,9 @@
 //!   compaction worker and GC, and the query service with writes enabled, over HTTP
 //!   (`POST /sql`, the data API under `/v1` (see [`api`]), `/health`, `/ready`) and Arrow
 //!   Flight SQL on 127.0.0.1.
+//! - `strata ingest`, `strata compactor`, `strata query`: the roles alone, sharing a bucket
+//!   (a local directory or S3). Every role reads one configuration ([`config`]).
+//! - `strata config`: prints a role's effective configuration.
 //! - `strata sql`: SQL against a running server over Arrow Flight SQL, one-shot or
 //!   interactive (see [`cli`]).
 //! - `strata quickstart`: create a table in a local directory, write, read, reopen from the
@@ -12,6 +15,7 @@
 
 mod api;
 mod cli;
+mod config;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -20,10 +24,13 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use clap::{Parser, Subcommand};
+use config::{Config, LogFormat, Role};
+use strata_engine::jobs::{Worker, WorkerConfig};
 use strata_engine::{Db, DbConfig, EngineConfig, ScanOptions, Value};
+use strata_manifest::Layout;
 use strata_objstore::ObjectStoreConfig;
+use strata_query::QueryService;
 use strata_query::auth::{Auth, Authenticator};
-use strata_query::{QueryConfig, QueryService};
 
 #[derive(Parser)]
 #[command(
@@ -36,32 +43,105 @@ struct Cli {
     command: Command,
 }
 
+/// Where a role's settings come from (see `docs/configuration.md`): defaults, the role's
+/// defaults, `--config`, `STRATA_*` variables, then these flags.
+#[derive(clap::Args, Debug, Clone)]
+struct Settings {
+    /// TOML configuration file (every setting and its default: docs/configuration.md).
+    #[arg(long, env = "STRATA_CONFIG")]
+    config: Option<PathBuf>,
+    /// Sets one setting, e.g. `--set engine.memtable_bytes_max=1048576` (repeatable; wins
+    /// over the file and the environment).
+    #[arg(long = "set", value_name = "PATH=VALUE")]
+    sets: Vec<String>,
+    /// Local directory of this node (`data_dir`): NVMe tier, caches and, with the local
+    /// store, the bucket (`<dir>/bucket`).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// HTTP listen address (`http`; port 0 picks a free port, the bound address is printed).
+    #[arg(long)]
+    http: Option<SocketAddr>,
+    /// Arrow Flight SQL listen address (`flight`).
+    #[arg(long)]
+    flight: Option<SocketAddr>,
+    /// API keys file (`auth.keys`; TOML `[[keys]]` with name, sha256, namespace, scope =
+    /// read | write | admin). Without keys every caller may do everything: keep the
+    /// listeners on 127.0.0.1.
+    #[arg(long)]
+    auth_keys: Option<PathBuf>,
+}
+
+impl Settings {
+    /// Loads the configuration of `role`; logging starts here (its format is a setting).
+    fn load(&self, role: Role) -> Result<Config, config::ConfigError> {
+        let mut sets = Vec::new();
+        let mut shortcut = |path: &str, v: Option<String>| {
+            if let Some(v) = v {
+                sets.push(format!("{path}={v}"));
+            }
+        };
+        shortcut(
+            "data_dir",
+            self.dir.as_ref().map(|d| d.display().to_string()),
+        );
+        shortcut("http", self.http.map(|a| a.to_string()));
+        shortcut("flight", self.flight.map(|a| a.to_string()));
+        shortcut(
+            "auth.keys",
+            self.auth_keys.as_ref().map(|d| d.display().to_string()),
+        );
+        sets.extend(self.sets.iter().cloned());
+        let sources = config::Sources::from_process(self.config.clone(), sets);
+        let (c, unknown) = config::load(role, &sources)?;
+        init_logs(c.log.format, &c.log.filter);
+        for name in unknown {
+            tracing::warn!(variable = %name, "STRATA_* variable names no setting; ignored");
+        }
+        Ok(c)
+    }
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Runs every role (ingest, compaction, query) in one process over a local directory,
-    /// answering SQL over HTTP (`POST /sql`) and Arrow Flight SQL. Ctrl-C or SIGTERM stops
-    /// it; every acknowledged write is in the directory's bucket.
+    /// answering the data API and SQL over HTTP and Arrow Flight SQL. Ctrl-C or SIGTERM
+    /// stops it; every acknowledged write is in the directory's bucket.
     Serve {
-        /// Data directory: the bucket is `<dir>/bucket`, the NVMe tier `<dir>/nvme`.
-        #[arg(long, default_value = "./strata-data", env = "STRATA_DATA_DIR")]
-        dir: PathBuf,
-        /// HTTP listen address (port 0 picks a free port; the bound address is printed).
-        #[arg(long, default_value = "127.0.0.1:8080", env = "STRATA_HTTP")]
-        http: SocketAddr,
-        /// Arrow Flight SQL listen address.
-        #[arg(long, default_value = "127.0.0.1:8081", env = "STRATA_FLIGHT")]
-        flight: SocketAddr,
-        /// Memory limit of one query.
-        #[arg(long, default_value_t = 1 << 30, env = "STRATA_QUERY_MEMORY_LIMIT_BYTES")]
-        query_memory_limit_bytes: usize,
-        /// Timeout of one query.
-        #[arg(long, default_value_t = 300_000, env = "STRATA_QUERY_TIMEOUT_MS")]
-        query_timeout_ms: u64,
-        /// API keys (TOML: `[[keys]]` with name, sha256, namespace, scope = read | write |
-        /// admin). Without it every caller may do everything: keep the listeners on
-        /// 127.0.0.1.
-        #[arg(long, env = "STRATA_AUTH_KEYS")]
-        auth_keys: Option<PathBuf>,
+        #[command(flatten)]
+        settings: Settings,
+    },
+    /// Runs the ingest role against a shared bucket (`store.*`: a local directory or S3):
+    /// it owns the tables' shards, takes writes (data API, SQL INSERT / UPDATE / DELETE,
+    /// Arrow Flight SQL), keeps the upper levels on its NVMe directory and publishes S3
+    /// compaction jobs for `strata compactor` processes (none run in-process unless
+    /// `engine.jobs.inprocess_workers` says so).
+    Ingest {
+        #[command(flatten)]
+        settings: Settings,
+    },
+    /// Runs a compaction worker against a shared bucket: it claims the S3-level jobs ingest
+    /// nodes publish (with a lease in the bucket), merges their inputs into Parquet and
+    /// hands the result back. Run any number; a killed worker's job is taken over when its
+    /// lease (`engine.jobs.lease_ms`) expires. Listens on nothing.
+    Compactor {
+        #[command(flatten)]
+        settings: Settings,
+    },
+    /// Runs a read-only query service against a shared bucket: SQL over HTTP and Arrow
+    /// Flight SQL at consistent snapshots, reading WAL tails, SSTs and Parquet levels from
+    /// the bucket. It never writes table data. Listens on 127.0.0.1:8090 / 8091 by default.
+    Query {
+        #[command(flatten)]
+        settings: Settings,
+    },
+    /// Prints the effective configuration of a role as TOML (after the file, `STRATA_*`
+    /// variables and flags), or the error that would stop it from starting.
+    Config {
+        /// The role whose defaults apply.
+        #[arg(long, value_enum, default_value = "serve")]
+        role: RoleArg,
+        #[command(flatten)]
+        settings: Settings,
     },
     /// Runs SQL against a running Strata over Arrow Flight SQL: the statement given, or
     /// statements read from stdin (interactive on a terminal; end each with ';', \q quits).
@@ -172,25 +252,58 @@ async fn quickstart(dir: PathBuf) -> anyhow_free::Result<()> {
     Ok(())
 }
 
-async fn serve(
-    dir: PathBuf,
-    http: SocketAddr,
-    flight: SocketAddr,
-    query: QueryConfig,
-    auth_keys: Option<PathBuf>,
-) -> anyhow_free::Result<()> {
-    let auth = match &auth_keys {
+/// Starts logging to stderr: `RUST_LOG` when set, else `filter`.
+fn init_logs(format: LogFormat, filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+fn authenticator(c: &Config) -> anyhow_free::Result<Authenticator> {
+    Ok(match c.keys_file() {
         Some(path) => Authenticator::with_keys(Auth::load(path)?),
         None => Authenticator::open(),
-    };
-    let db = open(&dir).await?;
-    let q = QueryService::new(db.clone(), query, true);
-    let http = tokio::net::TcpListener::bind(http).await?;
-    let flight = tokio::net::TcpListener::bind(flight).await?;
-    // Scripts and tests read the bound addresses from these lines.
+    })
+}
+
+/// Binds both listeners and prints their addresses (scripts and tests read these lines).
+async fn listen(
+    c: &Config,
+) -> anyhow_free::Result<(tokio::net::TcpListener, tokio::net::TcpListener)> {
+    let http = tokio::net::TcpListener::bind(c.http).await?;
+    let flight = tokio::net::TcpListener::bind(c.flight).await?;
     println!("http listening on {}", http.local_addr()?);
     println!("flight listening on {}", flight.local_addr()?);
-    tracing::info!(dir = %dir.display(), auth = auth.enabled(), "strata serve ready");
+    Ok((http, flight))
+}
+
+/// `strata serve` and `strata ingest`: the shard writer with the data API and SQL (writes
+/// enabled) over HTTP and Flight SQL.
+async fn writer(c: Config, role: &str) -> anyhow_free::Result<()> {
+    let auth = authenticator(&c)?;
+    let db = Db::open(DbConfig {
+        store: c.object_store(),
+        local_dir: c.local("nvme"),
+        engine: c.engine.clone(),
+    })
+    .await?;
+    let q = QueryService::new(db.clone(), c.query.clone(), true);
+    let (http, flight) = listen(&c).await?;
+    tracing::info!(
+        role,
+        data_dir = %c.data_dir.display(),
+        store = ?c.store.kind,
+        auth = auth.enabled(),
+        compaction_workers = c.engine.jobs.inprocess_workers,
+        "strata {role} ready"
+    );
     let result = strata_query::server::serve_with(
         q,
         auth.clone(),
@@ -204,42 +317,124 @@ async fn serve(
     result
 }
 
+/// `strata query`: a reader of the bucket (no compaction, no GC, no writes).
+async fn reader(mut c: Config) -> anyhow_free::Result<()> {
+    let auth = authenticator(&c)?;
+    c.engine.jobs.inprocess_workers = 0;
+    c.engine.gc.interval_ms = 0;
+    let db = Db::open(DbConfig {
+        store: c.object_store(),
+        local_dir: c.local("query-cache"),
+        engine: c.engine.clone(),
+    })
+    .await?;
+    let q = QueryService::new(db, c.query.clone(), false);
+    let (http, flight) = listen(&c).await?;
+    tracing::info!(data_dir = %c.data_dir.display(), store = ?c.store.kind, auth = auth.enabled(), "strata query ready");
+    strata_query::server::serve_with(
+        q,
+        auth,
+        axum::Router::new(),
+        http,
+        flight,
+        strata_query::server::stop_on_signal(),
+    )
+    .await
+}
+
+/// `strata compactor`: runs published S3-level compaction jobs until stopped.
+async fn compactor(c: Config) -> anyhow_free::Result<()> {
+    let (store, _) = strata_objstore::build(
+        &c.object_store(),
+        &strata_objstore::ObjectStoreMetrics::default(),
+    )
+    .await?;
+    let name = if c.compactor.name.is_empty() {
+        format!("compactor-{}", std::process::id())
+    } else {
+        c.compactor.name.clone()
+    };
+    let jobs = &c.engine.jobs;
+    let worker = Worker::new(
+        store,
+        Layout::new(&c.engine.root_prefix),
+        WorkerConfig {
+            name: name.clone(),
+            lease_ms: jobs.lease_ms,
+            heartbeat_ms: jobs.heartbeat_ms,
+            poll_ms: jobs.poll_ms,
+            scratch: c.local("compactor-scratch"),
+            debug_pause_per_file_ms: 0,
+        },
+        strata_common::clock::system(),
+    );
+    let stop = strata_query::server::stop_on_signal();
+    println!("compactor {name} running");
+    tracing::info!(worker = %name, root = %c.engine.root_prefix, store = ?c.store.kind, "strata compactor ready");
+    worker.run(stop).await;
+    tracing::info!(worker = %name, "compactor stopped");
+    Ok(())
+}
+
+/// A role on the command line.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum RoleArg {
+    Serve,
+    Ingest,
+    Compactor,
+    Query,
+}
+
+impl From<RoleArg> for Role {
+    fn from(r: RoleArg) -> Self {
+        match r {
+            RoleArg::Serve => Role::Serve,
+            RoleArg::Ingest => Role::Ingest,
+            RoleArg::Compactor => Role::Compactor,
+            RoleArg::Query => Role::Query,
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Quickstart { dir } => quickstart(dir).await,
+        Command::Quickstart { dir } => {
+            init_logs(LogFormat::Text, "warn");
+            quickstart(dir).await
+        }
         Command::Sql {
             flight,
             key,
             format,
             statement,
-        } => cli::sql(&flight, key.as_deref(), format, statement).await,
-        Command::Serve {
-            dir,
-            http,
-            flight,
-            query_memory_limit_bytes,
-            query_timeout_ms,
-            auth_keys,
         } => {
-            serve(
-                dir,
-                http,
-                flight,
-                QueryConfig {
-                    memory_limit_bytes: query_memory_limit_bytes,
-                    timeout_ms: query_timeout_ms,
-                    ..Default::default()
-                },
-                auth_keys,
-            )
-            .await
+            init_logs(LogFormat::Text, "warn");
+            cli::sql(&flight, key.as_deref(), format, statement).await
         }
+        Command::Serve { settings } => match settings.load(Role::Serve) {
+            Ok(c) => writer(c, "serve").await,
+            Err(e) => Err(e.into()),
+        },
+        Command::Ingest { settings } => match settings.load(Role::Ingest) {
+            Ok(c) => writer(c, "ingest").await,
+            Err(e) => Err(e.into()),
+        },
+        Command::Query { settings } => match settings.load(Role::Query) {
+            Ok(c) => reader(c).await,
+            Err(e) => Err(e.into()),
+        },
+        Command::Compactor { settings } => match settings.load(Role::Compactor) {
+            Ok(c) => compactor(c).await,
+            Err(e) => Err(e.into()),
+        },
+        Command::Config { role, settings } => settings
+            .load(role.into())
+            .map(|c| {
+                print!("{}", c.to_toml());
+            })
+            .map_err(Into::into),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");

@@ -26,8 +26,13 @@ pub fn start(dir: &std::path::Path) -> Server {
 
 /// [`start`] with more `strata serve` arguments.
 pub fn start_with(dir: &std::path::Path, args: &[&str]) -> Server {
+    start_role("serve", dir, args)
+}
+
+/// Starts `strata <role>` (serve, ingest or query) over `dir` on free ports.
+pub fn start_role(role: &str, dir: &std::path::Path, args: &[&str]) -> Server {
     let mut child = Command::new(env!("CARGO_BIN_EXE_strata"))
-        .arg("serve")
+        .arg(role)
         .arg("--dir")
         .arg(dir)
         .args(["--http", "127.0.0.1:0", "--flight", "127.0.0.1:0"])
@@ -35,7 +40,7 @@ pub fn start_with(dir: &std::path::Path, args: &[&str]) -> Server {
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
-        .expect("start strata serve");
+        .unwrap_or_else(|e| panic!("start strata {role}: {e}"));
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
     let mut addr = |prefix: &str| -> String {
         let line = lines.next().expect("address line").expect("read");
