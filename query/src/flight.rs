@@ -1,21 +1,26 @@
 //! Arrow Flight SQL over gRPC: `GetFlightInfo(CommandStatementQuery)` plans a query and
 //! returns a ticket carrying the SQL; `DoGet` runs it (a fresh snapshot) and streams Arrow
 //! batches; `DoPut(CommandStatementUpdate)` runs INSERT / UPDATE / DELETE / CREATE / DROP and
-//! returns the row count. Errors map to gRPC statuses in [`crate::error`].
+//! returns the row count; `DoPut(CommandStatementIngest)` bulk-loads a stream of Arrow
+//! batches into a table ([`crate::ingest`]: upserts; `TABLE_NOT_EXIST_OPTION_CREATE` with a
+//! `primary_key` option of comma-separated columns creates it). Errors map to gRPC statuses
+//! in [`crate::error`].
 //!
-//! Not yet: prepared statements, catalog metadata commands (`GetTables`, ...), Substrait.
+//! Not yet: prepared statements, catalog metadata commands (`GetTables`, ...), Substrait,
+//! transactions.
 
 use std::net::SocketAddr;
 use std::pin::Pin;
 
 use arrow::array::UInt64Array;
+use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_server::FlightServiceServer;
 use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
 use arrow_flight::sql::{
-    Any, CommandStatementQuery, CommandStatementUpdate, ProstMessageExt, SqlInfo,
-    TicketStatementQuery,
+    Any, CommandStatementIngest, CommandStatementQuery, CommandStatementUpdate, ProstMessageExt,
+    SqlInfo, TableExistsOption, TableNotExistOption, TicketStatementQuery,
 };
 use arrow_flight::{
     FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, Ticket,
@@ -27,7 +32,8 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::auth::{Authenticator, Principal};
 
-use crate::error::QueryError;
+use crate::error::{QueryError, QueryErrorKind};
+use crate::ingest::{IfExists, IfMissing, IngestRequest};
 use crate::service::{QueryService, query_error};
 
 /// The Flight SQL service.
@@ -86,6 +92,47 @@ fn tokio_stream_from(
 
 fn status(e: QueryError) -> Status {
     e.grpc_status()
+}
+
+/// The ingest a Flight SQL command asks for; what Strata does not do is refused.
+fn ingest_request(cmd: &CommandStatementIngest) -> Result<IngestRequest, Status> {
+    if cmd.transaction_id.is_some() {
+        return Err(Status::unimplemented("Strata has no transactions"));
+    }
+    if cmd.temporary {
+        return Err(Status::invalid_argument("Strata has no temporary tables"));
+    }
+    let opts = cmd.table_definition_options.unwrap_or_default();
+    let if_missing = match TableNotExistOption::try_from(opts.if_not_exist) {
+        Ok(TableNotExistOption::Create) => IfMissing::Create,
+        _ => IfMissing::Fail,
+    };
+    let if_exists = match TableExistsOption::try_from(opts.if_exists) {
+        Ok(TableExistsOption::Fail) => IfExists::Fail,
+        Ok(TableExistsOption::Replace) => {
+            return Err(Status::invalid_argument(
+                "replacing a table is not supported: drop it first, or append (upsert)",
+            ));
+        }
+        _ => IfExists::Append,
+    };
+    let primary_key = cmd
+        .options
+        .get("primary_key")
+        .map(|k| {
+            k.split(',')
+                .map(|c| c.trim().to_string())
+                .filter(|c| !c.is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(IngestRequest {
+        table: cmd.table.clone(),
+        namespace: cmd.schema.clone(),
+        if_missing,
+        if_exists,
+        primary_key,
+    })
 }
 
 fn sql_of_ticket(handle: &[u8]) -> Result<String, Status> {
@@ -176,6 +223,31 @@ impl FlightSqlService for FlightSql {
             .and_then(|c| c.as_any().downcast_ref::<UInt64Array>())
             .map_or(0, |a| a.value(0));
         Ok(count as i64)
+    }
+
+    async fn do_put_statement_ingest(
+        &self,
+        cmd: CommandStatementIngest,
+        request: Request<PeekableFlightDataStream>,
+    ) -> Result<i64, Status> {
+        let who = self.caller(&request)?;
+        let req = ingest_request(&cmd)?;
+        let data = request
+            .into_inner()
+            .map_err(|s| FlightError::Tonic(Box::new(s)));
+        let batches = FlightRecordBatchStream::new_from_flight_data(data).map_err(|e| match e {
+            FlightError::Tonic(s) => QueryError::new(QueryErrorKind::Invalid, s.message()),
+            other => QueryError::new(
+                QueryErrorKind::Invalid,
+                format!("decoding the Arrow stream: {other}"),
+            ),
+        });
+        let rows = self
+            .q
+            .ingest_as(&req, batches, &who)
+            .await
+            .map_err(status)?;
+        Ok(rows as i64)
     }
 
     async fn do_get_fallback(

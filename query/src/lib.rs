@@ -12,6 +12,7 @@
 //!   are reconciled (never used to skip files by their statistics).
 //! - [`service`]: sessions with the safety rules (no file or URL access, no DDL, memory limit
 //!   and timeout per query).
+//! - [`ingest`]: bulk ingest of Arrow batch streams (Flight SQL `CommandStatementIngest`).
 //! - [`http`] and [`flight`]: the endpoints; [`server`] runs both; [`metrics`] is
 //!   `GET /metrics`.
 //!
@@ -23,6 +24,7 @@ pub mod catalog;
 pub mod error;
 pub mod flight;
 pub mod http;
+pub mod ingest;
 pub mod metrics;
 pub mod provider;
 pub mod pushdown;

@@ -112,6 +112,11 @@ impl QueryService {
         &self.db
     }
 
+    /// Whether writes go through this service (it is the tables' writer).
+    pub fn is_writable(&self) -> bool {
+        self.writable
+    }
+
     fn timeout(&self) -> Duration {
         Duration::from_millis(self.config.timeout_ms.max(1))
     }

@@ -51,6 +51,39 @@ impl SqlClient {
         Ok(Self { client })
     }
 
+    /// The schema of a table, or None when it does not exist (asks the server to plan
+    /// `SELECT * ... LIMIT 0`; nothing is read).
+    pub async fn table_schema(
+        &mut self,
+        table: &str,
+    ) -> Result<Option<arrow::datatypes::SchemaRef>, BoxError> {
+        let quoted: Vec<String> = table
+            .split('.')
+            .map(|p| format!("\"{}\"", p.replace('"', "\"\"")))
+            .collect();
+        let sql = format!("SELECT * FROM {} LIMIT 0", quoted.join("."));
+        match self.client.execute(sql, None).await {
+            Ok(info) => Ok(Some(std::sync::Arc::new(info.try_decode_schema()?))),
+            Err(FlightError::Tonic(s)) if s.code() == tonic::Code::NotFound => Ok(None),
+            Err(e) => Err(flight_error(e)),
+        }
+    }
+
+    /// Streams batches into a table (Flight SQL bulk ingest); the rows the server wrote.
+    pub async fn ingest<S>(
+        &mut self,
+        command: arrow_flight::sql::CommandStatementIngest,
+        batches: S,
+    ) -> Result<i64, BoxError>
+    where
+        S: futures::Stream<Item = Result<RecordBatch, FlightError>> + Send + 'static,
+    {
+        self.client
+            .execute_ingest(command, batches)
+            .await
+            .map_err(flight_error)
+    }
+
     /// Runs one statement; its results (DDL and DML answer one row too).
     pub async fn run(&mut self, sql: &str) -> Result<Vec<RecordBatch>, BoxError> {
         let info = self

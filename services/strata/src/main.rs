@@ -16,6 +16,7 @@
 mod api;
 mod cli;
 mod config;
+mod load;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -158,6 +159,35 @@ enum Command {
         format: cli::Output,
         /// One statement; without it, statements come from stdin.
         statement: Option<String>,
+    },
+    /// Bulk-loads a CSV (with a header row), NDJSON or Parquet file into a table over Arrow
+    /// Flight SQL, showing progress and printing the throughput. Values are parsed into the
+    /// table's column types; columns are matched by name. Each batch is one atomic upsert,
+    /// so loading a file again is harmless.
+    Load {
+        /// The table (`ns.table` for a namespace).
+        #[arg(long)]
+        table: String,
+        /// The file; its format comes from the extension (.csv, .ndjson/.jsonl/.json,
+        /// .parquet) unless --format says.
+        file: PathBuf,
+        /// The file's format.
+        #[arg(long, value_enum)]
+        format: Option<load::InputFormat>,
+        /// Rows per batch (one atomic write each).
+        #[arg(long, default_value_t = 8192)]
+        batch_rows: usize,
+        /// Create the table if it does not exist, from the file's columns (types inferred
+        /// from CSV and NDJSON, Parquet's own), with this primary key (comma-separated;
+        /// needs admin scope).
+        #[arg(long, value_delimiter = ',')]
+        create_key: Vec<String>,
+        /// Flight SQL address of the ingest node (`strata serve` or `strata ingest`).
+        #[arg(long, default_value = "127.0.0.1:8081", env = "STRATA_FLIGHT")]
+        flight: String,
+        /// API key (write scope on the table's namespace).
+        #[arg(long, env = "STRATA_API_KEY", hide_env_values = true)]
+        key: Option<String>,
     },
     /// Creates a table in a local directory (the embedded default bucket), writes rows,
     /// reads them back, reopens from the bucket alone and reads again.
@@ -412,6 +442,27 @@ async fn main() {
         } => {
             init_logs(LogFormat::Text, "warn");
             cli::sql(&flight, key.as_deref(), format, statement).await
+        }
+        Command::Load {
+            table,
+            file,
+            format,
+            batch_rows,
+            create_key,
+            flight,
+            key,
+        } => {
+            init_logs(LogFormat::Text, "warn");
+            load::load(load::LoadArgs {
+                flight,
+                key,
+                table,
+                file,
+                format,
+                batch_rows,
+                create_key,
+            })
+            .await
         }
         Command::Serve { settings } => match settings.load(Role::Serve) {
             Ok(c) => writer(c, "serve").await,

@@ -1,0 +1,163 @@
+//! `strata load`: CSV, NDJSON and Parquet files into tables over Flight SQL bulk ingest.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::process::Command;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Int32Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
+use common::{request, start};
+
+fn load(flight: &str, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .arg("load")
+        .args(["--flight", flight])
+        .args(args)
+        .env_remove("STRATA_API_KEY")
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+fn sql(http: &str, q: &str) -> serde_json::Value {
+    let (st, body) = request(
+        http,
+        "POST",
+        "/sql",
+        &serde_json::json!({"sql": q}).to_string(),
+    );
+    assert_eq!(st, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+#[test]
+fn csv_ndjson_and_parquet_files_load_into_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(&dir.path().join("data"));
+    let (h, f) = (server.http.clone(), server.flight.clone());
+    let file = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+
+    // A missing table needs --create-key.
+    let csv = file(
+        "players.csv",
+        "score,id,name\n9.5,1,ada\n8,2,\"grace, rear admiral\"\n7.25,3,edsger\n",
+    );
+    let (ok, _, err) = load(&f, &["--table", "players", &csv]);
+    assert!(!ok);
+    assert!(err.contains("--create-key"), "{err}");
+    let (ok, out, err) = load(&f, &["--table", "players", "--create-key", "id", &csv]);
+    assert!(ok, "{err}");
+    assert!(
+        out.starts_with("loaded 3 rows") && out.contains("(created)"),
+        "{out}"
+    );
+    assert_eq!(
+        sql(&h, "SELECT id, name, score FROM players ORDER BY id"),
+        serde_json::json!([
+            {"id": 1, "name": "ada", "score": 9.5},
+            {"id": 2, "name": "grace, rear admiral", "score": 8.0},
+            {"id": 3, "name": "edsger", "score": 7.25}
+        ])
+    );
+
+    // NDJSON into the existing table: upserts by key, fields by name, types the table's.
+    let nd = file(
+        "more.ndjson",
+        "{\"id\": 3, \"name\": \"dijkstra\", \"score\": 7.5}\n{\"name\": \"barbara\", \"id\": 4}\n",
+    );
+    let (ok, out, err) = load(&f, &["--table", "players", &nd]);
+    assert!(ok, "{err}");
+    assert!(out.starts_with("loaded 2 rows"), "{out}");
+    assert_eq!(
+        sql(
+            &h,
+            "SELECT id, name, score FROM players WHERE id >= 3 ORDER BY id"
+        ),
+        serde_json::json!([
+            {"id": 3, "name": "dijkstra", "score": 7.5},
+            {"id": 4, "name": "barbara"}
+        ])
+    );
+
+    // Parquet: columns by name, cast to the table's types (INT32 -> BIGINT), many batches.
+    let n = 20_000;
+    let batch = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![
+            Field::new("name", DataType::Utf8, true),
+            Field::new("id", DataType::Int32, false),
+        ])),
+        vec![
+            Arc::new(StringArray::from_iter_values(
+                (0..n).map(|i| format!("p{i}")),
+            )) as ArrayRef,
+            Arc::new(Int32Array::from_iter_values(100..100 + n)),
+        ],
+    )
+    .unwrap();
+    let pq = dir.path().join("bulk.parquet");
+    let mut w = parquet::arrow::ArrowWriter::try_new(
+        std::fs::File::create(&pq).unwrap(),
+        batch.schema(),
+        None,
+    )
+    .unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    let (ok, out, err) = load(
+        &f,
+        &[
+            "--table",
+            "players",
+            "--batch-rows",
+            "3000",
+            pq.to_str().unwrap(),
+        ],
+    );
+    assert!(ok, "{err}");
+    assert!(out.starts_with(&format!("loaded {n} rows")), "{out}");
+    assert_eq!(
+        sql(
+            &h,
+            "SELECT count(*) AS n, max(name) AS m FROM players WHERE id >= 100"
+        ),
+        serde_json::json!([{"n": n, "m": "p9999"}])
+    );
+
+    // Bad input fails with the place named; nothing of a failing batch is written.
+    let bad = file("bad.csv", "id,name,score\n10,x,1\n11,y,lots\n");
+    let (ok, _, err) = load(&f, &["--table", "players", &bad]);
+    assert!(!ok);
+    assert!(err.contains("bad.csv") && err.contains("lots"), "{err}");
+    assert_eq!(
+        sql(&h, "SELECT count(*) AS n FROM players WHERE id IN (10, 11)"),
+        serde_json::json!([{"n": 0}])
+    );
+    let unknown = file("unknown.csv", "id,nickname\n12,z\n");
+    let (ok, _, err) = load(&f, &["--table", "players", &unknown]);
+    assert!(!ok);
+    assert!(err.contains("nickname"), "{err}");
+    let strict = file("strict.ndjson", "{\"id\": 13, \"nickname\": \"z\"}\n");
+    let (ok, _, err) = load(&f, &["--table", "players", &strict]);
+    assert!(!ok);
+    assert!(err.contains("nickname"), "{err}");
+    let nokey = file("nokey.ndjson", "{\"name\": \"z\"}\n");
+    let (ok, _, err) = load(&f, &["--table", "players", &nokey]);
+    assert!(!ok);
+    assert!(
+        err.contains("nokey.ndjson") && err.contains("\"id\""),
+        "{err}"
+    );
+    let (ok, _, err) = load(&f, &["--table", "players", &file("x.txt", "id\n1\n")]);
+    assert!(!ok);
+    assert!(err.contains("--format"), "{err}");
+}
