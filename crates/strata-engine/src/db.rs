@@ -176,6 +176,11 @@ impl Db {
         })
     }
 
+    /// Where objects live in the bucket.
+    pub fn layout(&self) -> &Layout {
+        &self.inner.layout
+    }
+
     /// The object store (decorated).
     pub fn store(&self) -> &StoreRef {
         &self.inner.store

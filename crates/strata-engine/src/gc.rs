@@ -39,6 +39,36 @@ pub struct GcReport {
     pub jobs_deleted: usize,
 }
 
+/// What one GC pass would delete: the plan of a dry run, or of a pass before it deletes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GcPlan {
+    /// SST objects.
+    pub ssts: Vec<object_store::path::Path>,
+    /// WAL segments.
+    pub wal_segments: Vec<object_store::path::Path>,
+    /// Parquet objects.
+    pub parquet: Vec<object_store::path::Path>,
+    /// Abandoned jobs (their spec, lease, result and outputs).
+    pub jobs: Vec<String>,
+    /// Manifest versions.
+    pub manifests: Vec<u64>,
+    /// Manifest versions kept (the newest ones, young ones, and those readers use).
+    pub manifests_retained: Vec<u64>,
+}
+
+impl GcPlan {
+    /// The counts of the plan.
+    pub fn report(&self) -> GcReport {
+        GcReport {
+            ssts_deleted: self.ssts.len(),
+            wal_segments_deleted: self.wal_segments.len(),
+            manifests_deleted: self.manifests.len(),
+            parquet_deleted: self.parquet.len(),
+            jobs_deleted: self.jobs.len(),
+        }
+    }
+}
+
 pub(crate) async fn gc_loop(inner: Arc<ShardInner>) {
     let every = std::time::Duration::from_millis(inner.config.gc.interval_ms);
     loop {
@@ -61,11 +91,33 @@ fn age_ms(now_ms: u64, m: &object_store::ObjectMeta) -> u64 {
     now_ms.saturating_sub(m.last_modified.timestamp_millis().max(0) as u64)
 }
 
-/// One GC pass.
+/// One GC pass: the plan, then its deletions.
 pub(crate) async fn collect(inner: &ShardInner) -> Result<GcReport> {
+    let plan = plan(inner, true).await?;
+    for p in plan
+        .ssts
+        .iter()
+        .chain(&plan.wal_segments)
+        .chain(&plan.parquet)
+    {
+        delete(inner, p).await?;
+    }
+    let layout = &inner.s3.layout;
+    for id in &plan.jobs {
+        crate::jobs::remove(&inner.store, layout, id).await?;
+    }
+    for v in &plan.manifests {
+        inner.manifests.delete(*v).await?;
+    }
+    Ok(plan.report())
+}
+
+/// What a GC pass deletes now (see the module documentation); `tidy` also deletes lapsed
+/// snapshot pins (a dry run changes nothing).
+pub(crate) async fn plan(inner: &ShardInner, tidy: bool) -> Result<GcPlan> {
     let now = inner.clock.now_ms();
     let min_age = inner.config.gc.min_age_ms;
-    let mut report = GcReport::default();
+    let mut report = GcPlan::default();
     let versions = inner.manifests.list_versions().await?;
     let Some((newest, _)) = versions.last() else {
         return Ok(report);
@@ -78,7 +130,7 @@ pub(crate) async fn collect(inner: &ShardInner) -> Result<GcReport> {
     let mut discard = Vec::new();
     let mut reading: HashSet<u64> = inner.readers.lock().keys().copied().collect();
     // Views in other processes (queries) pin the manifest version they read.
-    reading.extend(crate::view::pinned_versions(&inner.store, &inner.paths, now, true).await?);
+    reading.extend(crate::view::pinned_versions(&inner.store, &inner.paths, now, tidy).await?);
     for (i, (v, meta)) in versions.iter().enumerate() {
         if i >= keep_from || age_ms(now, meta) < min_age || *v == newest || reading.contains(v) {
             retained.push(*v);
@@ -130,8 +182,7 @@ pub(crate) async fn collect(inner: &ShardInner) -> Result<GcReport> {
         if referenced.contains(&id) || in_flight.contains(&id) || age_ms(now, &m) < min_age {
             continue;
         }
-        delete(inner, &m.location).await?;
-        report.ssts_deleted += 1;
+        report.ssts.push(m.location);
     }
 
     let wal: Vec<object_store::ObjectMeta> = inner
@@ -145,8 +196,7 @@ pub(crate) async fn collect(inner: &ShardInner) -> Result<GcReport> {
             continue;
         };
         if id <= replay_floor && m.size > 0 && age_ms(now, &m) >= min_age {
-            delete(inner, &m.location).await?;
-            report.wal_segments_deleted += 1;
+            report.wal_segments.push(m.location);
         }
     }
 
@@ -170,8 +220,7 @@ pub(crate) async fn collect(inner: &ShardInner) -> Result<GcReport> {
         {
             continue;
         }
-        delete(inner, &m.location).await?;
-        report.parquet_deleted += 1;
+        report.parquet.push(m.location);
     }
 
     let layout = &inner.s3.layout;
@@ -184,15 +233,11 @@ pub(crate) async fn collect(inner: &ShardInner) -> Result<GcReport> {
             Err(_) => true,
         };
         if old {
-            crate::jobs::remove(&inner.store, layout, &id).await?;
-            report.jobs_deleted += 1;
+            report.jobs.push(id);
         }
     }
-
-    for v in discard {
-        inner.manifests.delete(v).await?;
-        report.manifests_deleted += 1;
-    }
+    report.manifests = discard;
+    report.manifests_retained = retained;
     Ok(report)
 }
 

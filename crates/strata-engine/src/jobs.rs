@@ -228,6 +228,19 @@ pub async fn list(store: &StoreRef, layout: &Layout, prefix: &str) -> Result<Vec
     Ok(ids)
 }
 
+/// Reads a job's lease, if it has one (claimed; possibly expired).
+pub async fn lease(store: &StoreRef, layout: &Layout, id: &str) -> Result<Option<Lease>> {
+    let path = layout.job_lease(id);
+    match store.get(&path).await {
+        Ok(g) => {
+            let data = g.bytes().await.map_err(Error::store("read lease"))?;
+            Ok(Some(parse(&path, &data)?))
+        }
+        Err(object_store::Error::NotFound { .. }) => Ok(None),
+        Err(e) => Err(Error::store(format!("read lease of job {id}"))(e)),
+    }
+}
+
 /// Reads a job's spec.
 pub async fn spec(store: &StoreRef, layout: &Layout, id: &str) -> Result<Option<JobSpec>> {
     let path = layout.job(id);

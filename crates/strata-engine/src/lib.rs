@@ -38,7 +38,7 @@ pub mod wal;
 pub use config::{Durability, EngineConfig, GcConfig, JobsConfig, WriteOptions};
 pub use db::{Db, DbConfig, ScanOptions, Snapshot, Table, TableView};
 pub use error::{Error, Result};
-pub use gc::GcReport;
+pub use gc::{GcPlan, GcReport};
 pub use scan::{ScanPaths, ViewBatches};
 pub use schema::Mutation;
 pub use shard::{Shard, ShardSnapshot};

@@ -624,6 +624,33 @@ impl Shard {
         }
     }
 
+    /// The shard's manifest versions in the bucket: (version, bytes, last modified ms).
+    pub async fn manifest_versions(&self) -> Result<Vec<(u64, u64, u64)>> {
+        Ok(self
+            .inner
+            .manifests
+            .list_versions()
+            .await?
+            .into_iter()
+            .map(|(v, m)| (v, m.size, m.last_modified.timestamp_millis().max(0) as u64))
+            .collect())
+    }
+
+    /// Durable snapshot pins of readers in other processes: (reader, record).
+    pub async fn pins(&self) -> Result<Vec<(String, crate::view::PinRecord)>> {
+        crate::view::list_pins(&self.inner.store, &self.inner.paths).await
+    }
+
+    /// Snapshots this process holds (pinned sequence numbers, one per snapshot).
+    pub fn local_snapshots(&self) -> Vec<u64> {
+        self.inner
+            .pins
+            .lock()
+            .iter()
+            .flat_map(|(seq, n)| std::iter::repeat_n(*seq, *n))
+            .collect()
+    }
+
     /// Job ids this shard has published and not settled.
     pub fn outstanding_jobs(&self) -> Vec<String> {
         self.inner.outstanding.lock().keys().cloned().collect()
@@ -668,6 +695,12 @@ impl Shard {
     pub async fn gc(&self) -> Result<crate::gc::GcReport> {
         self.inner.check_open()?;
         crate::gc::collect(&self.inner).await
+    }
+
+    /// What a GC pass would delete now, deleting nothing (a dry run).
+    pub async fn gc_plan(&self) -> Result<crate::gc::GcPlan> {
+        self.inner.check_open()?;
+        crate::gc::plan(&self.inner, false).await
     }
 
     /// Pins the current state: versions visible at it survive compaction until dropped.

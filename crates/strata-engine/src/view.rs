@@ -496,6 +496,36 @@ static NEXT_PIN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::ne
 
 /// Manifest versions pinned by live durable pins of the shard at `paths`; lapsed pins are
 /// deleted when `delete_lapsed`.
+/// Every durable pin of a shard: (reader, record), lapsed ones included.
+pub(crate) async fn list_pins(
+    store: &StoreRef,
+    paths: &ShardPaths,
+) -> Result<Vec<(String, PinRecord)>> {
+    let metas: Vec<object_store::ObjectMeta> = store
+        .list(Some(&paths.pins_dir()))
+        .try_collect()
+        .await
+        .map_err(Error::store("list pins"))?;
+    let mut out = Vec::new();
+    for m in metas {
+        let data = match store.get(&m.location).await {
+            Ok(g) => g.bytes().await.map_err(Error::store("read pin"))?,
+            Err(object_store::Error::NotFound { .. }) => continue,
+            Err(e) => return Err(Error::store("read pin")(e)),
+        };
+        let reader = m
+            .location
+            .filename()
+            .and_then(|f| f.strip_suffix(".json"))
+            .unwrap_or_default()
+            .to_string();
+        if let Ok(p) = serde_json::from_slice::<PinRecord>(&data) {
+            out.push((reader, p));
+        }
+    }
+    Ok(out)
+}
+
 pub(crate) async fn pinned_versions(
     store: &StoreRef,
     paths: &ShardPaths,

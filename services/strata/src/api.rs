@@ -11,6 +11,9 @@
 //! | `POST /v1/tables/{t}/delete` | delete rows by key (objects holding the key columns) |
 //! | `GET /v1/tables/{t}/rows/get?key=..&columns=..` | point read (one `key` per key column, in key order) |
 //! | `GET /v1/tables/{t}/rows?start=..&end=..&limit=..&after=..&columns=..` | key-range scan, one page |
+//! | `GET /v1/admin/tables/{t}` | operator view of a table: shards (key range, writer epoch, manifest version, NVMe levels, S3 runs, backlog), manifest versions, snapshots, outstanding jobs (admin scope) |
+//! | `POST /v1/admin/tables/{t}/gc?dry_run=true` | garbage collection now, or what it would delete (admin scope) |
+//! | `GET /v1/admin/jobs` | S3 compaction jobs in the bucket with their leases (admin scope on every namespace) |
 //! | `GET /openapi.json` | the OpenAPI document of every HTTP route (`docs/openapi.json`) |
 //!
 //! Row bodies are a JSON array of objects (`application/json`), one object per line
@@ -149,6 +152,9 @@ pub fn router(db: Db, auth: Authenticator) -> Router {
         )
         .route("/v1/tables/{table}/rows/get", get(point_get))
         .route("/v1/tables/{table}/delete", post(delete))
+        .route("/v1/admin/tables/{table}", get(admin_table))
+        .route("/v1/admin/tables/{table}/gc", post(admin_gc))
+        .route("/v1/admin/jobs", get(admin_jobs))
         .route(
             "/openapi.json",
             get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI_JSON) }),
@@ -1057,4 +1063,199 @@ mod fuzz {
             exercise(&f, ct, &inserted);
         }
     }
+}
+
+// --- Operator endpoints (`strata admin`). ---
+
+fn now_ms() -> u64 {
+    strata_common::clock::system().now_ms()
+}
+
+async fn admin_table(
+    State(st): Shared,
+    who: Caller,
+    Path(table): Path<String>,
+) -> ApiResult<Response> {
+    who.check(&table, Scope::Admin)?;
+    let entry = st.db.describe(&table).await?;
+    let t = st.db.table(&table).await?;
+    let now = now_ms();
+    let mut shards = Vec::new();
+    for (i, s) in t.shards().enumerate() {
+        let m = s.manifest();
+        let stats = s.stats();
+        let range = entry.shards.get(i);
+        let nvme: Vec<Json> = m
+            .value
+            .levels
+            .iter()
+            .enumerate()
+            .map(|(l, lv)| {
+                json!({
+                    "level": l,
+                    "ssts": lv.ssts.len(),
+                    "bytes": lv.ssts.iter().map(|x| x.size_bytes).sum::<u64>(),
+                    "entries": lv.ssts.iter().map(|x| x.entries).sum::<u64>(),
+                })
+            })
+            .collect();
+        let s3: Vec<Json> = m
+            .value
+            .s3_levels
+            .iter()
+            .enumerate()
+            .map(|(l, lv)| {
+                let groups: Vec<Json> = lv
+                    .groups
+                    .iter()
+                    .enumerate()
+                    .map(|(g, run)| {
+                        json!({
+                            "group": g,
+                            "columns": entry.column_groups.get(l).and_then(|c| c.get(g)),
+                            "files": run.files.len(),
+                            "rows": run.files.iter().map(|f| f.rows).sum::<u64>(),
+                            "bytes": run.files.iter().map(|f| f.size_bytes).sum::<u64>(),
+                        })
+                    })
+                    .collect();
+                json!({"level": l + 1, "groups": groups})
+            })
+            .collect();
+        let versions: Vec<Json> = s
+            .manifest_versions()
+            .await?
+            .into_iter()
+            .map(|(v, bytes, modified)| {
+                json!({"version": v, "bytes": bytes, "age_ms": now.saturating_sub(modified)})
+            })
+            .collect();
+        let pins: Vec<Json> = s
+            .pins()
+            .await?
+            .into_iter()
+            .map(|(reader, p)| {
+                json!({
+                    "reader": reader,
+                    "manifest_version": p.manifest_version,
+                    "expires_at_ms": p.expires_at_ms,
+                    "live": p.expires_at_ms >= now,
+                })
+            })
+            .collect();
+        shards.push(json!({
+            "shard": s.name(),
+            "key_start": range.map(|r| hex::encode(&r.key_start)),
+            "key_end": range.and_then(|r| r.key_end.as_ref().map(hex::encode)),
+            "writer_epoch": m.value.writer_epoch,
+            "manifest_version": m.version,
+            "last_seq": s.last_seq(),
+            "seq_flushed": m.value.seq_flushed,
+            "wal_replay_after": m.value.wal_replay_after,
+            "compaction_floor_seq": m.value.compaction_floor_seq,
+            "manifest_written_at_ms": m.value.written_at_ms,
+            "nvme_levels": nvme,
+            "s3_levels": s3,
+            "backlog": {
+                "memtables_frozen": stats.memtables_frozen,
+                "sorted_runs": stats.sorted_runs,
+                "s3_jobs_outstanding": stats.s3_jobs,
+                "stalls": stats.stalls,
+            },
+            "manifest_versions": versions,
+            "snapshots": {
+                "in_process": s.local_snapshots(),
+                "durable_pins": pins,
+            },
+            "jobs_outstanding": s.outstanding_jobs(),
+        }));
+    }
+    Ok(axum::Json(json!({"table": entry.name, "id": entry.id, "shards": shards})).into_response())
+}
+
+#[derive(Deserialize)]
+struct GcParams {
+    #[serde(default)]
+    dry_run: bool,
+}
+
+async fn admin_gc(
+    State(st): Shared,
+    who: Caller,
+    Path(table): Path<String>,
+    Query(p): Query<GcParams>,
+) -> ApiResult<Response> {
+    who.check(&table, Scope::Admin)?;
+    let t = st.db.table(&table).await?;
+    let mut shards = Vec::new();
+    for s in t.shards() {
+        let shard = if p.dry_run {
+            let plan = s.gc_plan().await?;
+            fn paths<T: ToString>(v: &[T]) -> Vec<String> {
+                v.iter().map(ToString::to_string).collect()
+            }
+            json!({
+                "shard": s.name(),
+                "ssts": paths(&plan.ssts),
+                "wal_segments": paths(&plan.wal_segments),
+                "parquet": paths(&plan.parquet),
+                "jobs": plan.jobs,
+                "manifests": plan.manifests,
+                "manifests_retained": plan.manifests_retained,
+            })
+        } else {
+            let r = s.gc().await?;
+            json!({
+                "shard": s.name(),
+                "ssts": r.ssts_deleted,
+                "wal_segments": r.wal_segments_deleted,
+                "parquet": r.parquet_deleted,
+                "jobs": r.jobs_deleted,
+                "manifests": r.manifests_deleted,
+            })
+        };
+        shards.push(shard);
+    }
+    Ok(axum::Json(json!({"dry_run": p.dry_run, "shards": shards})).into_response())
+}
+
+async fn admin_jobs(State(st): Shared, who: Caller) -> ApiResult<Response> {
+    if !who.0.all_namespaces() || !who.0.allows("*", Scope::Admin) {
+        return Err(query_error(QueryError::new(
+            QueryErrorKind::Forbidden,
+            format!(
+                "key {} cannot list compaction jobs: that needs admin scope on every namespace (\"*\")",
+                who.0.name
+            ),
+        )));
+    }
+    let store = st.db.store();
+    let layout = st.db.layout().clone();
+    let now = now_ms();
+    let mut jobs = Vec::new();
+    for id in strata_engine::jobs::list(store, &layout, "").await? {
+        let Some(spec) = strata_engine::jobs::spec(store, &layout, &id).await? else {
+            continue;
+        };
+        let lease = strata_engine::jobs::lease(store, &layout, &id).await?;
+        let done = strata_engine::jobs::result(store, &layout, &id).await?;
+        jobs.push(json!({
+            "id": id,
+            "table": spec.table.name,
+            "shard_dir": spec.shard_dir,
+            "target_level": spec.target_level,
+            "input_bytes": spec.input_bytes,
+            "age_ms": now.saturating_sub(spec.created_at_ms),
+            "state": match (&done, &lease) {
+                (Some(_), _) => "done",
+                (None, Some(l)) if l.expires_at_ms >= now => "running",
+                (None, Some(_)) => "lease_expired",
+                (None, None) => "waiting",
+            },
+            "worker": lease.as_ref().map(|l| l.worker.clone()),
+            "attempt": lease.as_ref().map(|l| l.attempt),
+            "lease_expires_in_ms": lease.as_ref().map(|l| l.expires_at_ms as i64 - now as i64),
+        }));
+    }
+    Ok(axum::Json(json!({"jobs": jobs})).into_response())
 }

@@ -13,6 +13,7 @@
 //! - `strata quickstart`: create a table in a local directory, write, read, reopen from the
 //!   bucket and read again (the embedded API, no server).
 
+mod admin;
 mod api;
 mod cli;
 mod config;
@@ -188,6 +189,28 @@ enum Command {
         /// API key (write scope on the table's namespace).
         #[arg(long, env = "STRATA_API_KEY", hide_env_values = true)]
         key: Option<String>,
+    },
+    /// Operator commands against a running ingest node (`strata serve` or `strata ingest`)
+    /// over HTTP, with an admin key when keys are configured: tables, shards and their
+    /// writer epochs, manifest versions, snapshots, compaction jobs and leases, and garbage
+    /// collection (with a dry run).
+    Admin {
+        /// HTTP address of the ingest node.
+        #[arg(
+            long,
+            default_value = "127.0.0.1:8080",
+            env = "STRATA_HTTP",
+            global = true
+        )]
+        http: String,
+        /// API key (admin scope).
+        #[arg(long, env = "STRATA_API_KEY", hide_env_values = true, global = true)]
+        key: Option<String>,
+        /// Print the server's JSON answer instead of text.
+        #[arg(long, global = true)]
+        json: bool,
+        #[command(subcommand)]
+        command: admin::AdminCommand,
     },
     /// Creates a table in a local directory (the embedded default bucket), writes rows,
     /// reads them back, reopens from the bucket alone and reads again.
@@ -463,6 +486,15 @@ async fn main() {
                 create_key,
             })
             .await
+        }
+        Command::Admin {
+            http,
+            key,
+            json,
+            command,
+        } => {
+            init_logs(LogFormat::Text, "warn");
+            admin::admin(&http, key.as_deref(), json, command).await
         }
         Command::Serve { settings } => match settings.load(Role::Serve) {
             Ok(c) => writer(c, "serve").await,

@@ -255,6 +255,9 @@ fn openapi_document_matches_the_routes() {
         "GET /v1/tables/{table}/rows",
         "GET /v1/tables/{table}/rows/get",
         "POST /v1/tables/{table}/delete",
+        "GET /v1/admin/tables/{table}",
+        "POST /v1/admin/tables/{table}/gc",
+        "GET /v1/admin/jobs",
     ];
     want.sort();
     assert_eq!(ops, want);

@@ -218,6 +218,26 @@ async fn keys_scope_every_endpoint_by_namespace() {
     let (st, body) = sql(&s, reader, "SELECT count(*) AS n FROM sales.orders");
     assert_eq!((st, body.trim()), (200, r#"[{"n":3}]"#));
 
+    // Operator endpoints need admin: on the table's namespace, or on every namespace for
+    // the bucket-wide job list; bulk ingest (Flight SQL) needs write like any write.
+    let (st, body) = call(&s, writer, "GET", "/v1/admin/tables/sales.orders", "");
+    assert_eq!((st, code(&body)), (403, "forbidden".to_string()), "{body}");
+    let (st, body) = call(&s, hr, "GET", "/v1/admin/tables/sales.orders", "");
+    assert_eq!((st, code(&body)), (403, "forbidden".to_string()), "{body}");
+    let (st, body) = call(
+        &s,
+        hr,
+        "POST",
+        "/v1/admin/tables/sales.orders/gc?dry_run=true",
+        "",
+    );
+    assert_eq!((st, code(&body)), (403, "forbidden".to_string()), "{body}");
+    let (st, body) = call(&s, root, "GET", "/v1/admin/tables/sales.orders", "");
+    assert_eq!(st, 200, "{body}");
+    let (st, body) = call(&s, hr, "GET", "/v1/admin/jobs", "");
+    assert_eq!((st, code(&body)), (403, "forbidden".to_string()), "{body}");
+    assert_eq!(call(&s, root, "GET", "/v1/admin/jobs", "").0, 200);
+
     // Metrics name every table: they need a key for every namespace.
     assert_eq!(call(&s, None, "GET", "/metrics", "").0, 401);
     assert_eq!(call(&s, reader, "GET", "/metrics", "").0, 403);
