@@ -71,8 +71,23 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
+    serve_tls(q, auth, listener, None, shutdown).await
+}
+
+/// [`serve`] over TLS when `tls` is given.
+pub async fn serve_tls(
+    q: QueryService,
+    auth: Authenticator,
+    listener: tokio::net::TcpListener,
+    tls: Option<tonic::transport::ServerTlsConfig>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), tonic::transport::Error> {
     let incoming = tokio_stream_from(listener);
-    tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        builder = builder.tls_config(tls)?;
+    }
+    builder
         .add_service(FlightSql::new(q, auth).into_server())
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await

@@ -1,7 +1,12 @@
 //! Running the endpoints: HTTP (`POST /sql`, `/health`, `/ready`, `/metrics`) and Arrow
 //! Flight SQL on bound listeners until a stop signal, shared by `strata-query` and
-//! `strata serve`.
+//! `strata serve`; both over TLS (rustls) when a certificate is configured.
 
+use std::path::Path;
+use std::sync::Arc;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -40,6 +45,125 @@ pub async fn serve_with(
     flight: TcpListener,
     stop: CancellationToken,
 ) -> Result<(), ServeError> {
+    serve_tls(q, auth, extra, http, flight, None, stop).await
+}
+
+/// A server certificate chain and its private key (PEM), for both listeners.
+#[derive(Clone)]
+pub struct TlsIdentity {
+    cert_pem: Vec<u8>,
+    key_pem: Vec<u8>,
+}
+
+impl std::fmt::Debug for TlsIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TlsIdentity(..)")
+    }
+}
+
+/// rustls is built with two crypto providers in this process (ring here and in tonic,
+/// aws-lc through the AWS SDK); servers use ring, installed once as the default.
+fn crypto() -> Arc<rustls::crypto::CryptoProvider> {
+    let ring = Arc::new(rustls::crypto::ring::default_provider());
+    let _ = rustls::crypto::CryptoProvider::install_default((*ring).clone());
+    ring
+}
+
+impl TlsIdentity {
+    /// Reads and checks a PEM certificate chain (leaf first) and private key.
+    pub fn load(cert: &Path, key: &Path) -> Result<Self, ServeError> {
+        let read = |p: &Path, what: &str| {
+            std::fs::read(p).map_err(|e| format!("reading the TLS {what} {}: {e}", p.display()))
+        };
+        let id = Self {
+            cert_pem: read(cert, "certificate")?,
+            key_pem: read(key, "key")?,
+        };
+        id.server_config(Vec::new()).map_err(|e| {
+            format!(
+                "TLS certificate {} with key {}: {e}",
+                cert.display(),
+                key.display()
+            )
+        })?;
+        Ok(id)
+    }
+
+    fn server_config(&self, alpn: Vec<Vec<u8>>) -> Result<Arc<rustls::ServerConfig>, ServeError> {
+        let certs = CertificateDer::pem_slice_iter(&self.cert_pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("certificate: {e}"))?;
+        if certs.is_empty() {
+            return Err("the certificate file holds no PEM certificate".into());
+        }
+        let key = PrivateKeyDer::from_pem_slice(&self.key_pem).map_err(|e| format!("key: {e}"))?;
+        let mut config = rustls::ServerConfig::builder_with_provider(crypto())
+            .with_safe_default_protocol_versions()?
+            .with_no_client_auth()
+            .with_single_cert(certs, key)?;
+        config.alpn_protocols = alpn;
+        Ok(Arc::new(config))
+    }
+}
+
+/// Serves an axum app over TLS on `listener` (HTTP/1.1 and HTTP/2 by ALPN) until `stop`,
+/// then lets open connections finish their requests.
+async fn serve_https(
+    listener: TcpListener,
+    app: axum::Router,
+    config: Arc<rustls::ServerConfig>,
+    stop: CancellationToken,
+) -> Result<(), std::io::Error> {
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accepting a connection");
+                    continue;
+                }
+            },
+            _ = stop.cancelled() => return Ok(()),
+        };
+        let (acceptor, app, stop) = (acceptor.clone(), app.clone(), stop.clone());
+        tokio::spawn(async move {
+            let handshake =
+                tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(tcp));
+            let tls = match handshake.await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => return,
+            };
+            let builder =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+            let service = hyper_util::service::TowerToHyperService::new(app);
+            let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(tls), service);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = stop.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+        });
+    }
+}
+
+/// [`serve_with`], over TLS with `tls` when given.
+pub async fn serve_tls(
+    q: QueryService,
+    auth: Authenticator,
+    extra: axum::Router,
+    http: TcpListener,
+    flight: TcpListener,
+    tls: Option<TlsIdentity>,
+    stop: CancellationToken,
+) -> Result<(), ServeError> {
     let (s1, s2) = (stop.clone(), stop.clone());
     let metrics = crate::metrics::ServiceMetrics::new(q.db().clone(), auth.clone());
     let app = crate::http::router(q.clone(), auth.clone())
@@ -53,14 +177,33 @@ pub async fn serve_with(
             metrics,
             crate::metrics::track,
         ));
-    let http_task = tokio::spawn(async move {
-        axum::serve(http, app)
-            .with_graceful_shutdown(async move { s1.cancelled().await })
-            .await
-    });
-    let flight_task = tokio::spawn(crate::flight::serve(q, auth, flight, async move {
-        s2.cancelled().await
-    }));
+    let http_task = match &tls {
+        Some(id) => {
+            let config = id.server_config(vec![b"h2".to_vec(), b"http/1.1".to_vec()])?;
+            tokio::spawn(serve_https(http, app, config, s1))
+        }
+        None => tokio::spawn(async move {
+            axum::serve(http, app)
+                .with_graceful_shutdown(async move { s1.cancelled().await })
+                .await
+        }),
+    };
+    let flight_tls = match &tls {
+        Some(id) => {
+            crypto();
+            Some(tonic::transport::ServerTlsConfig::new().identity(
+                tonic::transport::Identity::from_pem(&id.cert_pem, &id.key_pem),
+            ))
+        }
+        None => None,
+    };
+    let flight_task = tokio::spawn(crate::flight::serve_tls(
+        q,
+        auth,
+        flight,
+        flight_tls,
+        async move { s2.cancelled().await },
+    ));
     http_task.await??;
     flight_task.await??;
     Ok(())

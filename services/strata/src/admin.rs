@@ -48,6 +48,7 @@ pub enum AdminCommand {
 async fn call(
     http: &str,
     key: Option<&str>,
+    ca: Option<&std::path::Path>,
     method: reqwest::Method,
     path: &str,
 ) -> Result<Json, BoxError> {
@@ -56,7 +57,13 @@ async fn call(
     } else {
         format!("http://{http}")
     };
-    let mut req = reqwest::Client::new().request(method, format!("{base}{path}"));
+    let mut client = reqwest::Client::builder();
+    if let Some(path) = ca {
+        let pem = std::fs::read(path)
+            .map_err(|e| format!("reading --ca-cert {}: {e}", path.display()))?;
+        client = client.add_root_certificate(reqwest::Certificate::from_pem(&pem)?);
+    }
+    let mut req = client.build()?.request(method, format!("{base}{path}"));
     if let Some(k) = key {
         req = req.bearer_auth(k);
     }
@@ -272,6 +279,7 @@ fn render(cmd: &AdminCommand, v: &Json) -> String {
 pub async fn admin(
     http: &str,
     key: Option<&str>,
+    ca: Option<&std::path::Path>,
     json: bool,
     cmd: AdminCommand,
 ) -> Result<(), BoxError> {
@@ -289,7 +297,7 @@ pub async fn admin(
             format!("/v1/admin/tables/{}/gc?dry_run={dry_run}", enc(table)),
         ),
     };
-    let v = call(http, key, method, &path).await?;
+    let v = call(http, key, ca, method, &path).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {

@@ -32,15 +32,35 @@ pub struct SqlClient {
 }
 
 impl SqlClient {
-    /// Connects to `flight` (`host:port` or a URL) with an optional API key.
-    pub async fn connect(flight: &str, key: Option<&str>) -> Result<Self, BoxError> {
+    /// Connects to `flight` (`host:port`, `http://` or `https://` URL) with an optional API
+    /// key; over TLS the server's certificate is checked against `ca` (PEM) when given, else
+    /// against the system's roots.
+    pub async fn connect(
+        flight: &str,
+        key: Option<&str>,
+        ca: Option<&std::path::Path>,
+    ) -> Result<Self, BoxError> {
         let url = if flight.contains("://") {
             flight.to_string()
         } else {
             format!("http://{flight}")
         };
-        let channel = Channel::from_shared(url.clone())
-            .map_err(|e| format!("{url}: {e}"))?
+        let mut endpoint = Channel::from_shared(url.clone()).map_err(|e| format!("{url}: {e}"))?;
+        if url.starts_with("https://") {
+            let mut tls = tonic::transport::ClientTlsConfig::new();
+            tls = match ca {
+                Some(path) => {
+                    let pem = std::fs::read(path)
+                        .map_err(|e| format!("reading --ca-cert {}: {e}", path.display()))?;
+                    tls.ca_certificate(tonic::transport::Certificate::from_pem(pem))
+                }
+                None => tls.with_native_roots(),
+            };
+            endpoint = endpoint
+                .tls_config(tls)
+                .map_err(|e| format!("{url}: {e}"))?;
+        }
+        let channel = endpoint
             .connect()
             .await
             .map_err(|e| format!("connecting to {url}: {e}"))?;
@@ -143,10 +163,11 @@ pub fn render(batches: &[RecordBatch], output: Output) -> Result<String, BoxErro
 pub async fn sql(
     flight: &str,
     key: Option<&str>,
+    ca: Option<&std::path::Path>,
     output: Output,
     statement: Option<String>,
 ) -> Result<(), BoxError> {
-    let mut client = SqlClient::connect(flight, key).await?;
+    let mut client = SqlClient::connect(flight, key, ca).await?;
     if let Some(s) = statement {
         let batches = client.run(&s).await?;
         print!("{}", render(&batches, output)?);

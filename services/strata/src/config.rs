@@ -39,6 +39,8 @@ pub struct Config {
     pub store: StoreSettings,
     /// API keys.
     pub auth: AuthSettings,
+    /// TLS for both listeners.
+    pub tls: TlsSettings,
     /// Logging.
     pub log: LogSettings,
     /// The compaction worker role.
@@ -57,6 +59,7 @@ impl Default for Config {
             flight: SocketAddr::from(([127, 0, 0, 1], 8081)),
             store: StoreSettings::default(),
             auth: AuthSettings::default(),
+            tls: TlsSettings::default(),
             log: LogSettings::default(),
             compactor: CompactorSettings::default(),
             query: QueryConfig::default(),
@@ -115,6 +118,16 @@ pub struct AuthSettings {
     /// The keys file (TOML `[[keys]]` with name, sha256, namespace, scope); empty: no keys,
     /// every caller may do everything (keep the listeners on 127.0.0.1).
     pub keys: String,
+}
+
+/// TLS (rustls) on the HTTP and Flight SQL listeners: both or neither of `cert` and `key`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsSettings {
+    /// PEM certificate chain, leaf first (empty: plain TCP).
+    pub cert: String,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1) of the certificate.
+    pub key: String,
 }
 
 /// Log output format.
@@ -293,6 +306,7 @@ impl Sources {
 const OTHER_VARS: &[&str] = &[
     "STRATA_CONFIG",
     "STRATA_API_KEY",
+    "STRATA_CA_CERT",
     "STRATA_CACHE",
     "STRATA_REQUIRE_S3",
     "STRATA_PROPTEST_CASES",
@@ -370,6 +384,9 @@ impl Config {
                 "strata serve runs over a local directory; use strata ingest, compactor and query with store.kind = \"s3\"",
             ));
         }
+        if self.tls.cert.is_empty() != self.tls.key.is_empty() {
+            return Err(err("tls.cert and tls.key go together: set both or neither"));
+        }
         if self.query.batch_rows == 0 {
             return Err(err("query.batch_rows must be at least 1"));
         }
@@ -407,6 +424,11 @@ impl Config {
     /// The API keys file, when configured.
     pub fn keys_file(&self) -> Option<&Path> {
         (!self.auth.keys.is_empty()).then(|| Path::new(&self.auth.keys))
+    }
+
+    /// The TLS certificate and key files, when configured.
+    pub fn tls_files(&self) -> Option<(&Path, &Path)> {
+        (!self.tls.cert.is_empty()).then(|| (Path::new(&self.tls.cert), Path::new(&self.tls.key)))
     }
 
     /// The effective configuration as TOML.

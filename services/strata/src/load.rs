@@ -58,6 +58,7 @@ impl InputFormat {
 pub struct LoadArgs {
     pub flight: String,
     pub key: Option<String>,
+    pub ca_cert: Option<PathBuf>,
     pub table: String,
     pub file: PathBuf,
     pub format: Option<InputFormat>,
@@ -268,7 +269,8 @@ pub async fn load(args: LoadArgs) -> Result<(), BoxError> {
     };
     let f = File::open(&args.file).map_err(|e| format!("{}: {e}", args.file.display()))?;
     let file_bytes = f.metadata()?.len();
-    let mut client = SqlClient::connect(&args.flight, args.key.as_deref()).await?;
+    let mut client =
+        SqlClient::connect(&args.flight, args.key.as_deref(), args.ca_cert.as_deref()).await?;
     let (schema, create) = match client.table_schema(&args.table).await? {
         Some(s) => (s, false),
         None if !args.create_key.is_empty() => {

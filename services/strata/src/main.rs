@@ -155,6 +155,10 @@ enum Command {
         /// API key, when the server requires one.
         #[arg(long, env = "STRATA_API_KEY", hide_env_values = true)]
         key: Option<String>,
+        /// CA certificate (PEM) to check the server's TLS certificate with (`https://`
+        /// addresses); default: the system's roots.
+        #[arg(long, env = "STRATA_CA_CERT")]
+        ca_cert: Option<PathBuf>,
         /// How results are printed.
         #[arg(long, value_enum, default_value = "table")]
         format: cli::Output,
@@ -189,6 +193,10 @@ enum Command {
         /// API key (write scope on the table's namespace).
         #[arg(long, env = "STRATA_API_KEY", hide_env_values = true)]
         key: Option<String>,
+        /// CA certificate (PEM) to check the server's TLS certificate with (`https://`
+        /// addresses); default: the system's roots.
+        #[arg(long, env = "STRATA_CA_CERT")]
+        ca_cert: Option<PathBuf>,
     },
     /// Operator commands against a running ingest node (`strata serve` or `strata ingest`)
     /// over HTTP, with an admin key when keys are configured: tables, shards and their
@@ -206,6 +214,10 @@ enum Command {
         /// API key (admin scope).
         #[arg(long, env = "STRATA_API_KEY", hide_env_values = true, global = true)]
         key: Option<String>,
+        /// CA certificate (PEM) to check the server's TLS certificate with (`https://`
+        /// addresses); default: the system's roots.
+        #[arg(long, env = "STRATA_CA_CERT", global = true)]
+        ca_cert: Option<PathBuf>,
         /// Print the server's JSON answer instead of text.
         #[arg(long, global = true)]
         json: bool,
@@ -319,6 +331,13 @@ fn init_logs(format: LogFormat, filter: &str) {
     };
 }
 
+fn tls(c: &Config) -> anyhow_free::Result<Option<strata_query::server::TlsIdentity>> {
+    Ok(match c.tls_files() {
+        Some((cert, key)) => Some(strata_query::server::TlsIdentity::load(cert, key)?),
+        None => None,
+    })
+}
+
 fn authenticator(c: &Config) -> anyhow_free::Result<Authenticator> {
     Ok(match c.keys_file() {
         Some(path) => Authenticator::with_keys(Auth::load(path)?),
@@ -341,6 +360,7 @@ async fn listen(
 /// enabled) over HTTP and Flight SQL.
 async fn writer(c: Config, role: &str) -> anyhow_free::Result<()> {
     let auth = authenticator(&c)?;
+    let tls = tls(&c)?;
     let db = Db::open(DbConfig {
         store: c.object_store(),
         local_dir: c.local("nvme"),
@@ -355,14 +375,16 @@ async fn writer(c: Config, role: &str) -> anyhow_free::Result<()> {
         store = ?c.store.kind,
         auth = auth.enabled(),
         compaction_workers = c.engine.jobs.inprocess_workers,
+        tls = tls.is_some(),
         "strata {role} ready"
     );
-    let result = strata_query::server::serve_with(
+    let result = strata_query::server::serve_tls(
         q,
         auth.clone(),
         api::router(db.clone(), auth),
         http,
         flight,
+        tls,
         strata_query::server::stop_on_signal(),
     )
     .await;
@@ -373,6 +395,7 @@ async fn writer(c: Config, role: &str) -> anyhow_free::Result<()> {
 /// `strata query`: a reader of the bucket (no compaction, no GC, no writes).
 async fn reader(mut c: Config) -> anyhow_free::Result<()> {
     let auth = authenticator(&c)?;
+    let tls = tls(&c)?;
     c.engine.jobs.inprocess_workers = 0;
     c.engine.gc.interval_ms = 0;
     let db = Db::open(DbConfig {
@@ -383,13 +406,14 @@ async fn reader(mut c: Config) -> anyhow_free::Result<()> {
     .await?;
     let q = QueryService::new(db, c.query.clone(), false);
     let (http, flight) = listen(&c).await?;
-    tracing::info!(data_dir = %c.data_dir.display(), store = ?c.store.kind, auth = auth.enabled(), "strata query ready");
-    strata_query::server::serve_with(
+    tracing::info!(data_dir = %c.data_dir.display(), store = ?c.store.kind, auth = auth.enabled(), tls = tls.is_some(), "strata query ready");
+    strata_query::server::serve_tls(
         q,
         auth,
         axum::Router::new(),
         http,
         flight,
+        tls,
         strata_query::server::stop_on_signal(),
     )
     .await
@@ -460,11 +484,19 @@ async fn main() {
         Command::Sql {
             flight,
             key,
+            ca_cert,
             format,
             statement,
         } => {
             init_logs(LogFormat::Text, "warn");
-            cli::sql(&flight, key.as_deref(), format, statement).await
+            cli::sql(
+                &flight,
+                key.as_deref(),
+                ca_cert.as_deref(),
+                format,
+                statement,
+            )
+            .await
         }
         Command::Load {
             table,
@@ -474,11 +506,13 @@ async fn main() {
             create_key,
             flight,
             key,
+            ca_cert,
         } => {
             init_logs(LogFormat::Text, "warn");
             load::load(load::LoadArgs {
                 flight,
                 key,
+                ca_cert,
                 table,
                 file,
                 format,
@@ -490,11 +524,12 @@ async fn main() {
         Command::Admin {
             http,
             key,
+            ca_cert,
             json,
             command,
         } => {
             init_logs(LogFormat::Text, "warn");
-            admin::admin(&http, key.as_deref(), json, command).await
+            admin::admin(&http, key.as_deref(), ca_cert.as_deref(), json, command).await
         }
         Command::Serve { settings } => match settings.load(Role::Serve) {
             Ok(c) => writer(c, "serve").await,

@@ -1,0 +1,114 @@
+//! TLS (rustls) on both listeners of `strata serve`, reached with the CLI's clients.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::process::Command;
+
+use common::start_with;
+
+fn strata(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(args)
+        .env_remove("STRATA_API_KEY")
+        .env_remove("STRATA_CA_CERT")
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+#[test]
+fn both_listeners_speak_tls_when_a_certificate_is_configured() {
+    let dir = tempfile::tempdir().unwrap();
+    let rcgen::CertifiedKey { cert, signing_key } =
+        rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
+    let cert_path = dir.path().join("cert.pem");
+    let key_path = dir.path().join("key.pem");
+    std::fs::write(&cert_path, cert.pem()).unwrap();
+    std::fs::write(&key_path, signing_key.serialize_pem()).unwrap();
+    let (c, k) = (cert_path.to_str().unwrap(), key_path.to_str().unwrap());
+    let server = start_with(
+        &dir.path().join("data"),
+        &[
+            "--set",
+            &format!("tls.cert={c}"),
+            "--set",
+            &format!("tls.key={k}"),
+        ],
+    );
+    let port = |addr: &str| addr.rsplit(':').next().unwrap().to_string();
+    let https = format!("https://localhost:{}", port(&server.http));
+    let flight = format!("https://localhost:{}", port(&server.flight));
+
+    // SQL over Flight SQL on TLS, checked against the CA.
+    let (ok, out, err) = strata(&[
+        "sql",
+        "--flight",
+        &flight,
+        "--ca-cert",
+        c,
+        "--format",
+        "csv",
+        "CREATE TABLE t (id BIGINT, PRIMARY KEY (id))",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("created"), "{out}");
+    let (ok, out, err) = strata(&[
+        "sql",
+        "--flight",
+        &flight,
+        "--ca-cert",
+        c,
+        "--format",
+        "csv",
+        "SELECT 41 + 1 AS answer",
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(out, "answer\n42\n");
+    // HTTP on TLS (the admin client).
+    let (ok, out, err) = strata(&["admin", "--http", &https, "--ca-cert", c, "tables"]);
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "t");
+
+    // Without the CA, or in plain text, the clients fail; nothing answers in clear text.
+    let (ok, _, err) = strata(&["admin", "--http", &https, "tables"]);
+    assert!(!ok, "an unknown CA was accepted");
+    assert!(err.contains("calling"), "{err}");
+    let (ok, _, _) = strata(&["admin", "--http", &server.http, "tables"]);
+    assert!(!ok, "plain HTTP was answered on the TLS port");
+    let (ok, _, _) = strata(&["sql", "--flight", &server.flight, "SELECT 1"]);
+    assert!(!ok, "plain gRPC was answered on the TLS port");
+
+    // A key without a certificate, or a file that is no certificate, stops the start.
+    let (ok, _, err) = strata(&[
+        "serve",
+        "--dir",
+        dir.path().join("d2").to_str().unwrap(),
+        "--set",
+        &format!("tls.key={k}"),
+    ]);
+    assert!(!ok);
+    assert!(err.contains("tls.cert and tls.key"), "{err}");
+    let (ok, _, err) = strata(&[
+        "serve",
+        "--dir",
+        dir.path().join("d3").to_str().unwrap(),
+        "--http",
+        "127.0.0.1:0",
+        "--flight",
+        "127.0.0.1:0",
+        "--set",
+        &format!("tls.cert={k}"),
+        "--set",
+        &format!("tls.key={k}"),
+    ]);
+    assert!(!ok);
+    assert!(
+        err.contains("TLS certificate") && err.contains("key.pem"),
+        "{err}"
+    );
+}
