@@ -71,15 +71,17 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
-    serve_tls(q, auth, listener, None, shutdown).await
+    serve_tls(q, auth, listener, None, None, shutdown).await
 }
 
-/// [`serve`] over TLS when `tls` is given.
+/// [`serve`] over TLS when `tls` is given, with more gRPC services (`extra`, e.g. the
+/// data API of `strata serve`) on the same port.
 pub async fn serve_tls(
     q: QueryService,
     auth: Authenticator,
     listener: tokio::net::TcpListener,
     tls: Option<tonic::transport::ServerTlsConfig>,
+    extra: Option<tonic::service::Routes>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
     let incoming = tokio_stream_from(listener);
@@ -87,8 +89,11 @@ pub async fn serve_tls(
     if let Some(tls) = tls {
         builder = builder.tls_config(tls)?;
     }
+    let routes = extra
+        .unwrap_or_default()
+        .add_service(FlightSql::new(q, auth).into_server());
     builder
-        .add_service(FlightSql::new(q, auth).into_server())
+        .add_routes(routes)
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
 }

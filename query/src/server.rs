@@ -45,7 +45,7 @@ pub async fn serve_with(
     flight: TcpListener,
     stop: CancellationToken,
 ) -> Result<(), ServeError> {
-    serve_tls(q, auth, extra, http, flight, None, stop).await
+    serve_tls(q, auth, extra, http, flight, None, None, stop).await
 }
 
 /// A server certificate chain and its private key (PEM), for both listeners.
@@ -154,7 +154,9 @@ async fn serve_https(
     }
 }
 
-/// [`serve_with`], over TLS with `tls` when given.
+/// [`serve_with`], over TLS with `tls` when given, and with more gRPC services
+/// (`grpc`) next to Flight SQL.
+#[allow(clippy::too_many_arguments)]
 pub async fn serve_tls(
     q: QueryService,
     auth: Authenticator,
@@ -162,6 +164,7 @@ pub async fn serve_tls(
     http: TcpListener,
     flight: TcpListener,
     tls: Option<TlsIdentity>,
+    grpc: Option<tonic::service::Routes>,
     stop: CancellationToken,
 ) -> Result<(), ServeError> {
     let (s1, s2) = (stop.clone(), stop.clone());
@@ -202,6 +205,7 @@ pub async fn serve_tls(
         auth,
         flight,
         flight_tls,
+        grpc,
         async move { s2.cancelled().await },
     ));
     http_task.await??;

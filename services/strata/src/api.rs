@@ -62,9 +62,9 @@ pub const PAGE_ROWS_MAX: usize = 10_000;
 /// An API error: status, stable code, message.
 #[derive(Debug)]
 pub struct ApiError {
-    status: StatusCode,
-    code: &'static str,
-    message: String,
+    pub(crate) status: StatusCode,
+    pub(crate) code: &'static str,
+    pub(crate) message: String,
 }
 
 impl ApiError {
@@ -476,7 +476,7 @@ fn check_columns(schema: &Schema, rows: &[Map<String, Json>]) -> ApiResult<()> {
 /// framing is checked first (every message's flatbuffer verified, its body within the
 /// request), which bounds allocations by the request size, and the decoding runs under
 /// `catch_unwind`, so a buffer the reader mis-slices is a 400, not a dead connection.
-fn arrow_batches(body: &Bytes) -> ApiResult<Vec<RecordBatch>> {
+pub(crate) fn arrow_batches(body: &Bytes) -> ApiResult<Vec<RecordBatch>> {
     let bad = |m: String| ApiError::bad(format!("Arrow IPC stream: {m}"));
     check_ipc_framing(body).map_err(bad)?;
     let decode = || -> Result<Vec<RecordBatch>, arrow::error::ArrowError> {
@@ -653,7 +653,7 @@ async fn delete(
 }
 
 /// Key values from query parameters (one per key column, or a prefix), by key type.
-fn key_values(t: &Table, texts: &[&str], what: &str) -> ApiResult<Vec<Value>> {
+pub(crate) fn key_values(t: &Table, texts: &[&str], what: &str) -> ApiResult<Vec<Value>> {
     let ks = t.table_schema();
     if texts.len() > ks.key_types.len() {
         return Err(ApiError::bad(format!(

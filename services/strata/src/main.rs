@@ -17,6 +17,7 @@ mod admin;
 mod api;
 mod cli;
 mod config;
+mod grpc;
 mod load;
 
 use std::net::SocketAddr;
@@ -381,10 +382,13 @@ async fn writer(c: Config, role: &str) -> anyhow_free::Result<()> {
     let result = strata_query::server::serve_tls(
         q,
         auth.clone(),
-        api::router(db.clone(), auth),
+        api::router(db.clone(), auth.clone()),
         http,
         flight,
         tls,
+        Some(tonic::service::Routes::new(
+            grpc::DataService::new(db.clone(), auth).into_server(),
+        )),
         strata_query::server::stop_on_signal(),
     )
     .await;
@@ -414,6 +418,7 @@ async fn reader(mut c: Config) -> anyhow_free::Result<()> {
         http,
         flight,
         tls,
+        None,
         strata_query::server::stop_on_signal(),
     )
     .await

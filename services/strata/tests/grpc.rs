@@ -1,0 +1,281 @@
+//! The gRPC data API of `strata serve` (same port as Flight SQL), with a tonic client
+//! generated from the checked-in `.proto`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+mod pb {
+    tonic::include_proto!("strata.v1");
+}
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, AsArray, Float64Array, Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
+use common::{flight_sql, start};
+use pb::data_client::DataClient;
+
+fn ipc(batch: &RecordBatch) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut w = arrow::ipc::writer::StreamWriter::try_new(&mut out, &batch.schema()).unwrap();
+    w.write(batch).unwrap();
+    w.finish().unwrap();
+    drop(w);
+    out
+}
+
+fn rows(bytes: &[u8]) -> Vec<RecordBatch> {
+    arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None)
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+fn players(ids: &[i64], names: &[&str], scores: &[f64]) -> RecordBatch {
+    RecordBatch::try_new(
+        Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("name", DataType::Utf8, true),
+            Field::new("score", DataType::Float64, true),
+        ])),
+        vec![
+            Arc::new(Int64Array::from(ids.to_vec())) as ArrayRef,
+            Arc::new(StringArray::from(names.to_vec())),
+            Arc::new(Float64Array::from(scores.to_vec())),
+        ],
+    )
+    .unwrap()
+}
+
+fn write(table: &str, kind: pb::WriteKind, batch: &RecordBatch) -> pb::WriteRequest {
+    pb::WriteRequest {
+        table: table.into(),
+        kind: kind as i32,
+        arrow_ipc: ipc(batch),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_operation_over_grpc() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let mut c = DataClient::connect(format!("http://{}", server.flight))
+        .await
+        .unwrap();
+    let col = |name: &str, t: &str, nullable: bool| pb::Column {
+        name: name.into(),
+        r#type: t.into(),
+        nullable,
+    };
+
+    // Tables.
+    let info = c
+        .create_table(pb::CreateTableRequest {
+            name: "players".into(),
+            columns: vec![
+                col("id", "int64", false),
+                col("name", "string", true),
+                col("score", "float64", true),
+            ],
+            primary_key: vec!["id".into()],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(info.primary_key, vec!["id".to_string()]);
+    let e = c
+        .create_table(pb::CreateTableRequest {
+            name: "bad".into(),
+            columns: vec![col("id", "int128", false)],
+            primary_key: vec!["id".into()],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(e.message().contains("columns[0].type"), "{e}");
+    let e = c
+        .create_table(pb::CreateTableRequest {
+            name: "players".into(),
+            columns: vec![col("id", "int64", false)],
+            primary_key: vec!["id".into()],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::AlreadyExists, "{e}");
+    let list = c
+        .list_tables(pb::ListTablesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(list.tables, vec!["players".to_string()]);
+    let d = c
+        .describe_table(pb::TableRef {
+            name: "players".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(d.columns[2].r#type, "float64");
+    let e = c
+        .describe_table(pb::TableRef {
+            name: "nope".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::NotFound);
+
+    // One write, then a stream of them.
+    let r = c
+        .write(write(
+            "players",
+            pb::WriteKind::Upsert,
+            &players(&[1, 2, 3], &["ada", "grace", "edsger"], &[9.5, 8.0, 7.25]),
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((r.rows, r.writes), (3, 1));
+    let mut msgs: Vec<pb::WriteRequest> = (0..5)
+        .map(|i| {
+            let ids: Vec<i64> = (100 + i * 10..110 + i * 10).collect();
+            let names: Vec<String> = ids.iter().map(|i| format!("p{i}")).collect();
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            write(
+                "players",
+                pb::WriteKind::Upsert,
+                &players(&ids, &names, &[1.0; 10]),
+            )
+        })
+        .collect();
+    // A partial update and a delete in the same stream.
+    let update = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("score", DataType::Float64, true),
+        ])),
+        vec![
+            Arc::new(Int64Array::from(vec![2])) as ArrayRef,
+            Arc::new(Float64Array::from(vec![9.75])),
+        ],
+    )
+    .unwrap();
+    msgs.push(write("players", pb::WriteKind::Update, &update));
+    let keys = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)])),
+        vec![Arc::new(Int64Array::from(vec![3])) as ArrayRef],
+    )
+    .unwrap();
+    msgs.push(write("players", pb::WriteKind::Delete, &keys));
+    let r = c
+        .write_stream(futures::stream::iter(msgs))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((r.rows, r.writes), (52, 7));
+
+    // Point reads with a projection.
+    let got = c
+        .get(pb::GetRequest {
+            table: "players".into(),
+            key: vec!["2".into()],
+            columns: vec!["name".into(), "score".into()],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let b = &rows(&got.arrow_ipc)[0];
+    assert_eq!(b.num_columns(), 2);
+    assert_eq!(b.column(0).as_string::<i32>().value(0), "grace");
+    assert_eq!(
+        b.column(1)
+            .as_primitive::<arrow::datatypes::Float64Type>()
+            .value(0),
+        9.75
+    );
+    let e = c
+        .get(pb::GetRequest {
+            table: "players".into(),
+            key: vec!["3".into()],
+            columns: vec![],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::NotFound, "deleted: {e}");
+    let e = c
+        .get(pb::GetRequest {
+            table: "players".into(),
+            key: vec!["two".into()],
+            columns: vec![],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
+
+    // A key-range scan streamed back.
+    let mut scan = c
+        .scan(pb::ScanRequest {
+            table: "players".into(),
+            start: vec!["100".into()],
+            end: vec!["130".into()],
+            limit: 0,
+            columns: vec!["id".into()],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut ids = Vec::new();
+    while let Some(m) = scan.message().await.unwrap() {
+        for b in rows(&m.arrow_ipc) {
+            ids.extend(
+                b.column(0)
+                    .as_primitive::<arrow::datatypes::Int64Type>()
+                    .values()
+                    .iter()
+                    .copied(),
+            );
+        }
+    }
+    assert_eq!(ids, (100..130).collect::<Vec<i64>>());
+
+    // A bad message stops a stream; what came before it stays written.
+    let bad = pb::WriteRequest {
+        table: "players".into(),
+        kind: pb::WriteKind::Upsert as i32,
+        arrow_ipc: b"not arrow".to_vec(),
+    };
+    let e = c
+        .write_stream(futures::stream::iter(vec![
+            write(
+                "players",
+                pb::WriteKind::Upsert,
+                &players(&[7], &["x"], &[1.0]),
+            ),
+            bad,
+        ]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(
+        e.message().contains("write 2 of the stream") && e.message().contains("1 writes"),
+        "{e}"
+    );
+
+    // Flight SQL still answers on the same port and sees the same rows.
+    let text = flight_sql(&server.flight, None, "SELECT count(*) AS n FROM players")
+        .await
+        .unwrap();
+    assert!(text.contains("| 53 |"), "{text}");
+    let r = c
+        .drop_table(pb::TableRef {
+            name: "players".into(),
+        })
+        .await
+        .unwrap();
+    drop(r);
+    let list = c
+        .list_tables(pb::ListTablesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(list.tables.is_empty());
+}
