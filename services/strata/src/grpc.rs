@@ -337,8 +337,8 @@ impl Data for DataService {
 #[cfg(test)]
 mod fuzz {
     use super::pb;
-    use prost::Message;
     use proptest::prelude::*;
+    use prost::Message;
 
     fn cases() -> u32 {
         std::env::var("STRATA_PROPTEST_CASES")
