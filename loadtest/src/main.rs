@@ -20,6 +20,7 @@ use serde::Serialize;
 use strata_engine::{
     Db, DbConfig, Durability, EngineConfig, ScanOptions, Table, Value, WriteOptions,
 };
+use strata_loadtest::{Dist, KeyChooser, Zipf};
 use strata_objstore::{FaultConfig, ObjectStoreConfig, S3Config};
 use tokio::sync::Mutex;
 
@@ -31,13 +32,6 @@ enum Workload {
     E,
     F,
     W,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum, Serialize)]
-enum Dist {
-    Uniform,
-    Zipfian,
-    Hotspot,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, Serialize)]
@@ -136,70 +130,6 @@ async fn put(
 }
 
 static OVERLOAD_RETRIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// YCSB's zipfian generator (Gray et al.), scrambled by hashing so hot keys spread out.
-struct Zipf {
-    n: u64,
-    theta: f64,
-    alpha: f64,
-    zetan: f64,
-    eta: f64,
-}
-
-impl Zipf {
-    fn new(n: u64, theta: f64) -> Self {
-        let zeta = |n: u64| (1..=n).map(|i| 1.0 / (i as f64).powf(theta)).sum::<f64>();
-        let zetan = zeta(n);
-        let zeta2 = zeta(2);
-        Self {
-            n,
-            theta,
-            alpha: 1.0 / (1.0 - theta),
-            zetan,
-            eta: (1.0 - (2.0 / n as f64).powf(1.0 - theta)) / (1.0 - zeta2 / zetan),
-        }
-    }
-
-    fn next(&self, u: f64) -> u64 {
-        let uz = u * self.zetan;
-        let rank = if uz < 1.0 {
-            0
-        } else if uz < 1.0 + 0.5f64.powf(self.theta) {
-            1
-        } else {
-            ((self.n as f64) * (self.eta * u - self.eta + 1.0).powf(self.alpha)) as u64
-        };
-        xxhash_rust::xxh3::xxh3_64(&rank.min(self.n - 1).to_le_bytes()) % self.n
-    }
-}
-
-struct KeyChooser {
-    dist: Dist,
-    zipf: Option<Zipf>,
-    hot_fraction: f64,
-    hot_op_fraction: f64,
-}
-
-impl KeyChooser {
-    fn next(&self, rng: &mut StdRng, n: u64) -> u64 {
-        match self.dist {
-            Dist::Uniform => rng.random_range(0..n),
-            Dist::Zipfian => self
-                .zipf
-                .as_ref()
-                .map_or(0, |z| z.next(rng.random::<f64>()))
-                .min(n - 1),
-            Dist::Hotspot => {
-                let hot = ((n as f64) * self.hot_fraction).max(1.0) as u64;
-                if rng.random::<f64>() < self.hot_op_fraction {
-                    rng.random_range(0..hot)
-                } else {
-                    rng.random_range(hot.min(n - 1)..n)
-                }
-            }
-        }
-    }
-}
 
 fn key(i: u64) -> Vec<u8> {
     format!("user{:020}", xxhash_rust::xxh3::xxh3_64(&i.to_le_bytes())).into_bytes()
