@@ -494,44 +494,12 @@ async fn pin_version(
 
 static NEXT_PIN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
-/// Manifest versions pinned by live durable pins of the shard at `paths`; lapsed pins are
-/// deleted when `delete_lapsed`.
-/// Every durable pin of a shard: (reader, record), lapsed ones included.
-pub(crate) async fn list_pins(
+/// Every durable pin of a shard with its object (lapsed ones included; unreadable ones
+/// are logged and skipped).
+async fn read_pins(
     store: &StoreRef,
     paths: &ShardPaths,
-) -> Result<Vec<(String, PinRecord)>> {
-    let metas: Vec<object_store::ObjectMeta> = store
-        .list(Some(&paths.pins_dir()))
-        .try_collect()
-        .await
-        .map_err(Error::store("list pins"))?;
-    let mut out = Vec::new();
-    for m in metas {
-        let data = match store.get(&m.location).await {
-            Ok(g) => g.bytes().await.map_err(Error::store("read pin"))?,
-            Err(object_store::Error::NotFound { .. }) => continue,
-            Err(e) => return Err(Error::store("read pin")(e)),
-        };
-        let reader = m
-            .location
-            .filename()
-            .and_then(|f| f.strip_suffix(".json"))
-            .unwrap_or_default()
-            .to_string();
-        if let Ok(p) = serde_json::from_slice::<PinRecord>(&data) {
-            out.push((reader, p));
-        }
-    }
-    Ok(out)
-}
-
-pub(crate) async fn pinned_versions(
-    store: &StoreRef,
-    paths: &ShardPaths,
-    now_ms: u64,
-    delete_lapsed: bool,
-) -> Result<Vec<u64>> {
+) -> Result<Vec<(object_store::path::Path, PinRecord)>> {
     let metas: Vec<object_store::ObjectMeta> = store
         .list(Some(&paths.pins_dir()))
         .try_collect()
@@ -545,14 +513,50 @@ pub(crate) async fn pinned_versions(
             Err(e) => return Err(Error::store("read pin")(e)),
         };
         match serde_json::from_slice::<PinRecord>(&data) {
-            Ok(p) if p.expires_at_ms >= now_ms => out.push(p.manifest_version),
-            Ok(_) if delete_lapsed => match store.delete(&m.location).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(Error::store("delete lapsed pin")(e)),
-            },
-            Ok(_) => {}
+            Ok(p) => out.push((m.location, p)),
             Err(e) => {
                 tracing::warn!(path = %m.location, error = %e, "ignoring unreadable snapshot pin")
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Every durable pin of a shard: (reader, record), lapsed ones included.
+pub(crate) async fn list_pins(
+    store: &StoreRef,
+    paths: &ShardPaths,
+) -> Result<Vec<(String, PinRecord)>> {
+    Ok(read_pins(store, paths)
+        .await?
+        .into_iter()
+        .map(|(location, p)| {
+            let reader = location
+                .filename()
+                .and_then(|f| f.strip_suffix(".json"))
+                .unwrap_or_default()
+                .to_string();
+            (reader, p)
+        })
+        .collect())
+}
+
+/// Manifest versions pinned by live durable pins of the shard at `paths`; lapsed pins are
+/// deleted when `delete_lapsed`.
+pub(crate) async fn pinned_versions(
+    store: &StoreRef,
+    paths: &ShardPaths,
+    now_ms: u64,
+    delete_lapsed: bool,
+) -> Result<Vec<u64>> {
+    let mut out = Vec::new();
+    for (location, p) in read_pins(store, paths).await? {
+        if p.expires_at_ms >= now_ms {
+            out.push(p.manifest_version);
+        } else if delete_lapsed {
+            match store.delete(&location).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(Error::store("delete lapsed pin")(e)),
             }
         }
     }
