@@ -1000,7 +1000,8 @@ mod fuzz {
             .prop_map(|m| Json::Object(m.into_iter().collect()))
     }
 
-    fn cases() -> u32 {
+    /// Proptest cases per decoder test (`STRATA_PROPTEST_CASES`, default 128).
+    pub(crate) fn cases() -> u32 {
         std::env::var("STRATA_PROPTEST_CASES")
             .ok()
             .and_then(|v| v.parse().ok())

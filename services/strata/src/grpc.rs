@@ -337,15 +337,9 @@ impl Data for DataService {
 #[cfg(test)]
 mod fuzz {
     use super::pb;
+    use crate::api::fuzz::cases;
     use proptest::prelude::*;
     use prost::Message;
-
-    fn cases() -> u32 {
-        std::env::var("STRATA_PROPTEST_CASES")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(256)
-    }
 
     fn valid_write() -> Vec<u8> {
         pb::WriteRequest {

@@ -4,23 +4,12 @@
 
 mod common;
 
-use std::process::Command;
-
-use common::{request, request_as, start_with};
+use common::{SMALL_LEVELS, request, request_as, run, start_with};
 
 fn admin(http: &str, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
-        .arg("admin")
-        .args(["--http", http])
-        .args(args)
-        .env_remove("STRATA_API_KEY")
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
+    let mut a = vec!["admin", "--http", http];
+    a.extend_from_slice(args);
+    run(&a, &[])
 }
 
 fn admin_json(http: &str, args: &[&str]) -> serde_json::Value {
@@ -36,27 +25,16 @@ fn admin_shows_the_bucket_state_and_collects_garbage() {
     let dir = tempfile::tempdir().unwrap();
     // Small memtables and levels so that flushes, compactions and S3 jobs happen; no
     // background GC and no minimum age, so that old manifest versions are garbage now.
-    let server = start_with(
-        dir.path(),
-        &[
-            "--set",
-            "engine.memtable_bytes_max=32768",
-            "--set",
-            "engine.levels=2",
-            "--set",
-            "engine.level_bytes_base=16384",
-            "--set",
-            "engine.l0_compaction_trigger=2",
-            "--set",
-            "engine.jobs.poll_ms=50",
-            "--set",
-            "engine.gc.interval_ms=0",
-            "--set",
-            "engine.gc.min_age_ms=0",
-            "--set",
-            "engine.gc.manifest_versions_retained=2",
-        ],
-    );
+    let mut flags = SMALL_LEVELS.to_vec();
+    flags.extend([
+        "--set",
+        "engine.gc.interval_ms=0",
+        "--set",
+        "engine.gc.min_age_ms=0",
+        "--set",
+        "engine.gc.manifest_versions_retained=2",
+    ]);
+    let server = start_with(dir.path(), &flags);
     let h = server.http.clone();
     let (st, body) = request(
         &h,

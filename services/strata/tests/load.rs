@@ -3,26 +3,16 @@
 
 mod common;
 
-use std::process::Command;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int32Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
-use common::{request, start};
+use common::{request, run, start};
 
 fn load(flight: &str, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
-        .arg("load")
-        .args(["--flight", flight])
-        .args(args)
-        .env_remove("STRATA_API_KEY")
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
+    let mut a = vec!["load", "--flight", flight];
+    a.extend_from_slice(args);
+    run(&a, &[])
 }
 
 fn sql(http: &str, q: &str) -> serde_json::Value {

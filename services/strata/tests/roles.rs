@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{request, request_as, start_role};
+use common::{SMALL_LEVELS, request, request_as, run, start_role};
 
 fn json(s: &str) -> serde_json::Value {
     serde_json::from_str(s).unwrap_or_else(|e| panic!("not JSON ({e}): {s}"))
@@ -50,20 +50,8 @@ fn ingest_compactor_and_query_share_a_bucket() {
     let store = format!("store.dir={}", bucket.display());
     // Small memtables and NVMe levels, so that data moves to S3 level jobs quickly; only
     // the compactor process runs them (the ingest role has no in-process worker).
-    let small = [
-        "--set",
-        &store,
-        "--set",
-        "engine.memtable_bytes_max=32768",
-        "--set",
-        "engine.levels=2",
-        "--set",
-        "engine.level_bytes_base=16384",
-        "--set",
-        "engine.l0_compaction_trigger=2",
-        "--set",
-        "engine.jobs.poll_ms=50",
-    ];
+    let mut small = vec!["--set", &store];
+    small.extend_from_slice(SMALL_LEVELS);
     let ingest = start_role("ingest", &tmp.path().join("ingest"), &small);
     let mut c = Command::new(env!("CARGO_BIN_EXE_strata"))
         .arg("compactor")
@@ -149,20 +137,6 @@ fn ingest_compactor_and_query_share_a_bucket() {
     assert_eq!(json(&body), want);
 }
 
-fn strata(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
-        .args(args)
-        .envs(env.iter().copied())
-        .env_remove("RUST_LOG")
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
-}
-
 #[test]
 fn config_command_shows_the_layers_and_refuses_mistakes() {
     let tmp = tempfile::tempdir().unwrap();
@@ -173,7 +147,7 @@ fn config_command_shows_the_layers_and_refuses_mistakes() {
     )
     .unwrap();
     let f = file.to_str().unwrap();
-    let (ok, out, err) = strata(
+    let (ok, out, err) = run(
         &[
             "config",
             "--role",
@@ -213,16 +187,16 @@ fn config_command_shows_the_layers_and_refuses_mistakes() {
 
     // Mistakes stop the process and say where they are.
     std::fs::write(&file, "[query]\ntimeout = 1000\n").unwrap();
-    let (ok, _, err) = strata(&["config", "--config", f], &[]);
+    let (ok, _, err) = run(&["config", "--config", f], &[]);
     assert!(!ok);
     assert!(
         err.contains("strata.toml") && err.contains("timeout"),
         "{err}"
     );
-    let (ok, _, err) = strata(&["config"], &[("STRATA_ENGINE_LEVELS", "many")]);
+    let (ok, _, err) = run(&["config"], &[("STRATA_ENGINE_LEVELS", "many")]);
     assert!(!ok);
     assert!(err.contains("STRATA_ENGINE_LEVELS"), "{err}");
-    let (ok, _, err) = strata(&["ingest", "--set", "store.kind=s3"], &[]);
+    let (ok, _, err) = run(&["ingest", "--set", "store.kind=s3"], &[]);
     assert!(!ok);
     assert!(err.contains("store.bucket"), "{err}");
 }

@@ -3,22 +3,10 @@
 
 mod common;
 
-use std::process::Command;
-
-use common::start_with;
+use common::{run, start_with};
 
 fn strata(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
-        .args(args)
-        .env_remove("STRATA_API_KEY")
-        .env_remove("STRATA_CA_CERT")
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
+    run(args, &[])
 }
 
 #[test]

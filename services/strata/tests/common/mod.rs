@@ -57,6 +57,39 @@ pub fn start_role(role: &str, dir: &std::path::Path, args: &[&str]) -> Server {
     }
 }
 
+/// Runs the `strata` binary to completion with `args` and extra `env` (the clients' key and
+/// CA variables and `RUST_LOG` cleared): whether it succeeded, its stdout and its stderr.
+pub fn run(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(args)
+        .env_remove("STRATA_API_KEY")
+        .env_remove("STRATA_CA_CERT")
+        .env_remove("RUST_LOG")
+        .envs(env.iter().copied())
+        .output()
+        .expect("run strata");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+/// `--set` flags for small memtables and NVMe levels and fast job polling, so that data
+/// reaches S3-level compaction jobs within a test.
+pub const SMALL_LEVELS: &[&str] = &[
+    "--set",
+    "engine.memtable_bytes_max=32768",
+    "--set",
+    "engine.levels=2",
+    "--set",
+    "engine.level_bytes_base=16384",
+    "--set",
+    "engine.l0_compaction_trigger=2",
+    "--set",
+    "engine.jobs.poll_ms=50",
+];
+
 /// A minimal HTTP/1.1 request (Connection: close): status and body (not chunked: the
 /// bodies used here are small JSON documents).
 pub fn request(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
