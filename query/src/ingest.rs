@@ -86,13 +86,13 @@ impl QueryService {
         let mut batches = std::pin::pin!(batches);
         let first = batches.next().await.transpose()?;
         let db = self.db();
-        match db.describe(&name).await {
+        let t = match db.table(&name).await {
             Ok(_) if req.if_exists == IfExists::Fail => {
                 return Err(invalid(format!(
                     "table {name} exists and the ingest asks to fail if it does"
                 )));
             }
-            Ok(_) => {}
+            Ok(t) => t,
             Err(strata_engine::Error::TableNotFound(_)) if req.if_missing == IfMissing::Create => {
                 who.check(ns, Scope::Admin)?;
                 if req.primary_key.is_empty() {
@@ -117,10 +117,10 @@ impl QueryService {
                 let keys: Vec<&str> = req.primary_key.iter().map(String::as_str).collect();
                 db.create_table(&name, Schema::new(fields), &keys).await?;
                 tracing::info!(table = %name, who = %who.name, "table created by bulk ingest");
+                db.table(&name).await?
             }
             Err(e) => return Err(e.into()),
-        }
-        let t = db.table(&name).await?;
+        };
         let mut rows = 0u64;
         let mut next = first;
         while let Some(batch) = next {

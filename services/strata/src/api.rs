@@ -865,7 +865,7 @@ async fn scan(
 /// write validation, which must not panic either. `STRATA_PROPTEST_CASES` sets the cases.
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
-mod fuzz {
+pub(crate) mod fuzz {
     use super::*;
     use arrow::array::{BooleanArray, Float64Array, Int64Array, TimestampMillisecondArray};
     use proptest::prelude::*;
@@ -1078,8 +1078,8 @@ async fn admin_table(
     Path(table): Path<String>,
 ) -> ApiResult<Response> {
     who.check(&table, Scope::Admin)?;
-    let entry = st.db.describe(&table).await?;
     let t = st.db.table(&table).await?;
+    let entry = &t.table_schema().entry;
     let now = now_ms();
     let mut shards = Vec::new();
     for (i, s) in t.shards().enumerate() {
