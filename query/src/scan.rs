@@ -2,8 +2,9 @@
 //!
 //! Each partition is a key range; a blocking task merges the tiers of every shard overlapping
 //! it (memtables / WAL tail, NVMe-tier SSTs, S3 levels) by primary key, newest version per
-//! column wins and tombstones hide older versions, and sends batches through a channel of two
-//! batches (bounded memory: a slow consumer stops the merge).
+//! column wins and tombstones hide older versions. On a multi-thread runtime the merge runs
+//! on the consuming task's thread (`block_in_place`), one batch per poll; otherwise on a
+//! blocking thread feeding a channel of two batches (bounded memory either way).
 
 use std::fmt;
 use std::sync::Arc;
@@ -20,7 +21,8 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
     SendableRecordBatchStream,
 };
-use strata_engine::TableView;
+use strata_engine::{TableView, ViewBatches};
+use tokio::runtime::RuntimeFlavor;
 
 use crate::pushdown::{KeyRange, describe};
 
@@ -204,7 +206,6 @@ impl ExecutionPlan for StrataScanExec {
         partition: usize,
         _context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let (tx, rx) = tokio::sync::mpsc::channel::<Result<RecordBatch>>(2);
         let schema = self.schema.clone();
         let Some(range) = self.ranges.get(partition).cloned() else {
             return Ok(Box::pin(RecordBatchStreamAdapter::new(
@@ -214,13 +215,36 @@ impl ExecutionPlan for StrataScanExec {
         };
         let handle = tokio::runtime::Handle::try_current()
             .map_err(|e| DataFusionError::Execution(format!("no runtime: {e}")))?;
-        let view = self.view.clone();
-        let projection = self.projection.clone();
-        let (limit, batch_rows) = (self.limit.unwrap_or(usize::MAX), self.batch_rows);
+        let inline = handle.runtime_flavor() == RuntimeFlavor::MultiThread;
+        let mut producer = Producer {
+            view: self.view.clone(),
+            range,
+            projection: self.projection.clone(),
+            limit: self.limit.unwrap_or(usize::MAX),
+            batch_rows: self.batch_rows,
+            handle,
+            shard: 0,
+            batches: None,
+            sent: 0,
+        };
+        if inline {
+            // Decode on the consumer's thread (the batch is still in its cache when the
+            // operator above reads it), letting the runtime move its other tasks away.
+            let stream = futures::stream::unfold(producer, |mut p| async move {
+                tokio::task::block_in_place(|| p.next()).map(|b| (b, p))
+            });
+            return Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)));
+        }
+        // A current-thread runtime cannot block its only thread: decode on a blocking
+        // thread and hand batches over through a channel of two (bounded memory: a slow
+        // consumer stops the merge).
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<RecordBatch>>(2);
         tokio::task::spawn_blocking(move || {
-            let result = produce(&view, &range, &projection, limit, batch_rows, &handle, &tx);
-            if let Err(e) = result {
-                let _ = tx.blocking_send(Err(e));
+            while let Some(b) = producer.next() {
+                let failed = b.is_err();
+                if tx.blocking_send(b).is_err() || failed {
+                    return; // the consumer went away (LIMIT satisfied, cancelled)
+                }
             }
         });
         let stream =
@@ -233,37 +257,60 @@ pub(crate) fn engine_err(e: strata_engine::Error) -> DataFusionError {
     DataFusionError::External(Box::new(e))
 }
 
-#[allow(clippy::too_many_arguments)]
-fn produce(
-    view: &TableView,
-    range: &KeyRange,
-    projection: &[usize],
+/// One partition's batches: the shards overlapping its key range, one after the other.
+struct Producer {
+    view: Arc<TableView>,
+    range: KeyRange,
+    projection: Vec<usize>,
     limit: usize,
     batch_rows: usize,
-    handle: &tokio::runtime::Handle,
-    tx: &tokio::sync::mpsc::Sender<Result<RecordBatch>>,
-) -> Result<()> {
-    let mut sent = 0usize;
-    for (entry, shard) in view.entry.shards.iter().zip(&view.shards) {
-        let r = range.clamp(&entry.key_start, entry.key_end.as_deref());
-        if r.is_empty() {
-            continue;
-        }
-        let mut batches = shard
-            .batches(&r.start, r.end.as_deref(), projection, batch_rows, handle)
-            .map_err(engine_err)?;
-        while let Some(mut batch) = batches.next_batch().map_err(engine_err)? {
-            if sent + batch.num_rows() > limit {
-                batch = batch.slice(0, limit - sent);
-            }
-            sent += batch.num_rows();
-            if tx.blocking_send(Ok(batch)).is_err() {
-                return Ok(()); // the consumer went away (LIMIT satisfied, cancelled)
-            }
-            if sent >= limit {
-                return Ok(());
-            }
-        }
+    handle: tokio::runtime::Handle,
+    /// The next shard to open.
+    shard: usize,
+    batches: Option<ViewBatches>,
+    sent: usize,
+}
+
+impl Producer {
+    /// The next batch, None at the end (or once the limit is reached).
+    fn next(&mut self) -> Option<Result<RecordBatch>> {
+        self.step().transpose()
     }
-    Ok(())
+
+    fn step(&mut self) -> Result<Option<RecordBatch>> {
+        while self.sent < self.limit {
+            if let Some(batches) = self.batches.as_mut() {
+                if let Some(mut batch) = batches.next_batch().map_err(engine_err)? {
+                    if self.sent + batch.num_rows() > self.limit {
+                        batch = batch.slice(0, self.limit - self.sent);
+                    }
+                    self.sent += batch.num_rows();
+                    return Ok(Some(batch));
+                }
+                self.batches = None;
+            }
+            let view = &self.view;
+            let Some((entry, shard)) = view.entry.shards.iter().zip(&view.shards).nth(self.shard)
+            else {
+                return Ok(None);
+            };
+            self.shard += 1;
+            let r = self.range.clamp(&entry.key_start, entry.key_end.as_deref());
+            if r.is_empty() {
+                continue;
+            }
+            self.batches = Some(
+                shard
+                    .batches(
+                        &r.start,
+                        r.end.as_deref(),
+                        &self.projection,
+                        self.batch_rows,
+                        &self.handle,
+                    )
+                    .map_err(engine_err)?,
+            );
+        }
+        Ok(None)
+    }
 }
