@@ -99,8 +99,6 @@ resource "aws_lb_target_group" "query" {
 }
 
 resource "aws_lb_listener" "query" {
-  # checkov:skip=CKV_AWS_2:Network load balancer: TCP passes gRPC/HTTP2 through untouched; with certificate_arn set the listener is TLS (ELBSecurityPolicy-TLS13-1-2-2021-06), else TLS is the nodes' tls.cert.
-  # checkov:skip=CKV_AWS_103:Same as CKV_AWS_2: TLS 1.2+ policy whenever the listener terminates TLS.
   for_each = local.ports
 
   load_balancer_arn = aws_lb.query.arn

@@ -251,7 +251,6 @@ resource "aws_s3_bucket_policy" "data" {
 # Access-log bucket (S3 server access logging delivers only to SSE-S3 buckets).
 
 resource "aws_s3_bucket" "logs" {
-  # checkov:skip=CKV_AWS_18:This is the access-log bucket; logging it into itself would loop.
   # checkov:skip=CKV_AWS_144:Access logs are kept for audit in one region; replicating them is the operator's choice.
   # checkov:skip=CKV_AWS_145:S3 server access logging cannot deliver to an SSE-KMS bucket; SSE-S3 (AES256) is used.
   # checkov:skip=CKV2_AWS_62:Nothing consumes access-log events.
