@@ -198,6 +198,9 @@ resource "aws_autoscaling_group" "node" {
     preferences {
       min_healthy_percentage = var.instance_refresh_min_healthy_percentage
       instance_warmup        = var.health_check_grace_seconds
+      # A release whose nodes fail their boot (e.g. a config the binary rejects) or health
+      # check goes back to the previous launch template version.
+      auto_rollback = true
     }
   }
 
