@@ -29,7 +29,7 @@ start() {
     echo "starting LocalStack (log: $log)"
     (cd "$STRATA_CACHE" && SERVICES=s3 GATEWAY_LISTEN="127.0.0.1:$LOCALSTACK_PORT" \
       LOCALSTACK_VOLUME_DIR="$STRATA_CACHE/localstack-volume" \
-      nohup "$venv/bin/python" -m localstack.runtime.main >"$log" 2>&1 & echo $! >"$pidfile")
+      exec nohup "$venv/bin/python" -m localstack.runtime.main >"$log" 2>&1 & echo $! >"$pidfile")
     for _ in $(seq 1 120); do healthy && break; sleep 1; done
     healthy || { echo "LocalStack did not become healthy"; tail -50 "$log"; exit 1; }
   fi

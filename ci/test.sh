@@ -26,6 +26,8 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
 log="$STRATA_CACHE/test-output.log"
 cargo test --workspace --locked 2>&1 | tee "$log"
+echo "== infra checks (Terraform parse, checkov, settings drift against the strata binary)"
+bash infra/check.sh 2>&1 | tee -a "$log"
 # One closing line with the totals over every test binary (cargo prints one per binary,
 # and the last is often an empty doc-test run).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed;?$/) p += $(i-1); if ($i ~ /^failed;?$/) f += $(i-1) } }

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Validates infra/ without Terraform (no Terraform binary or provider can be downloaded
+# here): every .tf parses and each module has its files, pins and documented inputs
+# (tests/check_terraform.py); checkov passes with only inline, reasoned suppressions; every
+# setting the Terraform passes to strata is a real one (tests/check_settings.py, against the
+# strata binary: $STRATA_BIN, else $CARGO_TARGET_DIR/debug/strata, which `cargo test` builds).
+#
+# Installs its tools pinned (requirements-*.txt) into venvs under $STRATA_CACHE, again only
+# when the pins change. Ends with "test result: ok|FAILED. N passed; M failed" so that
+# ci/test.sh counts these checks with the cargo tests; exits non-zero on any failure.
+#   bash infra/check.sh
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+source "$here/../ci/env.sh"
+python="${PYTHON:-python3.11}"
+
+venv() { # venv DIR REQUIREMENTS
+  local dir="$1" req="$2"
+  if [ ! -x "$dir/bin/python" ] || ! cmp -s "$req" "$dir/.requirements"; then
+    echo "installing $(basename "$req") into $dir"
+    rm -rf "$dir"
+    "$python" -m venv "$dir"
+    "$dir/bin/pip" install -q --disable-pip-version-check --no-deps -r "$req"
+    cp "$req" "$dir/.requirements"
+  fi
+}
+
+hcl_venv="$STRATA_CACHE/infra-venv"
+checkov_venv="$STRATA_CACHE/infra-checkov-venv"
+venv "$hcl_venv" "$here/requirements-hcl.txt"
+venv "$checkov_venv" "$here/requirements-checkov.txt"
+
+passed=0
+failed=0
+count() { # count LOG: adds the "N passed, M failed" line of a checker to the totals
+  local line
+  line="$(grep -E '^[a-z]+: [0-9]+ passed, [0-9]+ failed$' "$1" | tail -1 || true)"
+  if [ -z "$line" ]; then
+    echo "  FAIL  $(basename "$1") checker ended without its summary line"
+    failed=$((failed + 1))
+    return
+  fi
+  passed=$((passed + $(echo "$line" | awk '{print $2}')))
+  failed=$((failed + $(echo "$line" | awk '{print $4}')))
+}
+logs="$(mktemp -d)"
+trap 'rm -rf "$logs"' EXIT
+
+echo "== infra: terraform static checks"
+"$hcl_venv/bin/python" "$here/tests/check_terraform.py" | tee "$logs/terraform" || true
+count "$logs/terraform"
+
+echo "== infra: checkov"
+# Every suppression is an inline `checkov:skip=ID:reason` next to the resource.
+"$checkov_venv/bin/checkov" -d "$here/terraform" --framework terraform --quiet --skip-download \
+  -o json >"$logs/checkov.json" 2>"$logs/checkov.err" || true
+"$hcl_venv/bin/python" "$here/tests/checkov_report.py" "$logs/checkov.json" "$logs/checkov.err" \
+  | tee "$logs/checkov" || true
+count "$logs/checkov"
+
+echo "== infra: settings drift test (Terraform -> strata config)"
+"$hcl_venv/bin/python" "$here/tests/check_settings.py" | tee "$logs/settings" || true
+if ! grep -qE '^settings: [0-9]+ passed' "$logs/settings"; then echo "settings: 0 passed, 1 failed" >>"$logs/settings"; fi
+count "$logs/settings"
+
+if [ "$failed" = 0 ]; then
+  echo "test result: ok. $passed passed; 0 failed; 0 ignored (infra/check.sh)"
+else
+  echo "test result: FAILED. $passed passed; $failed failed; 0 ignored (infra/check.sh)"
+  exit 1
+fi

@@ -1,0 +1,243 @@
+# One instance role per Strata role, each allowed only the bucket prefixes that role touches
+# (crates/strata-manifest/src/layout.rs names every object; README.md of this module maps
+# each permission to the code that needs it).
+
+data "aws_caller_identity" "current" {}
+data "aws_region" "current" {}
+data "aws_partition" "current" {}
+
+locals {
+  partition = data.aws_partition.current.partition
+  region    = data.aws_region.current.name
+  account   = data.aws_caller_identity.current.account_id
+  root      = "${var.bucket_arn}/${var.root_prefix}"
+  tags      = merge(var.tags, { "strata:deployment" = var.name })
+  roles     = toset(["ingest", "compactor", "query"])
+
+  # Log groups created by the observability module: /strata/<name>/<role>.
+  log_group_arn = { for r in local.roles : r => "arn:${local.partition}:logs:${local.region}:${local.account}:log-group:/strata/${var.name}/${r}" }
+}
+
+data "aws_iam_policy_document" "assume_ec2" {
+  statement {
+    actions = ["sts:AssumeRole"]
+    principals {
+      type        = "Service"
+      identifiers = ["ec2.amazonaws.com"]
+    }
+  }
+}
+
+resource "aws_iam_role" "role" {
+  for_each             = local.roles
+  name                 = "${var.name}-strata-${each.key}"
+  description          = "Strata ${each.key} nodes of ${var.name}"
+  assume_role_policy   = data.aws_iam_policy_document.assume_ec2.json
+  max_session_duration = 3600
+  tags                 = merge(local.tags, { "strata:role" = each.key })
+}
+
+resource "aws_iam_instance_profile" "role" {
+  for_each = local.roles
+  name     = "${var.name}-strata-${each.key}"
+  role     = aws_iam_role.role[each.key].name
+  tags     = local.tags
+}
+
+resource "aws_iam_role_policy_attachment" "ssm" {
+  for_each   = var.enable_ssm_session_manager ? local.roles : toset([])
+  role       = aws_iam_role.role[each.key].name
+  policy_arn = "arn:${local.partition}:iam::aws:policy/AmazonSSMManagedInstanceCore"
+}
+
+# ---------------------------------------------------------------------------------------
+# ingest: the shard writer. Reads and writes everything under the root: catalog, manifests,
+# WAL, SSTs, Parquet (in-process compaction workers), pins (its own readers), jobs (it
+# publishes and settles them), and deletes whatever its GC collects.
+
+data "aws_iam_policy_document" "ingest" {
+  source_policy_documents = [data.aws_iam_policy_document.node["ingest"].json]
+
+  statement {
+    sid       = "ListUnderRoot"
+    actions   = ["s3:ListBucket"]
+    resources = [var.bucket_arn]
+    condition {
+      test     = "StringLike"
+      variable = "s3:prefix"
+      values   = ["${var.root_prefix}/", "${var.root_prefix}/*"]
+    }
+  }
+
+  statement {
+    sid = "ReadWriteUnderRoot"
+    actions = [
+      "s3:GetObject",
+      "s3:PutObject",
+      "s3:DeleteObject",
+      "s3:AbortMultipartUpload",
+    ]
+    resources = ["${local.root}/*"]
+  }
+
+  statement {
+    sid       = "BucketKey"
+    actions   = ["kms:Decrypt", "kms:GenerateDataKey"]
+    resources = [var.kms_key_arn]
+  }
+}
+
+# ---------------------------------------------------------------------------------------
+# compactor: lists and reads jobs, reads the job's inputs (row SSTs, Parquet), writes its
+# lease and result, writes (multipart) and, when it lost the race, deletes its Parquet
+# outputs. It never touches manifests, the catalog, the WAL or pins.
+
+data "aws_iam_policy_document" "compactor" {
+  source_policy_documents = [data.aws_iam_policy_document.node["compactor"].json]
+
+  statement {
+    sid       = "ListJobs"
+    actions   = ["s3:ListBucket"]
+    resources = [var.bucket_arn]
+    condition {
+      test     = "StringLike"
+      variable = "s3:prefix"
+      values   = ["${var.root_prefix}/jobs/", "${var.root_prefix}/jobs/*"]
+    }
+  }
+
+  statement {
+    sid     = "ReadJobsAndInputs"
+    actions = ["s3:GetObject"]
+    resources = [
+      "${local.root}/jobs/*",
+      "${local.root}/tables/*/sst/*",
+      "${local.root}/tables/*/parquet/*",
+    ]
+  }
+
+  statement {
+    sid     = "ClaimAndHandBackJobs"
+    actions = ["s3:PutObject"]
+    resources = [
+      "${local.root}/jobs/*.lease",
+      "${local.root}/jobs/*.result",
+    ]
+  }
+
+  statement {
+    sid       = "DropLeaseOfSettledJob"
+    actions   = ["s3:DeleteObject"]
+    resources = ["${local.root}/jobs/*.lease"]
+  }
+
+  statement {
+    sid = "WriteJobOutputs"
+    actions = [
+      "s3:PutObject",
+      "s3:DeleteObject",
+      "s3:AbortMultipartUpload",
+    ]
+    resources = ["${local.root}/tables/*/parquet/*"]
+  }
+
+  statement {
+    sid       = "BucketKey"
+    actions   = ["kms:Decrypt", "kms:GenerateDataKey"]
+    resources = [var.kms_key_arn]
+  }
+}
+
+# ---------------------------------------------------------------------------------------
+# query: reads everything under the root (catalog, manifests, WAL tails, SSTs, Parquet).
+# Its only writes are durable snapshot pins (crates/strata-engine/src/view.rs): a pin
+# keeps the writer's GC off the manifest version a query reads; it is renewed while the
+# query runs and deleted after.
+
+data "aws_iam_policy_document" "query" {
+  source_policy_documents = [data.aws_iam_policy_document.node["query"].json]
+
+  statement {
+    sid       = "ListUnderRoot"
+    actions   = ["s3:ListBucket"]
+    resources = [var.bucket_arn]
+    condition {
+      test     = "StringLike"
+      variable = "s3:prefix"
+      values   = ["${var.root_prefix}/", "${var.root_prefix}/*"]
+    }
+  }
+
+  statement {
+    sid       = "ReadUnderRoot"
+    actions   = ["s3:GetObject"]
+    resources = ["${local.root}/*"]
+  }
+
+  statement {
+    sid       = "SnapshotPins"
+    actions   = ["s3:PutObject", "s3:DeleteObject"]
+    resources = ["${local.root}/tables/*/pins/*"]
+  }
+
+  statement {
+    sid       = "BucketKey"
+    actions   = ["kms:Decrypt", "kms:GenerateDataKey"]
+    resources = [var.kms_key_arn]
+  }
+}
+
+# ---------------------------------------------------------------------------------------
+# What every node needs besides the bucket: its log group, its metrics, its binary and
+# (ingest, query) its API keys.
+
+data "aws_iam_policy_document" "node" {
+  for_each = local.roles
+
+  statement {
+    sid       = "OwnLogGroup"
+    actions   = ["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"]
+    resources = [local.log_group_arn[each.key], "${local.log_group_arn[each.key]}:log-stream:*"]
+  }
+
+  # PutMetricData has no resource-level permissions; the namespace condition scopes it.
+  statement {
+    sid       = "OwnMetricNamespace"
+    actions   = ["cloudwatch:PutMetricData"]
+    resources = ["*"]
+    condition {
+      test     = "StringEquals"
+      variable = "cloudwatch:namespace"
+      values   = [var.metric_namespace]
+    }
+  }
+
+  dynamic "statement" {
+    for_each = length(var.artifact_object_arns) > 0 ? [1] : []
+    content {
+      sid       = "ReleaseBinary"
+      actions   = ["s3:GetObject"]
+      resources = var.artifact_object_arns
+    }
+  }
+
+  dynamic "statement" {
+    for_each = length(var.auth_keys_parameter_arns) > 0 && each.key != "compactor" ? [1] : []
+    content {
+      sid       = "ApiKeysFile"
+      actions   = ["ssm:GetParameter"]
+      resources = var.auth_keys_parameter_arns
+    }
+  }
+}
+
+resource "aws_iam_role_policy" "role" {
+  for_each = local.roles
+  name     = "strata-${each.key}"
+  role     = aws_iam_role.role[each.key].id
+  policy = {
+    ingest    = data.aws_iam_policy_document.ingest.json
+    compactor = data.aws_iam_policy_document.compactor.json
+    query     = data.aws_iam_policy_document.query.json
+  }[each.key]
+}

@@ -1,0 +1,312 @@
+"""Drift test: every setting the Terraform passes to `strata` is a real Strata setting.
+
+- Config files: each role module's `templates/strata.toml.tftpl` is rendered (infra/tools/
+  tftpl.py, every `%{ if }` branch through the variants in config-vars.json, module variable
+  defaults winning over the fixture) and handed to `strata config --role ROLE --config
+  FILE`, which fails on an unknown key or a mistyped value. Every key of the file must then
+  appear with the same value in the effective configuration it prints.
+- Environment: every `STRATA_*` name in infra/ (systemd units, module inputs, the dev
+  cluster script) is set for one `strata config` run; strata only *warns* about unknown
+  names, so the run's stderr is searched for that warning. Values written as literals in
+  HCL maps (`STRATA_X = "v"`) are used as given, so their types are checked too.
+- Self-tests: a bogus key, a mistyped value and a bogus variable must each be caught, so
+  this check cannot pass by checking nothing.
+
+Prints one line per check and a closing `N passed, M failed`; exits 1 on any failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import tempfile
+import tomllib
+
+import hcl2
+
+HERE = pathlib.Path(__file__).resolve().parent
+INFRA = HERE.parent
+TERRAFORM = INFRA / "terraform"
+sys.path.insert(0, str(INFRA / "tools"))
+import tftpl  # noqa: E402
+
+# strata's own warning for a STRATA_* variable that names no setting
+# (services/strata/src/main.rs, Settings::load).
+UNKNOWN_VAR_WARNING = "variable names no setting"
+ENV_TOKEN = re.compile(r"\bSTRATA_[A-Z0-9_]*[A-Z0-9]\b")
+# Names in infra/ that are not settings on purpose: read by strata elsewhere (config.rs
+# OTHER_VARS) or by the scripts.
+NOT_SETTINGS = {
+    "STRATA_CONFIG": "the config file path (config.rs OTHER_VARS)",
+    "STRATA_API_KEY": "the strata sql client's key (config.rs OTHER_VARS)",
+    "STRATA_CACHE": "the CI cache directory (ci/env.sh; config.rs OTHER_VARS)",
+    "STRATA_BIN": "which strata binary the infra scripts run",
+    "STRATA_DEV_DIR": "state directory of infra/dev-cluster.sh",
+    "STRATA_DEV_INGEST_NODES": "ingest count of infra/dev-cluster.sh",
+    "STRATA_DEV_COMPACTORS": "compactor count of infra/dev-cluster.sh",
+    "STRATA_DEV_BUCKET": "bucket of infra/dev-cluster.sh",
+    "STRATA_DEV_PORT_BASE": "first port of infra/dev-cluster.sh",
+    "STRATA_TEST_S3_ENDPOINT": "the LocalStack endpoint (ci/env.sh; STRATA_TEST_* are ignored by strata)",
+    "STRATA_TEST_S3_BUCKET": "the CI test bucket (ci/env.sh)",
+}
+
+
+class Checks:
+    def __init__(self) -> None:
+        self.passed = 0
+        self.failed = 0
+
+    def ok(self, what: str) -> None:
+        self.passed += 1
+        print(f"  ok    {what}")
+
+    def fail(self, what: str, detail: str = "") -> None:
+        self.failed += 1
+        print(f"  FAIL  {what}")
+        for line in detail.strip().splitlines()[:20]:
+            print(f"        {line}")
+
+
+def strata_binary() -> pathlib.Path:
+    candidates = []
+    if os.environ.get("STRATA_BIN"):
+        candidates.append(pathlib.Path(os.environ["STRATA_BIN"]))
+    target = os.environ.get("CARGO_TARGET_DIR") or os.path.join(
+        os.environ.get("STRATA_CACHE", os.path.expanduser("~/.cache/strata")), "target"
+    )
+    candidates.append(pathlib.Path(target) / "debug" / "strata")
+    for c in candidates:
+        if c.is_file() and os.access(c, os.X_OK):
+            return c
+    sys.exit(
+        "no strata binary: build it (cargo build -p strata) or set STRATA_BIN; looked at "
+        + ", ".join(map(str, candidates))
+    )
+
+
+def run_config(binary, role, config=None, env=None):
+    cmd = [str(binary), "config", "--role", role]
+    if config is not None:
+        cmd += ["--config", str(config)]
+    # A clean environment: no STRATA_* of the caller leaks into the check.
+    base = {k: v for k, v in os.environ.items() if not k.startswith("STRATA_") and k != "RUST_LOG"}
+    base.update(env or {})
+    p = subprocess.run(cmd, capture_output=True, text=True, env=base, timeout=60)
+    return p.returncode, p.stdout, p.stderr
+
+
+def flatten(table: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in table.items():
+        path = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, path + "."))
+        else:
+            out[path] = v
+    return out
+
+
+def unquote(v):
+    if isinstance(v, str) and len(v) >= 2 and v[0] == v[-1] == '"':
+        return v[1:-1]
+    return v
+
+
+def module_defaults(module_dir: pathlib.Path) -> dict:
+    """Defaults of the module's variables that are literals (no expressions)."""
+    out = {}
+    path = module_dir / "variables.tf"
+    if not path.exists():
+        return out
+    with open(path, encoding="utf-8") as f:
+        doc = hcl2.load(f)
+    for block in doc.get("variable", []):
+        for name, body in block.items():
+            name = unquote(name)
+            if "default" in body:
+                v = unquote(body["default"])
+                if isinstance(v, (int, float, bool)) or (isinstance(v, str) and "${" not in v):
+                    out[name] = v
+    return out
+
+
+def check_templates(binary, checks: Checks) -> None:
+    fixture = json.loads((HERE / "config-vars.json").read_text(encoding="utf-8"))
+    templates = sorted(TERRAFORM.glob("modules/*/templates/strata.toml.tftpl"))
+    if not templates:
+        checks.fail("config templates found under infra/terraform/modules/*/templates")
+        return
+    for tpl in templates:
+        module_dir = tpl.parent.parent
+        role = module_dir.name
+        if role not in fixture:
+            checks.fail(f"{role}: variables for {tpl.relative_to(INFRA)} in config-vars.json")
+            continue
+        defaults = module_defaults(module_dir)
+        base = dict(fixture[role][0])
+        for name in base:
+            if name in defaults:
+                base[name] = defaults[name]
+        for i, variant in enumerate(fixture[role]):
+            variables = dict(base)
+            variables.update(variant if i else {})
+            what = f"{role}: {tpl.relative_to(INFRA)} (variant {i + 1}) is accepted by strata config --role {role}"
+            try:
+                text = tftpl.render(tpl.read_text(encoding="utf-8"), variables)
+            except tftpl.TemplateError as e:
+                checks.fail(what, f"render: {e}")
+                continue
+            try:
+                written = flatten(tomllib.loads(text))
+            except tomllib.TOMLDecodeError as e:
+                checks.fail(what, f"rendered TOML does not parse: {e}\n{text}")
+                continue
+            with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
+                f.write(text)
+            try:
+                rc, out, err = run_config(binary, role, config=f.name)
+            finally:
+                os.unlink(f.name)
+            if rc != 0:
+                checks.fail(what, err)
+                continue
+            effective = flatten(tomllib.loads(out))
+            mismatched = [
+                f"{k}: file {v!r}, effective {effective.get(k)!r}"
+                for k, v in written.items()
+                if effective.get(k) != v
+            ]
+            if mismatched:
+                checks.fail(what, "settings not taken as written:\n" + "\n".join(mismatched))
+            else:
+                checks.ok(f"{what} ({len(written)} settings)")
+
+
+def hcl_env_literals() -> dict:
+    """STRATA_* keys of maps in the .tf files with their literal values."""
+    found = {}
+
+    def walk(node):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                key = unquote(k) if isinstance(k, str) else k
+                if isinstance(key, str) and ENV_TOKEN.fullmatch(key) and isinstance(v, (str, int, float, bool)):
+                    v = unquote(v)
+                    if not (isinstance(v, str) and "${" in v):
+                        found[key] = str(v).lower() if isinstance(v, bool) else str(v)
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    for path in TERRAFORM.rglob("*.tf"):
+        with open(path, encoding="utf-8") as f:
+            walk(hcl2.load(f))
+    return found
+
+
+def env_names() -> dict:
+    """Every STRATA_* name in infra/ -> the files it appears in."""
+    names: dict = {}
+    files = [p for p in INFRA.rglob("*") if p.is_file() and p.suffix in {".tf", ".tftpl", ".sh", ".tfvars", ".example"}]
+    for p in files:
+        for name in ENV_TOKEN.findall(p.read_text(encoding="utf-8")):
+            names.setdefault(name, set()).add(str(p.relative_to(INFRA)))
+    return names
+
+
+def check_env(binary, checks: Checks) -> None:
+    rc, out, err = run_config(binary, "ingest")
+    if rc != 0:
+        checks.fail("strata config --role ingest runs", err)
+        return
+    defaults = flatten(tomllib.loads(out))
+    by_env = {"STRATA_" + k.replace(".", "_").upper(): v for k, v in defaults.items()}
+    literals = hcl_env_literals()
+    names = env_names()
+    if not names:
+        checks.fail("STRATA_* names found in infra/")
+        return
+    env = {}
+    for name in names:
+        if name in NOT_SETTINGS:
+            continue
+        if name in literals:
+            env[name] = literals[name]
+        elif name in by_env:
+            v = by_env[name]
+            env[name] = str(v).lower() if isinstance(v, bool) else str(v)
+        else:
+            env[name] = "1"
+    rc, out, err = run_config(binary, "ingest", env=env)
+    if rc != 0:
+        checks.fail("STRATA_* values in infra/ are accepted by strata", err)
+        return
+    effective_by_env = {"STRATA_" + k.replace(".", "_").upper(): v for k, v in flatten(tomllib.loads(out)).items()}
+    for name in sorted(names):
+        where = ", ".join(sorted(names[name]))
+        if name in NOT_SETTINGS:
+            checks.ok(f"{name} ({where}): not a setting on purpose: {NOT_SETTINGS[name]}")
+        elif re.search(rf"{UNKNOWN_VAR_WARNING}.*\b{name}\b|\b{name}\b.*{UNKNOWN_VAR_WARNING}", err):
+            checks.fail(f"{name} ({where}) is a strata setting", f"strata warns: {name} names no setting")
+        elif name in literals:
+            got = effective_by_env.get(name)
+            got = str(got).lower() if isinstance(got, bool) else str(got)
+            if got == literals[name]:
+                checks.ok(f"{name} ({where}) is a strata setting; value {literals[name]!r} taken")
+            else:
+                checks.fail(f"{name} ({where}) value {literals[name]!r} taken", f"effective value: {got!r}")
+        else:
+            checks.ok(f"{name} ({where}) is a strata setting")
+
+
+def self_test(binary, checks: Checks) -> None:
+    """The checks above must be able to fail."""
+    cases = [
+        ("[engine]\nnot_a_real_setting = 1\n", "a bogus key"),
+        ('[engine]\nlevels = "many"\n', "a mistyped value"),
+        ('[store]\nkind = "s3"\n', "store.kind = s3 without a bucket"),
+    ]
+    for text, what in cases:
+        with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
+            f.write(text)
+        try:
+            rc, _, err = run_config(binary, "ingest", config=f.name)
+        finally:
+            os.unlink(f.name)
+        if rc == 0:
+            checks.fail(f"self-test: strata config rejects {what}", "it was accepted: the template check proves nothing")
+        else:
+            checks.ok(f"self-test: strata config rejects {what}")
+    rc, _, err = run_config(binary, "ingest", env={"STRATA_NOT_A_REAL_SETTING": "1"})
+    if rc == 0 and UNKNOWN_VAR_WARNING in err and "STRATA_NOT_A_REAL_SETTING" in err:
+        checks.ok("self-test: an unknown STRATA_* variable is reported")
+    else:
+        checks.fail(
+            "self-test: an unknown STRATA_* variable is reported",
+            f"no {UNKNOWN_VAR_WARNING!r} warning (rc {rc}): the environment check proves nothing\n{err}",
+        )
+    try:
+        tftpl.render("a = ${missing}\n", {})
+        checks.fail("self-test: the template renderer refuses a missing variable")
+    except tftpl.TemplateError:
+        checks.ok("self-test: the template renderer refuses a missing variable")
+
+
+def main() -> int:
+    binary = strata_binary()
+    print(f"drift test: Terraform settings against {binary}")
+    checks = Checks()
+    self_test(binary, checks)
+    check_templates(binary, checks)
+    check_env(binary, checks)
+    print(f"settings: {checks.passed} passed, {checks.failed} failed")
+    return 1 if checks.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
