@@ -43,6 +43,8 @@ struct DbInner {
     workers: tokio_util::sync::CancellationToken,
     worker_stats: Vec<Arc<crate::jobs::WorkerStats>>,
     remote: crate::view::RemoteViews,
+    /// Set when this process is an ingest node of a cluster (shards owned through leases).
+    cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
 }
 
 impl Drop for DbInner {
@@ -172,6 +174,7 @@ impl Db {
                 clock,
                 catalog,
                 open: tokio::sync::Mutex::new(HashMap::new()),
+                cluster: std::sync::OnceLock::new(),
             }),
         })
     }
@@ -322,6 +325,9 @@ impl Db {
         if let Some(t) = self.inner.open.lock().await.remove(&entry.id) {
             t.close().await;
         }
+        if let Some(c) = self.inner.cluster.get() {
+            c.forget(entry.id);
+        }
         Ok(())
     }
 
@@ -332,6 +338,11 @@ impl Db {
         let entry = catalog
             .and_then(|c| c.value.tables.get(name).cloned())
             .ok_or_else(|| Error::TableNotFound(name.to_string()))?;
+        if let Some(c) = self.inner.cluster.get() {
+            for s in &entry.shards {
+                c.ensure(name, entry.id, s.id, false).await?;
+            }
+        }
         let mut open = self.inner.open.lock().await;
         if let Some(t) = open.get(&entry.id) {
             return Ok(t.clone());
@@ -438,7 +449,8 @@ impl Db {
         out
     }
 
-    /// Stops every open shard and the in-process compaction workers.
+    /// Stops every open shard and the in-process compaction workers; an ingest node of a
+    /// cluster then releases its shard leases so that other nodes take them over at once.
     pub async fn close(&self) {
         self.inner.workers.cancel();
         let open: Vec<Table> = self
@@ -452,6 +464,132 @@ impl Db {
         for t in open {
             t.close().await;
         }
+        if let Some(c) = self.inner.cluster.get() {
+            c.release_all().await;
+        }
+    }
+
+    /// Makes this process an ingest node of a cluster: from now on it serves (and writes)
+    /// only the shards it holds a lease on, claims free shards it is preferred for, takes
+    /// over shards of nodes that died, and answers [`Error::NotOwner`] for the rest (see
+    /// [`crate::cluster`]). Runs until [`Db::close`].
+    pub async fn join_cluster(&self, config: crate::cluster::ClusterConfig) -> Result<()> {
+        let cluster = Arc::new(crate::cluster::Cluster::new(
+            config,
+            self.inner.store.clone(),
+            self.inner.layout.clone(),
+            self.inner.clock.clone(),
+        )?);
+        cluster.refresh_nodes().await?;
+        if self.inner.cluster.set(cluster.clone()).is_err() {
+            return Err(Error::Invalid("already joined a cluster".into()));
+        }
+        let weak = Arc::downgrade(&self.inner);
+        let cancel = self.inner.workers.clone();
+        let every = std::time::Duration::from_millis(cluster.config.renew_ms);
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(every) => {}
+                }
+                let Some(inner) = weak.upgrade() else { return };
+                let db = Db { inner };
+                db.cluster_round(&cluster).await;
+            }
+        });
+        Ok(())
+    }
+
+    /// One round of an ingest node: liveness, lease renewal, claiming free shards.
+    async fn cluster_round(&self, c: &crate::cluster::Cluster) {
+        let live = match c.refresh_nodes().await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!("refreshing cluster nodes: {e}");
+                c.live()
+            }
+        };
+        for (table_id, _) in c.renew().await {
+            if let Some(t) = self.inner.open.lock().await.remove(&table_id) {
+                tracing::warn!(table = t.name(), "lost the shard lease: closing the table");
+                t.close().await;
+            }
+        }
+        let tables = match self.list_tables().await {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!("reading the catalog: {e}");
+                return;
+            }
+        };
+        for entry in tables {
+            for s in &entry.shards {
+                if c.holds(entry.id, s.id) {
+                    continue;
+                }
+                let preferred = crate::cluster::preferred(&live, entry.id, s.id)
+                    .is_some_and(|p| p.name == c.config.node);
+                match c.ensure(&entry.name, entry.id, s.id, false).await {
+                    Ok(_) => {
+                        // Open it now: the writer epoch fences a previous owner and the WAL
+                        // is replayed before the first request arrives.
+                        if let Err(e) = self.table(&entry.name).await {
+                            tracing::warn!(table = entry.name, "opening a claimed shard: {e}");
+                        }
+                    }
+                    Err(Error::NotOwner { .. }) => {}
+                    Err(e) if preferred => {
+                        tracing::warn!(table = entry.name, shard = s.id, "claiming: {e}")
+                    }
+                    Err(_) => {}
+                }
+            }
+        }
+    }
+
+    /// The ownership lease of each shard of a table, when this process is in a cluster
+    /// (None otherwise).
+    pub async fn shard_leases(
+        &self,
+        entry: &TableEntry,
+    ) -> Result<Option<Vec<Option<crate::cluster::ShardLease>>>> {
+        let Some(c) = self.inner.cluster.get() else {
+            return Ok(None);
+        };
+        let mut out = Vec::new();
+        for s in &entry.shards {
+            out.push(c.lease(entry.id, s.id).await?);
+        }
+        Ok(Some(out))
+    }
+
+    /// The live ingest nodes of the cluster as of the last round (empty outside a cluster).
+    pub fn cluster_nodes(&self) -> Vec<crate::cluster::NodeInfo> {
+        self.inner
+            .cluster
+            .get()
+            .map(|c| c.live())
+            .unwrap_or_default()
+    }
+
+    /// Whether this process is an ingest node of a cluster.
+    pub fn in_cluster(&self) -> bool {
+        self.inner.cluster.get().is_some()
+    }
+
+    /// This node's name in the cluster.
+    pub fn cluster_node(&self) -> Option<String> {
+        self.inner.cluster.get().map(|c| c.config.node.clone())
+    }
+
+    /// The shards this node holds leases on, as (table id, shard id).
+    pub fn held_shards(&self) -> Vec<(u64, u32)> {
+        self.inner
+            .cluster
+            .get()
+            .map(|c| c.held())
+            .unwrap_or_default()
     }
 }
 

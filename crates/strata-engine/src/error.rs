@@ -54,6 +54,17 @@ pub enum Error {
         /// Frozen memtables.
         frozen: usize,
     },
+    /// Another ingest node owns the shard, or is expected to take it: send the request
+    /// there (the services forward it).
+    #[error("{}", not_owner_message(table, *shard, owner.as_ref()))]
+    NotOwner {
+        /// The table.
+        table: String,
+        /// The shard.
+        shard: u32,
+        /// The owner (or the node expected to become it), when known.
+        owner: Option<crate::cluster::NodeInfo>,
+    },
     /// The database or shard was closed.
     #[error("closed: {0}")]
     Closed(String),
@@ -87,6 +98,18 @@ pub enum Error {
     Internal(String),
 }
 
+fn not_owner_message(table: &str, shard: u32, owner: Option<&crate::cluster::NodeInfo>) -> String {
+    match owner {
+        Some(o) => format!(
+            "not the owner: shard {shard} of table {table} is served by ingest node {} (http {}, grpc {})",
+            o.name, o.http, o.flight
+        ),
+        None => format!(
+            "not the owner: no ingest node serves shard {shard} of table {table} right now; retry shortly"
+        ),
+    }
+}
+
 impl Error {
     /// The coarse kind.
     pub fn kind(&self) -> ErrorKind {
@@ -97,6 +120,7 @@ impl Error {
             Error::Fenced { .. } => ErrorKind::Fenced,
             Error::SnapshotTooOld { .. } => ErrorKind::SnapshotTooOld,
             Error::Closed(_) => ErrorKind::Closed,
+            Error::NotOwner { .. } => ErrorKind::Unavailable,
             Error::Overloaded { .. } => ErrorKind::Overloaded,
             Error::Corrupt(_) => ErrorKind::Data,
             Error::Io { .. } => ErrorKind::Unavailable,

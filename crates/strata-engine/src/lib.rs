@@ -11,6 +11,7 @@
 //! retention are separate components built on this crate; reads of explicit old sequence
 //! numbers need a pinned [`Snapshot`].
 
+pub mod cluster;
 pub mod columnar;
 pub mod compaction;
 pub mod config;
@@ -35,6 +36,7 @@ pub mod varint;
 pub mod view;
 pub mod wal;
 
+pub use cluster::{ClusterConfig, NodeInfo, ShardLease};
 pub use config::{Durability, EngineConfig, GcConfig, JobsConfig, WriteOptions};
 pub use db::{Db, DbConfig, ScanOptions, Snapshot, Table, TableView};
 pub use error::{Error, Result};

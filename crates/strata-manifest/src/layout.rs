@@ -10,6 +10,8 @@
 //! <root>/jobs/<job id>.json                             published compaction jobs
 //! <root>/jobs/<job id>.lease                            a worker's claim (heartbeat = CAS)
 //! <root>/jobs/<job id>.result                           a worker's output, awaiting commit
+//! <root>/cluster/nodes/<node>.json                      an ingest node's liveness record
+//! <root>/cluster/leases/<table id>-<shard id>.json      which ingest node owns a shard
 //! ```
 
 use object_store::path::Path;
@@ -66,6 +68,25 @@ impl Layout {
     /// A job's result.
     pub fn job_result(&self, id: &str) -> Path {
         self.join(&format!("jobs/{id}.result"))
+    }
+
+    /// Ingest nodes' liveness records (`cluster/nodes/<node>.json`).
+    pub fn nodes_dir(&self) -> Path {
+        self.join("cluster/nodes")
+    }
+
+    /// An ingest node's liveness record.
+    pub fn node(&self, name: &str) -> Path {
+        self.join(&format!("cluster/nodes/{name}.json"))
+    }
+
+    /// The ownership lease of a shard (`cluster/leases/<table id>-<shard>.json`).
+    pub fn shard_lease(&self, table_id: u64, shard_id: u32) -> Path {
+        self.join(&format!(
+            "cluster/leases/{}-{:05}.json",
+            format_id(table_id),
+            shard_id
+        ))
     }
 
     /// All objects of a table.

@@ -65,7 +65,14 @@ pub struct ApiError {
     pub(crate) status: StatusCode,
     pub(crate) code: &'static str,
     pub(crate) message: String,
+    /// Another ingest node owns the table's shard: its (HTTP, gRPC) addresses.
+    pub(crate) owner: Option<(String, String)>,
 }
+
+/// Names the owning ingest node's HTTP address on a `not_owner` response.
+pub const OWNER_HEADER: &str = "x-strata-owner";
+/// Marks a request one ingest node forwarded to another (it is never forwarded again).
+pub const FORWARDED_HEADER: &str = "x-strata-forwarded-by";
 
 impl ApiError {
     fn bad(message: impl Into<String>) -> Self {
@@ -73,6 +80,7 @@ impl ApiError {
             status: StatusCode::BAD_REQUEST,
             code: "invalid",
             message: message.into(),
+            owner: None,
         }
     }
 }
@@ -84,6 +92,13 @@ impl From<EngineError> for ApiError {
                 status: StatusCode::CONFLICT,
                 code: "already_exists",
                 message: e.to_string(),
+                owner: None,
+            },
+            EngineError::NotOwner { owner, .. } => Self {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                code: "not_owner",
+                message: e.to_string(),
+                owner: owner.as_ref().map(|o| (o.http.clone(), o.flight.clone())),
             },
             _ => query_error(QueryError::from(e)),
         }
@@ -92,6 +107,19 @@ impl From<EngineError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        if self.code == "not_owner" {
+            let body = json!({"error": {"code": self.code, "message": self.message}});
+            let mut r = (self.status, axum::Json(body)).into_response();
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+            if let Some(v) = self
+                .owner
+                .and_then(|(http, _)| header::HeaderValue::from_str(&http).ok())
+            {
+                r.headers_mut().insert(OWNER_HEADER, v);
+            }
+            return r;
+        }
         // Same shape and headers (Retry-After, WWW-Authenticate) as the SQL endpoint.
         if self.status == StatusCode::SERVICE_UNAVAILABLE {
             return error_response(&QueryError::new(QueryErrorKind::Overloaded, self.message));
@@ -113,6 +141,8 @@ type ApiResult<T> = Result<T, ApiError>;
 pub struct ApiState {
     db: Db,
     auth: Authenticator,
+    /// Forwards requests to the ingest node owning their shard (clusters without TLS).
+    forwarder: Option<reqwest::Client>,
 }
 
 /// The caller of a request, from its `Authorization: Bearer <key>` header (401 without a
@@ -141,8 +171,21 @@ impl Caller {
     }
 }
 
-/// The data API's routes: the database, callers authenticated by `auth`.
-pub fn router(db: Db, auth: Authenticator) -> Router {
+/// The data API's routes: the database, callers authenticated by `auth`. `forward`: whether requests for another ingest node's shards are
+/// forwarded to it (over plain HTTP, so not with TLS) or answered `503 not_owner` with the
+/// owner's address in `x-strata-owner`.
+pub fn router_with(db: Db, auth: Authenticator, forward: bool) -> Router {
+    let forwarder = forward.then(|| {
+        reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(60))
+            .build()
+            .expect("an HTTP client with default settings")
+    });
+    let state = Arc::new(ApiState {
+        db,
+        auth,
+        forwarder,
+    });
     Router::new()
         .route("/v1/tables", post(create_table).get(list_tables))
         .route("/v1/tables/{table}", get(describe).delete(drop_table))
@@ -159,8 +202,98 @@ pub fn router(db: Db, auth: Authenticator) -> Router {
             "/openapi.json",
             get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI_JSON) }),
         )
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            forward_to_owner,
+        ))
         .layer(axum::extract::DefaultBodyLimit::max(BODY_BYTES_MAX))
-        .with_state(Arc::new(ApiState { db, auth }))
+        .with_state(state)
+}
+
+/// In a cluster, a request the handler answers `not_owner` is sent on to the owning node
+/// (once: a forwarded request is never forwarded again) and its answer returned. The body
+/// is buffered for that (it is at most [`BODY_BYTES_MAX`], and the handlers buffer it
+/// anyway). When the owner cannot be reached (it died and its lease has not lapsed yet),
+/// the `503 not_owner` with `Retry-After` goes back to the caller.
+async fn forward_to_owner(
+    State(st): Shared,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let Some(client) = st.forwarder.clone().filter(|_| st.db.in_cluster()) else {
+        return next.run(req).await;
+    };
+    let forwarded = req.headers().contains_key(FORWARDED_HEADER);
+    let (parts, body) = req.into_parts();
+    let body = match axum::body::to_bytes(body, BODY_BYTES_MAX).await {
+        Ok(b) => b,
+        Err(e) => {
+            return ApiError {
+                status: StatusCode::PAYLOAD_TOO_LARGE,
+                code: "too_large",
+                message: format!("request body: {e}"),
+                owner: None,
+            }
+            .into_response();
+        }
+    };
+    let (method, uri, headers) = (
+        parts.method.clone(),
+        parts.uri.clone(),
+        parts.headers.clone(),
+    );
+    let resp = next
+        .run(axum::extract::Request::from_parts(
+            parts,
+            axum::body::Body::from(body.clone()),
+        ))
+        .await;
+    let Some(owner) = resp
+        .headers()
+        .get(OWNER_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+    else {
+        return resp;
+    };
+    if forwarded {
+        return resp;
+    }
+    let path = uri.path_and_query().map_or("/", |p| p.as_str());
+    let mut out = client
+        .request(method, format!("http://{owner}{path}"))
+        .body(body)
+        .header(FORWARDED_HEADER, st.db.cluster_node().unwrap_or_default());
+    for (name, value) in &headers {
+        if name != header::HOST && name != header::CONTENT_LENGTH {
+            out = out.header(name, value);
+        }
+    }
+    match out.send().await {
+        Ok(r) => {
+            let status = r.status();
+            let headers = r.headers().clone();
+            match r.bytes().await {
+                Ok(bytes) => {
+                    let mut reply = (status, bytes).into_response();
+                    for (name, value) in &headers {
+                        if name != header::CONTENT_LENGTH && name != header::TRANSFER_ENCODING {
+                            reply.headers_mut().insert(name, value.clone());
+                        }
+                    }
+                    reply
+                }
+                Err(e) => {
+                    tracing::warn!(owner, "reading a forwarded answer: {e}");
+                    resp
+                }
+            }
+        }
+        Err(e) => {
+            tracing::warn!(owner, "forwarding to the shard owner: {e}");
+            resp
+        }
+    }
 }
 
 type Shared = State<Arc<ApiState>>;
@@ -229,11 +362,10 @@ struct CreateTable {
     primary_key: Vec<String>,
 }
 
-fn describe_json(t: &Table) -> Json {
-    let schema = t.schema();
-    let entry = &t.table_schema().entry;
+fn describe_json(entry: &strata_manifest::TableEntry) -> Json {
+    let schema = &entry.schema;
     json!({
-        "name": t.name(),
+        "name": entry.name,
         "columns": schema.fields().iter().map(|f| json!({
             "name": f.name(),
             "type": type_name(f.data_type()),
@@ -264,9 +396,9 @@ async fn create_table(State(st): Shared, who: Caller, body: Bytes) -> ApiResult<
         fields.push(Field::new(&c.name, dt, c.nullable));
     }
     let pk: Vec<&str> = req.primary_key.iter().map(|s| s.as_str()).collect();
-    db.create_table(&req.name, Schema::new(fields), &pk).await?;
-    let t = db.table(&req.name).await?;
-    Ok((StatusCode::CREATED, axum::Json(describe_json(&t))).into_response())
+    // The entry, not the opened table: in a cluster another node may be the shard's owner.
+    let entry = db.create_table(&req.name, Schema::new(fields), &pk).await?;
+    Ok((StatusCode::CREATED, axum::Json(describe_json(&entry))).into_response())
 }
 
 async fn list_tables(State(st): Shared, who: Caller) -> ApiResult<Response> {
@@ -286,8 +418,8 @@ async fn describe(
     Path(table): Path<String>,
 ) -> ApiResult<Response> {
     who.check(&table, Scope::Read)?;
-    let t = st.db.table(&table).await?;
-    Ok(axum::Json(describe_json(&t)).into_response())
+    let entry = st.db.describe(&table).await?;
+    Ok(axum::Json(describe_json(&entry)).into_response())
 }
 
 async fn drop_table(
@@ -324,6 +456,7 @@ fn body_format(headers: &HeaderMap) -> ApiResult<BodyFormat> {
             message: format!(
                 "content type {other:?}: rows are application/json, application/x-ndjson or application/vnd.apache.arrow.stream"
             ),
+            owner: None,
         }),
     }
 }
@@ -719,6 +852,7 @@ async fn point_get(
             status: StatusCode::NOT_FOUND,
             code: "not_found",
             message: "no row with this key".into(),
+            owner: None,
         });
     };
     let format = Format::from_accept(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
@@ -739,6 +873,7 @@ fn query_error(e: QueryError) -> ApiError {
         status: StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
         code: e.code(),
         message: e.message,
+        owner: None,
     }
 }
 
@@ -1081,8 +1216,10 @@ async fn admin_table(
     let t = st.db.table(&table).await?;
     let entry = &t.table_schema().entry;
     let now = now_ms();
+    let leases = st.db.shard_leases(entry).await?;
     let mut shards = Vec::new();
     for (i, s) in t.shards().enumerate() {
+        let lease = leases.as_ref().and_then(|l| l.get(i).cloned().flatten());
         let m = s.manifest();
         let stats = s.stats();
         let range = entry.shards.get(i);
@@ -1149,6 +1286,13 @@ async fn admin_table(
             "key_start": range.map(|r| hex::encode(&r.key_start)),
             "key_end": range.and_then(|r| r.key_end.as_ref().map(hex::encode)),
             "writer_epoch": m.value.writer_epoch,
+            "lease": lease.map(|l| json!({
+                "owner": l.owner.name,
+                "http": l.owner.http,
+                "grpc": l.owner.flight,
+                "expires_at_ms": l.expires_at_ms,
+                "generation": l.generation,
+            })),
             "manifest_version": m.version,
             "last_seq": s.last_seq(),
             "seq_flushed": m.value.seq_flushed,

@@ -45,6 +45,8 @@ pub struct Config {
     pub log: LogSettings,
     /// The compaction worker role.
     pub compactor: CompactorSettings,
+    /// Shard ownership among ingest nodes.
+    pub cluster: ClusterSettings,
     /// The query service.
     pub query: QueryConfig,
     /// The storage engine (ingest role; readers use the parts about reading).
@@ -62,6 +64,7 @@ impl Default for Config {
             tls: TlsSettings::default(),
             log: LogSettings::default(),
             compactor: CompactorSettings::default(),
+            cluster: ClusterSettings::default(),
             query: QueryConfig::default(),
             engine: EngineConfig::default(),
         }
@@ -168,6 +171,40 @@ impl Default for LogSettings {
 pub struct CompactorSettings {
     /// Worker name in job leases and logs (empty: `compactor-<process id>`).
     pub name: String,
+}
+
+/// Shard ownership among ingest nodes (`strata ingest`; see `strata_engine::cluster`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterSettings {
+    /// Own shards through leases in the bucket and forward requests for other nodes'
+    /// shards (the ingest role's default; ignored by the other roles).
+    pub enabled: bool,
+    /// This node's name, unique among the ingest nodes (empty: `<hostname>-<http port>`).
+    pub node: String,
+    /// The HTTP address other nodes forward requests to (empty: the bound HTTP address,
+    /// with the hostname for an unspecified IP such as 0.0.0.0).
+    pub advertise_http: String,
+    /// The gRPC address clients are redirected to (empty: like `advertise_http`).
+    pub advertise_flight: String,
+    /// How long a shard lease or liveness record lasts without renewal: a dead node's
+    /// shards are taken over after this.
+    pub lease_ms: u64,
+    /// How often leases are renewed and free shards claimed (at most half of `lease_ms`).
+    pub renew_ms: u64,
+}
+
+impl Default for ClusterSettings {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            node: String::new(),
+            advertise_http: String::new(),
+            advertise_flight: String::new(),
+            lease_ms: 10_000,
+            renew_ms: 2_000,
+        }
+    }
 }
 
 /// A role, for its defaults.
@@ -361,8 +398,11 @@ pub fn role_defaults(role: Role) -> Config {
     let mut c = Config::default();
     match role {
         Role::Serve | Role::Compactor => {}
-        // Compaction runs in `strata compactor` processes.
-        Role::Ingest => c.engine.jobs.inprocess_workers = 0,
+        // Compaction runs in `strata compactor` processes, and shards are owned through leases.
+        Role::Ingest => {
+            c.engine.jobs.inprocess_workers = 0;
+            c.cluster.enabled = true;
+        }
         Role::Query => {
             c.http = SocketAddr::from(([127, 0, 0, 1], 8090));
             c.flight = SocketAddr::from(([127, 0, 0, 1], 8091));
@@ -541,7 +581,9 @@ mod tests {
         assert_eq!(role_defaults(Role::Compactor), Config::default());
         let q = role_defaults(Role::Query);
         assert_ne!(q.http, Config::default().http);
-        assert_eq!(role_defaults(Role::Ingest).engine.jobs.inprocess_workers, 0);
+        let i = role_defaults(Role::Ingest);
+        assert_eq!(i.engine.jobs.inprocess_workers, 0);
+        assert!(i.cluster.enabled && !Config::default().cluster.enabled);
     }
 
     #[test]

@@ -58,6 +58,14 @@ impl DataService {
 
 /// The gRPC status of an API error (same codes as HTTP).
 fn status(e: ApiError) -> Status {
+    if let Some((_, flight)) = &e.owner {
+        // A redirect: the caller retries at the owner's gRPC address.
+        let mut s = Status::unavailable(format!("{}: {}", e.code, e.message));
+        if let Ok(v) = flight.parse() {
+            s.metadata_mut().insert("strata-owner", v);
+        }
+        return s;
+    }
     let code = match e.status.as_u16() {
         400 | 413 | 422 => tonic::Code::InvalidArgument,
         401 => tonic::Code::Unauthenticated,
@@ -93,11 +101,11 @@ fn ipc(batches: &[RecordBatch], schema: &arrow::datatypes::Schema) -> Result<Vec
     Ok(out)
 }
 
-fn info(t: &strata_engine::Table) -> pb::TableInfo {
+fn info(entry: &strata_manifest::TableEntry) -> pb::TableInfo {
     pb::TableInfo {
-        name: t.name().to_string(),
-        columns: t
-            .schema()
+        name: entry.name.clone(),
+        columns: entry
+            .schema
             .fields()
             .iter()
             .map(|f| pb::Column {
@@ -106,7 +114,7 @@ fn info(t: &strata_engine::Table) -> pb::TableInfo {
                 nullable: f.is_nullable(),
             })
             .collect(),
-        primary_key: t.table_schema().entry.primary_key.clone(),
+        primary_key: entry.primary_key.clone(),
     }
 }
 
@@ -165,12 +173,12 @@ impl Data for DataService {
             fields.push(arrow::datatypes::Field::new(&c.name, dt, c.nullable));
         }
         let pk: Vec<&str> = req.primary_key.iter().map(String::as_str).collect();
-        self.db
+        let entry = self
+            .db
             .create_table(&req.name, arrow::datatypes::Schema::new(fields), &pk)
             .await
             .map_err(engine)?;
-        let t = self.db.table(&req.name).await.map_err(engine)?;
-        Ok(Response::new(info(&t)))
+        Ok(Response::new(info(&entry)))
     }
 
     async fn list_tables(
@@ -195,8 +203,8 @@ impl Data for DataService {
         let who = self.caller(&request)?;
         let name = request.into_inner().name;
         check(&who, &name, Scope::Read)?;
-        let t = self.db.table(&name).await.map_err(engine)?;
-        Ok(Response::new(info(&t)))
+        let entry = self.db.describe(&name).await.map_err(engine)?;
+        Ok(Response::new(info(&entry)))
     }
 
     async fn drop_table(

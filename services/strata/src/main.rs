@@ -370,6 +370,15 @@ async fn writer(c: Config, role: &str) -> anyhow_free::Result<()> {
     .await?;
     let q = QueryService::new(db.clone(), c.query.clone(), true);
     let (http, flight) = listen(&c).await?;
+    if role == "ingest" && c.cluster.enabled {
+        let cluster = cluster_config(&c, http.local_addr()?, flight.local_addr()?);
+        tracing::info!(
+            node = cluster.node,
+            http = cluster.http,
+            "joining the ingest cluster"
+        );
+        db.join_cluster(cluster).await?;
+    }
     tracing::info!(
         role,
         data_dir = %c.data_dir.display(),
@@ -382,7 +391,9 @@ async fn writer(c: Config, role: &str) -> anyhow_free::Result<()> {
     let result = strata_query::server::serve_tls(
         q,
         auth.clone(),
-        api::router(db.clone(), auth.clone()),
+        // Forwarding to other ingest nodes is plain HTTP: with TLS, callers get the owner's
+        // address in a 503 instead.
+        api::router_with(db.clone(), auth.clone(), tls.is_none()),
         http,
         flight,
         tls,
@@ -394,6 +405,51 @@ async fn writer(c: Config, role: &str) -> anyhow_free::Result<()> {
     .await;
     db.close().await;
     result
+}
+
+/// This ingest node's identity and addresses in the cluster.
+fn cluster_config(
+    c: &Config,
+    http: std::net::SocketAddr,
+    flight: std::net::SocketAddr,
+) -> strata_engine::ClusterConfig {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into());
+    let advertise = |set: &str, bound: std::net::SocketAddr| {
+        if !set.is_empty() {
+            set.to_string()
+        } else if bound.ip().is_unspecified() {
+            format!("{host}:{}", bound.port())
+        } else {
+            bound.to_string()
+        }
+    };
+    let node = if c.cluster.node.is_empty() {
+        let clean: String = host
+            .chars()
+            .map(|ch| {
+                if ch.is_ascii_alphanumeric() || "-_.".contains(ch) {
+                    ch
+                } else {
+                    '-'
+                }
+            })
+            .collect();
+        format!("{clean}-{}", http.port())
+    } else {
+        c.cluster.node.clone()
+    };
+    strata_engine::ClusterConfig {
+        node,
+        http: advertise(&c.cluster.advertise_http, http),
+        flight: advertise(&c.cluster.advertise_flight, flight),
+        lease_ms: c.cluster.lease_ms,
+        renew_ms: c.cluster.renew_ms,
+    }
 }
 
 /// `strata query`: a reader of the bucket (no compaction, no GC, no writes).

@@ -116,25 +116,40 @@ pub fn request_with(
     body: &[u8],
     headers: &[String],
 ) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).expect("connect");
+    try_request_with(addr, method, path, content_type, body, headers)
+        .unwrap_or_else(|e| panic!("{method} {path} at {addr}: {e}"))
+}
+
+/// [`request_with`] that reports a connection failure instead of panicking (for servers
+/// that may have been killed).
+pub fn try_request_with(
+    addr: &str,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &[u8],
+    headers: &[String],
+) -> Result<(u16, String), String> {
+    let mut s = TcpStream::connect(addr).map_err(|e| format!("connect: {e}"))?;
     let extra: String = headers.iter().map(|h| format!("{h}\r\n")).collect();
     write!(
         s,
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{extra}Connection: close\r\n\r\n",
         body.len()
     )
-    .expect("write");
-    s.write_all(body).expect("write body");
+    .map_err(|e| format!("write: {e}"))?;
+    s.write_all(body).map_err(|e| format!("write body: {e}"))?;
     let mut raw = Vec::new();
-    s.read_to_end(&mut raw).expect("read");
+    s.read_to_end(&mut raw).map_err(|e| format!("read: {e}"))?;
     let text = String::from_utf8_lossy(&raw).to_string();
-    let (head, body) = text.split_once("\r\n\r\n").expect("header end");
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("no header end in {text:?}"))?;
     let status: u16 = head
         .split_whitespace()
         .nth(1)
-        .expect("status")
-        .parse()
-        .expect("status");
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("no status in {head:?}"))?;
     let body = if head.to_lowercase().contains("transfer-encoding: chunked") {
         // Drop the chunk-size lines.
         body.split("\r\n")
@@ -145,7 +160,7 @@ pub fn request_with(
     } else {
         body.to_string()
     };
-    (status, body)
+    Ok((status, body))
 }
 
 /// Runs `sql` over Arrow Flight SQL at `flight` (with an API key, if given); the result as
