@@ -71,7 +71,7 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
-    serve_tls(q, auth, listener, None, None, shutdown).await
+    serve_tls(q, auth, listener, None, None, None, shutdown).await
 }
 
 /// [`serve`] over TLS when `tls` is given, with more gRPC services (`extra`, e.g. the
@@ -82,6 +82,7 @@ pub async fn serve_tls(
     listener: tokio::net::TcpListener,
     tls: Option<tonic::transport::ServerTlsConfig>,
     extra: Option<tonic::service::Routes>,
+    metrics: Option<crate::metrics::ServiceMetrics>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
     let incoming = tokio_stream_from(listener);
@@ -89,9 +90,14 @@ pub async fn serve_tls(
     if let Some(tls) = tls {
         builder = builder.tls_config(tls)?;
     }
-    let routes = extra
+    let mut routes = extra
         .unwrap_or_default()
         .add_service(FlightSql::new(q, auth).into_server());
+    if let Some(m) = metrics {
+        routes = tonic::service::Routes::from(routes.into_axum_router().layer(
+            axum::middleware::from_fn_with_state(m, crate::metrics::track_grpc),
+        ));
+    }
     builder
         .add_routes(routes)
         .serve_with_incoming_shutdown(incoming, shutdown)

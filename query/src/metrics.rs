@@ -2,6 +2,10 @@
 //!
 //! - `strata_http_requests_total{op, status}` and `strata_http_request_seconds{op}`: every
 //!   HTTP request by operation (`POST /sql`, `POST /v1/tables/{table}/rows`, ...);
+//! - `strata_grpc_requests_total{op, code}` and `strata_grpc_request_seconds{op}`: every
+//!   gRPC call (Flight SQL and the data API) by method (`/strata.v1.Data/Write`, ...) and
+//!   status code; the latency is until the response starts (a streamed answer's end and an
+//!   error reported in its trailers are not seen: those count as code 0);
 //! - `strata_object_store_{requests,bytes,errors}_total{op, prefix}` and
 //!   `strata_object_store_latency_seconds`: requests to the bucket by kind (get, put, list,
 //!   ...) and by directory (`wal`, `sst`, `manifest`, ...);
@@ -41,6 +45,12 @@ struct RequestLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GrpcLabels {
+    op: String,
+    code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OpLabel {
     op: String,
 }
@@ -60,6 +70,8 @@ struct Inner {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
     latency: Family<OpLabel, Histogram, fn() -> Histogram>,
+    grpc_requests: Family<GrpcLabels, Counter>,
+    grpc_latency: Family<OpLabel, Histogram, fn() -> Histogram>,
     db: Db,
     auth: Authenticator,
 }
@@ -87,12 +99,27 @@ impl ServiceMetrics {
             "HTTP request latency by operation",
             latency.clone(),
         );
+        let grpc_requests = Family::<GrpcLabels, Counter>::default();
+        let grpc_latency: Family<OpLabel, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "strata_grpc_requests",
+            "gRPC calls by method and status code",
+            grpc_requests.clone(),
+        );
+        registry.register(
+            "strata_grpc_request_seconds",
+            "gRPC call latency until the response starts, by method",
+            grpc_latency.clone(),
+        );
         db.object_store_metrics().register(&mut registry);
         Self {
             inner: Arc::new(Inner {
                 registry,
                 requests,
                 latency,
+                grpc_requests,
+                grpc_latency,
                 db,
                 auth,
             }),
@@ -243,6 +270,32 @@ pub async fn track(State(m): State<ServiceMetrics>, req: Request, next: Next) ->
     let t0 = Instant::now();
     let response = next.run(req).await;
     m.observe(&op, response.status().as_u16(), t0.elapsed().as_secs_f64());
+    response
+}
+
+/// Middleware counting each gRPC call by its method and status code (`grpc-status` of a
+/// trailers-only answer, else 0).
+pub async fn track_grpc(State(m): State<ServiceMetrics>, req: Request, next: Next) -> Response {
+    let op = req.uri().path().to_string();
+    let t0 = Instant::now();
+    let response = next.run(req).await;
+    let code = response
+        .headers()
+        .get("grpc-status")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("0")
+        .to_string();
+    m.inner
+        .grpc_requests
+        .get_or_create(&GrpcLabels {
+            op: op.clone(),
+            code,
+        })
+        .inc();
+    m.inner
+        .grpc_latency
+        .get_or_create(&OpLabel { op })
+        .observe(t0.elapsed().as_secs_f64());
     response
 }
 

@@ -177,7 +177,7 @@ pub async fn serve_tls(
                 .with_state(metrics.clone()),
         )
         .route_layer(axum::middleware::from_fn_with_state(
-            metrics,
+            metrics.clone(),
             crate::metrics::track,
         ));
     let http_task = match &tls {
@@ -206,6 +206,7 @@ pub async fn serve_tls(
         flight,
         flight_tls,
         grpc,
+        Some(metrics),
         async move { s2.cancelled().await },
     ));
     http_task.await??;

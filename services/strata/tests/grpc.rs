@@ -278,4 +278,16 @@ async fn every_operation_over_grpc() {
         .unwrap()
         .into_inner();
     assert!(list.tables.is_empty());
+
+    // Every call is counted by method and status code (NotFound = 5), Flight SQL's too.
+    let (st, text) = common::request(&server.http, "GET", "/metrics", "");
+    assert_eq!(st, 200);
+    for line in [
+        r#"strata_grpc_requests_total{op="/strata.v1.Data/Write",code="0"}"#,
+        r#"strata_grpc_requests_total{op="/strata.v1.Data/Get",code="5"}"#,
+        r#"strata_grpc_request_seconds_count{op="/strata.v1.Data/Scan"}"#,
+        r#"strata_grpc_requests_total{op="/arrow.flight.protocol.FlightService/GetFlightInfo",code="0"}"#,
+    ] {
+        assert!(text.contains(line), "{line} missing from\n{text}");
+    }
 }
