@@ -14,7 +14,8 @@
 //!   (`strata_memtables_frozen`: memtables waiting for their flush, i.e. WAL not yet in an
 //!   SST), compaction backlog (`strata_pending_compaction_bytes`,
 //!   `strata_compaction_jobs_outstanding`, `strata_sorted_runs`), bytes per tier,
-//!   write stalls and overload refusals, flushes and compactions.
+//!   write stalls and overload refusals, flushes and compactions, and point reads by the
+//!   tier that answered them (`strata_point_reads_total{source = memtable | nvme | s3}`).
 //!
 //! With API keys configured, `/metrics` needs a key for every namespace (`namespace = "*"`,
 //! any scope): the metrics name every table.
@@ -236,6 +237,26 @@ impl ServiceMetrics {
         ];
         let internal =
             |e: std::fmt::Error| QueryError::new(QueryErrorKind::Internal, e.to_string());
+        writeln!(
+            out,
+            "# HELP strata_point_reads Point reads by the tier that answered them (memtable, nvme, s3); the NVMe hit rate is (memtable + nvme) / all."
+        )
+        .map_err(internal)?;
+        writeln!(out, "# TYPE strata_point_reads counter").map_err(internal)?;
+        for (table, shard, s) in &rows {
+            for (source, n) in [
+                ("memtable", s.point_reads_memtable),
+                ("nvme", s.point_reads_nvme),
+                ("s3", s.point_reads_s3),
+            ] {
+                writeln!(
+                    out,
+                    "strata_point_reads_total{{table=\"{}\",shard=\"{shard}\",source=\"{source}\"}} {n}",
+                    escape(table)
+                )
+                .map_err(internal)?;
+            }
+        }
         for (name, kind, help, get) in families {
             writeln!(out, "# HELP {name} {help}.").map_err(internal)?;
             writeln!(out, "# TYPE {name} {kind}").map_err(internal)?;

@@ -20,6 +20,21 @@ pub struct ShardStats {
     s3_bytes_read: AtomicU64,
     s3_bytes_written: AtomicU64,
     overloaded: AtomicU64,
+    /// Point reads by where they were answered (see [`ReadSource`]).
+    point_reads: [AtomicU64; 3],
+}
+
+/// Where a point read was answered: the first tier that decided the row (a whole-row
+/// version or a tombstone), or S3 when the NVMe tier alone could not (the key was missing
+/// there or only partial versions were found).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadSource {
+    /// The active or a frozen memtable.
+    Memtable = 0,
+    /// An NVMe-tier SST level.
+    Nvme = 1,
+    /// The S3 levels (through the local block cache).
+    S3 = 2,
 }
 
 /// Sorted runs a read may have to merge: frozen memtables, each L0 file, each non-empty
@@ -86,6 +101,12 @@ pub struct ShardStatsSnapshot {
     pub pending_compaction_bytes: u64,
     /// S3 compaction jobs published and not yet committed.
     pub jobs_outstanding: usize,
+    /// Point reads answered from the memtables.
+    pub point_reads_memtable: u64,
+    /// Point reads answered from the NVMe-tier levels.
+    pub point_reads_nvme: u64,
+    /// Point reads that needed the S3 levels.
+    pub point_reads_s3: u64,
 }
 
 impl ShardStats {
@@ -116,6 +137,10 @@ impl ShardStats {
         self.s3_jobs.fetch_add(1, Ordering::Relaxed);
         self.s3_bytes_read.fetch_add(read, Ordering::Relaxed);
         self.s3_bytes_written.fetch_add(written, Ordering::Relaxed);
+    }
+
+    pub(crate) fn record_point_read(&self, source: ReadSource) {
+        self.point_reads[source as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn record_overloaded(&self) {
@@ -160,6 +185,9 @@ impl ShardStats {
             overloaded: self.overloaded.load(Ordering::Relaxed),
             pending_compaction_bytes: 0,
             jobs_outstanding: 0,
+            point_reads_memtable: self.point_reads[0].load(Ordering::Relaxed),
+            point_reads_nvme: self.point_reads[1].load(Ordering::Relaxed),
+            point_reads_s3: self.point_reads[2].load(Ordering::Relaxed),
         }
     }
 }

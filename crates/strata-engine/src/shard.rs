@@ -29,6 +29,7 @@ use crate::entry::Entry;
 use crate::error::{Error, Result};
 use crate::iter::{EntryIter, MergeIter, RowIter, resolve};
 use crate::memtable::{Memtable, MemtableIter};
+use crate::metrics::ReadSource;
 use crate::row::RowValues;
 use crate::schema::{PreparedEntry, TableSchema};
 use crate::sst::{SstBuilder, SstIter, SstReader};
@@ -751,12 +752,14 @@ impl Shard {
         let inner = self.inner.clone();
         let handle = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || {
-            let mut versions = point_versions(&state, &key, seq)?;
+            let (mut versions, mut source) = point_versions(&state, &key, seq)?;
             let codec = &inner.table.codec;
             if !crate::s3::decided(codec, &mut versions)? {
+                source = ReadSource::S3;
                 crate::s3::s3_point_versions(&inner, &state, &key, seq, &mut versions, &handle)?;
                 crate::s3::coalesce(codec, &mut versions)?;
             }
+            inner.stats.record_point_read(source);
             resolve(codec, &versions)
         })
         .await
@@ -807,8 +810,9 @@ impl Shard {
 }
 
 /// All versions of `key` visible at `seq`, newest first, stopping once a source yields a
-/// version that alone determines the row.
-fn point_versions(state: &ShardState, key: &[u8], seq: u64) -> Result<Vec<Entry>> {
+/// version that alone determines the row; and the tier that stopped the search (the NVMe
+/// tier when none did: the caller decides whether S3 is needed).
+fn point_versions(state: &ShardState, key: &[u8], seq: u64) -> Result<(Vec<Entry>, ReadSource)> {
     let mut out: Vec<Entry> = Vec::new();
     let done = |v: &[Entry]| v.iter().any(|e| e.kind.is_full());
     for mem in state.memtables() {
@@ -816,7 +820,7 @@ fn point_versions(state: &ShardState, key: &[u8], seq: u64) -> Result<Vec<Entry>
         let stop = done(&v);
         out.extend(v);
         if stop {
-            return Ok(out);
+            return Ok((out, ReadSource::Memtable));
         }
     }
     for (li, level) in state.levels.iter().enumerate() {
@@ -831,11 +835,11 @@ fn point_versions(state: &ShardState, key: &[u8], seq: u64) -> Result<Vec<Entry>
             let stop = done(&v);
             out.extend(v);
             if stop {
-                return Ok(out);
+                return Ok((out, ReadSource::Nvme));
             }
         }
     }
-    Ok(out)
+    Ok((out, ReadSource::Nvme))
 }
 
 /// A merged iterator over every source of a state from `start`.

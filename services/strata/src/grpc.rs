@@ -22,10 +22,8 @@ pub mod pb {
 
 use pb::data_server::{Data, DataServer};
 
-/// Rows per message of a scan.
+/// Rows per message of a scan (each message is read when the client wants it).
 const SCAN_MESSAGE_ROWS: usize = 8192;
-/// Most rows one scan call returns (the scan is read at one snapshot, then streamed).
-pub const SCAN_ROWS_MAX: usize = 1_000_000;
 
 /// The gRPC data service over a database.
 #[derive(Clone)]
@@ -306,36 +304,154 @@ impl Data for DataService {
                 key_values(&t, &texts, what).map(Some).map_err(status)
             };
         let (start, end) = (bound(&req.start, "start")?, bound(&req.end, "end")?);
-        let cols: Vec<&str> = req.columns.iter().map(String::as_str).collect();
-        let batch = t
+        // Key columns are always read (each message continues after the last key); the
+        // requested projection applies after.
+        let keys = t.table_schema().entry.primary_key.clone();
+        let read = (!req.columns.is_empty()).then(|| {
+            let mut r: Vec<String> = keys
+                .iter()
+                .filter(|k| !req.columns.contains(k))
+                .cloned()
+                .collect();
+            r.extend(req.columns.iter().cloned());
+            r
+        });
+        let pager = ScanPager {
+            snapshot: t.snapshot(),
+            t,
+            start,
+            end,
+            skip: None,
+            remaining: if req.limit == 0 { u64::MAX } else { req.limit },
+            read,
+            columns: (!req.columns.is_empty()).then_some(req.columns),
+            keys,
+            done: false,
+        };
+        // The first page is read now, so that a bad projection fails the call itself.
+        let mut pager = pager;
+        let first = pager.next_page().await?;
+        let stream = futures::stream::unfold((pager, first), |(mut pager, pending)| async move {
+            let item = match pending {
+                Some(rows) => rows,
+                None => match pager.next_page().await {
+                    Ok(Some(rows)) => rows,
+                    Ok(None) => return None,
+                    Err(e) => {
+                        pager.done = true;
+                        return Some((Err(e), (pager, None)));
+                    }
+                },
+            };
+            Some((Ok(item), (pager, None)))
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+}
+
+/// A scan read one message at a time at one snapshot: each page starts at the previous
+/// page's last key (and skips it), so a client reading slowly holds no rows in the server
+/// beyond one message, and a scan has no size limit.
+struct ScanPager {
+    t: strata_engine::Table,
+    snapshot: strata_engine::Snapshot,
+    start: Option<Vec<strata_engine::Value>>,
+    end: Option<Vec<strata_engine::Value>>,
+    /// The encoded key the next page starts with and must skip.
+    skip: Option<Vec<u8>>,
+    remaining: u64,
+    /// Columns read (the key columns first when a projection is asked for); None = all.
+    read: Option<Vec<String>>,
+    /// Columns returned; None = all.
+    columns: Option<Vec<String>>,
+    keys: Vec<String>,
+    done: bool,
+}
+
+impl ScanPager {
+    async fn next_page(&mut self) -> Result<Option<pb::Rows>, Status> {
+        if self.done || self.remaining == 0 {
+            return Ok(None);
+        }
+        let want = (SCAN_MESSAGE_ROWS as u64).min(self.remaining) as usize;
+        let read: Option<Vec<&str>> = self
+            .read
+            .as_ref()
+            .map(|c| c.iter().map(String::as_str).collect());
+        // The previous page's last key (skipped) and one row more than needed (proof that
+        // more rows follow).
+        let extra = if self.skip.is_some() { 2 } else { 1 };
+        let batch = self
+            .t
             .scan(
                 &ScanOptions {
-                    start,
-                    end,
-                    limit: if req.limit == 0 {
-                        SCAN_ROWS_MAX
-                    } else {
-                        (req.limit as usize).min(SCAN_ROWS_MAX)
-                    },
-                    projection: (!cols.is_empty()).then_some(cols.as_slice()),
+                    start: self.start.clone(),
+                    end: self.end.clone(),
+                    limit: want + extra,
+                    projection: read.as_deref(),
                 },
-                None,
+                Some(&self.snapshot),
             )
             .await
             .map_err(engine)?;
         let schema = batch.schema();
-        let mut messages = Vec::new();
+        let key_cols: Vec<usize> = self
+            .keys
+            .iter()
+            .map(|k| {
+                schema
+                    .index_of(k)
+                    .map_err(|e| Status::internal(e.to_string()))
+            })
+            .collect::<Result<_, _>>()?;
+        let ks = self.t.table_schema().clone();
+        let key_of = |row: usize| -> Result<(Vec<strata_engine::Value>, Vec<u8>), Status> {
+            let vals = key_cols
+                .iter()
+                .map(|c| strata_engine::value::value_at(batch.column(*c).as_ref(), row))
+                .collect::<strata_engine::Result<Vec<_>>>()
+                .map_err(engine)?;
+            let enc = ks.encode_key(&vals).map_err(engine)?;
+            Ok((vals, enc))
+        };
         let mut offset = 0;
-        loop {
-            let n = SCAN_MESSAGE_ROWS.min(batch.num_rows() - offset);
-            messages
-                .push(ipc(&[batch.slice(offset, n)], &schema).map(|b| pb::Rows { arrow_ipc: b }));
-            offset += n;
-            if offset >= batch.num_rows() {
-                break;
-            }
+        if batch.num_rows() > 0
+            && let Some(skip) = &self.skip
+            && key_of(0)?.1 == *skip
+        {
+            offset = 1;
         }
-        Ok(Response::new(Box::pin(futures::stream::iter(messages))))
+        let available = batch.num_rows() - offset;
+        let rows = available.min(want);
+        if available <= want {
+            self.done = true; // nothing after this page
+        }
+        if rows == 0 {
+            self.done = true;
+            return Ok(None);
+        }
+        let (vals, enc) = key_of(offset + rows - 1)?;
+        self.start = Some(vals);
+        self.skip = Some(enc);
+        self.remaining -= rows as u64;
+        let mut page = batch.slice(offset, rows);
+        if let Some(cols) = &self.columns {
+            let idx: Vec<usize> = cols
+                .iter()
+                .map(|c| {
+                    schema
+                        .index_of(c)
+                        .map_err(|e| Status::internal(e.to_string()))
+                })
+                .collect::<Result<_, _>>()?;
+            page = page
+                .project(&idx)
+                .map_err(|e| Status::internal(e.to_string()))?;
+        }
+        let schema = page.schema();
+        Ok(Some(pb::Rows {
+            arrow_ipc: ipc(&[page], &schema)?,
+        }))
     }
 }
 

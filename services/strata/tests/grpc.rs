@@ -237,6 +237,73 @@ async fn every_operation_over_grpc() {
     }
     assert_eq!(ids, (100..130).collect::<Vec<i64>>());
 
+    // A scan larger than a message is read page by page at one snapshot: every row once,
+    // in key order, with and without a limit; rows written meanwhile are not seen.
+    c.create_table(pb::CreateTableRequest {
+        name: "big".into(),
+        columns: vec![col("id", "int64", false), col("name", "string", true)],
+        primary_key: vec!["id".into()],
+    })
+    .await
+    .unwrap();
+    let n = 20_000i64;
+    let big_schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("name", DataType::Utf8, true),
+    ]));
+    let big = |ids: std::ops::Range<i64>| {
+        RecordBatch::try_new(
+            big_schema.clone(),
+            vec![
+                Arc::new(Int64Array::from(ids.clone().collect::<Vec<_>>())) as ArrayRef,
+                Arc::new(StringArray::from(
+                    ids.map(|i| format!("n{i}")).collect::<Vec<_>>(),
+                )),
+            ],
+        )
+        .unwrap()
+    };
+    c.write(write("big", pb::WriteKind::Upsert, &big(0..n)))
+        .await
+        .unwrap();
+    for (limit, want) in [(0u64, n), (10_000, 10_000), (8192, 8192), (8193, 8193)] {
+        let mut scan = c
+            .scan(pb::ScanRequest {
+                table: "big".into(),
+                start: vec![],
+                end: vec![],
+                limit,
+                columns: vec!["name".into()],
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let mut names = Vec::new();
+        let mut messages = 0;
+        while let Some(m) = scan.message().await.unwrap() {
+            messages += 1;
+            if messages == 1 && limit == 0 {
+                // Written after the scan started: not in it.
+                c.write(write("big", pb::WriteKind::Upsert, &big(n..n + 10)))
+                    .await
+                    .unwrap();
+            }
+            for b in rows(&m.arrow_ipc) {
+                assert_eq!(b.num_columns(), 1);
+                names.extend(
+                    b.column(0)
+                        .as_string::<i32>()
+                        .iter()
+                        .map(|v| v.unwrap().to_string()),
+                );
+            }
+        }
+        let expected: Vec<String> = (0..want).map(|i| format!("n{i}")).collect();
+        assert_eq!(names.len(), expected.len(), "limit {limit}");
+        assert!(names == expected, "limit {limit}: rows differ");
+        assert!(messages >= (want as usize).div_ceil(8192), "limit {limit}");
+    }
+
     // A bad message stops a stream; what came before it stays written.
     let bad = pb::WriteRequest {
         table: "players".into(),
@@ -277,7 +344,7 @@ async fn every_operation_over_grpc() {
         .await
         .unwrap()
         .into_inner();
-    assert!(list.tables.is_empty());
+    assert_eq!(list.tables, vec!["big".to_string()]);
 
     // Every call is counted by method and status code (NotFound = 5), Flight SQL's too.
     let (st, text) = common::request(&server.http, "GET", "/metrics", "");
