@@ -3,7 +3,9 @@
 # here): every .tf parses and each module has its files, pins and documented inputs
 # (tests/check_terraform.py); checkov passes with only inline, reasoned suppressions; every
 # setting the Terraform passes to strata is a real one (tests/check_settings.py, against the
-# strata binary: $STRATA_BIN, else $CARGO_TARGET_DIR/debug/strata, which `cargo test` builds).
+# strata binary: $STRATA_BIN, else $CARGO_TARGET_DIR/debug/strata, which `cargo test` builds);
+# the multi-node end-to-end test runs on the dev cluster (tests/dev_cluster_failover.sh:
+# infra/dev-cluster.sh on LocalStack, 2 ingest nodes, one killed mid-load).
 #
 # Installs its tools pinned (requirements-*.txt) into venvs under $STRATA_CACHE, again only
 # when the pins change. Ends with "test result: ok|FAILED. N passed; M failed" so that
@@ -62,6 +64,11 @@ echo "== infra: settings drift test (Terraform -> strata config)"
 "$hcl_venv/bin/python" "$here/tests/check_settings.py" | tee "$logs/settings" || true
 if ! grep -qE '^settings: [0-9]+ passed' "$logs/settings"; then echo "settings: 0 passed, 1 failed" >>"$logs/settings"; fi
 count "$logs/settings"
+
+echo "== infra: multi-node end-to-end test on the dev cluster (LocalStack)"
+INFRA_CHECK_NESTED=1 bash "$here/tests/dev_cluster_failover.sh" 2>&1 | tee "$logs/failover" || true
+if ! grep -qE '^failover: [0-9]+ passed' "$logs/failover"; then echo "failover: 0 passed, 1 failed" >>"$logs/failover"; fi
+count "$logs/failover"
 
 if [ "$failed" = 0 ]; then
   echo "test result: ok. $passed passed; 0 failed; 0 ignored (infra/check.sh)"

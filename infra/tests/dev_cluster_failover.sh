@@ -62,9 +62,11 @@ show_logs() {
 }
 # Whatever happens (failure, set -e, Ctrl-C, kill): stop the cluster and remove its state.
 # Stopping twice is harmless, so this also runs after the stop below.
+driver=""
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
+  if [ -n "$driver" ]; then kill "$driver" 2>/dev/null || true; fi
   if [ -d "$STRATA_DEV_DIR" ]; then
     if [ "$rc" != 0 ]; then show_logs; fi
     bash "$infra/dev-cluster.sh" stop >/dev/null 2>&1 || echo "dev-cluster.sh stop failed" >&2
@@ -79,7 +81,14 @@ trap 'exit 143' TERM
 echo "dev cluster failover test: bucket $STRATA_DEV_BUCKET, prefix $STRATA_DEV_ROOT_PREFIX/, ports from $STRATA_DEV_PORT_BASE"
 if bash "$infra/dev-cluster.sh" start >"$STRATA_DEV_DIR/start.log" 2>&1; then
   ok "dev-cluster.sh start: 2 ingest nodes, 2 compactors, query ($(grep -c '^  ingest-' "$STRATA_DEV_DIR/start.log") ingest endpoints printed)"
-  "$python" "$here/dev_cluster_failover.py" "$STRATA_DEV_DIR" "$infra/dev-cluster.sh" | tee "$STRATA_DEV_DIR/driver.log" || true
+  # In the background and waited for, so that a signal reaches the trap at once.
+  "$python" -u "$here/dev_cluster_failover.py" "$STRATA_DEV_DIR" "$infra/dev-cluster.sh" \
+    >"$STRATA_DEV_DIR/driver.log" 2>&1 &
+  driver=$!
+  tail -n +1 --pid="$driver" -f "$STRATA_DEV_DIR/driver.log" &
+  wait "$driver" || true
+  driver=""
+  wait
   line="$(grep -E '^driver: [0-9]+ passed, [0-9]+ failed$' "$STRATA_DEV_DIR/driver.log" | tail -1 || true)"
   if [ -n "$line" ]; then
     passed=$((passed + $(echo "$line" | awk '{print $2}')))
@@ -102,10 +111,20 @@ for pid in $pids; do
     left="$left $pid"
   fi
 done
-if [ -z "$left" ] && [ ! -e "$STRATA_DEV_DIR" ]; then
-  ok "no dev cluster process or state left after stop"
+bucket_left="$("$STRATA_CACHE/localstack-venv/bin/python" - "$STRATA_TEST_S3_ENDPOINT" "$STRATA_DEV_BUCKET" <<'PY' 2>&1 || true
+import sys, boto3
+from botocore.exceptions import ClientError
+try:
+    boto3.client("s3", endpoint_url=sys.argv[1], region_name="us-east-1").head_bucket(Bucket=sys.argv[2])
+    print("bucket kept")
+except ClientError:
+    pass
+PY
+)"
+if [ -z "$left" ] && [ ! -e "$STRATA_DEV_DIR" ] && [ -z "$bucket_left" ]; then
+  ok "no dev cluster process, state or bucket left after stop"
 else
-  fail "no dev cluster process or state left after stop (left:${left:- none}; dir $( [ -e "$STRATA_DEV_DIR" ] && echo kept || echo gone))"
+  fail "no dev cluster process, state or bucket left after stop (processes:${left:- none}; dir $( [ -e "$STRATA_DEV_DIR" ] && echo kept || echo gone); ${bucket_left:-bucket gone})"
   for pid in $left; do kill -KILL "$pid" 2>/dev/null || true; done
   rm -rf "$STRATA_DEV_DIR"
 fi

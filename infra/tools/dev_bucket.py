@@ -111,14 +111,19 @@ def delete(s3, bucket, root):
         s3.head_bucket(Bucket=bucket)
     except ClientError:
         return
-    # Versioned: every version and delete marker goes, not just the current objects.
+    # Versioned: every version and delete marker goes, not just the current objects. The
+    # listing is complete before anything is deleted (deleting while paginating skips
+    # versions), and repeated until nothing is left.
     paginator = s3.get_paginator("list_object_versions")
     removed = 0
-    for page in paginator.paginate(Bucket=bucket, Prefix=f"{root}/"):
+    for _ in range(10):
         objects = [
             {"Key": v["Key"], "VersionId": v["VersionId"]}
+            for page in paginator.paginate(Bucket=bucket, Prefix=f"{root}/")
             for v in page.get("Versions", []) + page.get("DeleteMarkers", [])
         ]
+        if not objects:
+            break
         for i in range(0, len(objects), 1000):
             s3.delete_objects(Bucket=bucket, Delete={"Objects": objects[i : i + 1000], "Quiet": True})
         removed += len(objects)
