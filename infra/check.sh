@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Validates infra/ without Terraform (no Terraform binary or provider can be downloaded
+# Validates infra/ without downloading Terraform or providers (nothing can be downloaded
 # here): every .tf parses and each module has its files, pins and documented inputs
-# (tests/check_terraform.py); checkov passes with only inline, reasoned suppressions; every
+# (tests/check_terraform.py); `terraform validate` where terraform and a local provider
+# mirror are installed; checkov passes with only inline, reasoned suppressions; every
 # setting the Terraform passes to strata is a real one (tests/check_settings.py, against the
-# strata binary: $STRATA_BIN, else $CARGO_TARGET_DIR/debug/strata, which `cargo test` builds).
+# strata binary: $STRATA_BIN, else $CARGO_TARGET_DIR/debug/strata, which `cargo test` builds);
+# the multi-node end-to-end test runs on the dev cluster (tests/dev_cluster_failover.sh:
+# infra/dev-cluster.sh on LocalStack, 2 ingest nodes, one killed mid-load).
 #
 # Installs its tools pinned (requirements-*.txt) into venvs under $STRATA_CACHE, again only
 # when the pins change. Ends with "test result: ok|FAILED. N passed; M failed" so that
@@ -50,6 +53,33 @@ echo "== infra: terraform static checks"
 "$hcl_venv/bin/python" "$here/tests/check_terraform.py" | tee "$logs/terraform" || true
 count "$logs/terraform"
 
+echo "== infra: terraform validate (where terraform and a local provider mirror exist)"
+# Nothing is downloaded: the AWS provider comes from a filesystem mirror
+# ($INFRA_TF_PLUGIN_MIRROR, default /opt/tf-plugins). envs/example uses every module, so
+# validating it type-checks them all. Run on a copy: init writes a lock file and .terraform/.
+mirror="${INFRA_TF_PLUGIN_MIRROR:-/opt/tf-plugins}"
+if command -v terraform >/dev/null && [ -d "$mirror/registry.terraform.io/hashicorp/aws" ]; then
+  mkdir -p "$logs/tf"
+  cp -r "$here/terraform" "$logs/tf/tree"
+  printf 'provider_installation {\n  filesystem_mirror {\n    path = "%s"\n  }\n}\n' "$mirror" >"$logs/tf/rc"
+  if (cd "$logs/tf/tree/envs/example" \
+    && export TF_CLI_CONFIG_FILE="$logs/tf/rc" TF_DATA_DIR="$logs/tf/data" TF_IN_AUTOMATION=1 \
+    && terraform init -backend=false -input=false -no-color >"$logs/tf/init.log" 2>&1 \
+    && terraform validate -no-color >"$logs/tf/validate.log" 2>&1); then
+    echo "  ok    terraform validate envs/example (every module; $(terraform version 2>/dev/null | head -1), provider from $mirror)"
+    echo "validate: 1 passed, 0 failed" >"$logs/validate"
+  else
+    cat "$logs/tf/init.log" "$logs/tf/validate.log" 2>/dev/null | tail -40
+    echo "  FAIL  terraform validate envs/example"
+    echo "validate: 0 passed, 1 failed" >"$logs/validate"
+  fi
+else
+  echo "  skipped: no terraform or no provider mirror at $mirror"
+  echo "validate: 0 passed, 0 failed" >"$logs/validate"
+fi
+cat "$logs/validate"
+count "$logs/validate"
+
 echo "== infra: checkov"
 # Every suppression is an inline `checkov:skip=ID:reason` next to the resource.
 "$checkov_venv/bin/checkov" -d "$here/terraform" --framework terraform --quiet --skip-download \
@@ -62,6 +92,11 @@ echo "== infra: settings drift test (Terraform -> strata config)"
 "$hcl_venv/bin/python" "$here/tests/check_settings.py" | tee "$logs/settings" || true
 if ! grep -qE '^settings: [0-9]+ passed' "$logs/settings"; then echo "settings: 0 passed, 1 failed" >>"$logs/settings"; fi
 count "$logs/settings"
+
+echo "== infra: multi-node end-to-end test on the dev cluster (LocalStack)"
+INFRA_CHECK_NESTED=1 bash "$here/tests/dev_cluster_failover.sh" 2>&1 | tee "$logs/failover" || true
+if ! grep -qE '^failover: [0-9]+ passed' "$logs/failover"; then echo "failover: 0 passed, 1 failed" >>"$logs/failover"; fi
+count "$logs/failover"
 
 if [ "$failed" = 0 ]; then
   echo "test result: ok. $passed passed; 0 failed; 0 ignored (infra/check.sh)"

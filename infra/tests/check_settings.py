@@ -2,9 +2,12 @@
 
 - Config files: each role module's `templates/strata.toml.tftpl` is rendered (infra/tools/
   tftpl.py, every `%{ if }` branch through the variants in config-vars.json, module variable
-  defaults winning over the fixture) and handed to `strata config --role ROLE --config
+  defaults winning over the fixture), its boot placeholders filled as the user data does
+  (`{{instance_id}}`, `{{private_ip}}`), and handed to `strata config --role ROLE --config
   FILE`, which fails on an unknown key or a mistyped value. Every key of the file must then
-  appear with the same value in the effective configuration it prints.
+  appear with the same value in the effective configuration it prints. The user data must
+  fill every placeholder the renderer knows, and the cluster's renew interval must be at
+  most half its lease (strata checks that only when the ingest node joins).
 - Environment: every `STRATA_*` name in infra/ (systemd units, module inputs, the dev
   cluster script) is set for one `strata config` run; strata only *warns* about unknown
   names, so the run's stderr is searched for that warning. Values written as literals in
@@ -50,6 +53,7 @@ NOT_SETTINGS = {
     "STRATA_DEV_COMPACTORS": "compactor count of infra/dev-cluster.sh",
     "STRATA_DEV_BUCKET": "bucket of infra/dev-cluster.sh",
     "STRATA_DEV_PORT_BASE": "first port of infra/dev-cluster.sh",
+    "STRATA_DEV_ROOT_PREFIX": "engine.root_prefix of infra/dev-cluster.sh (rendered into the configs)",
     "STRATA_TEST_S3_ENDPOINT": "the LocalStack endpoint (ci/env.sh; STRATA_TEST_* are ignored by strata)",
     "STRATA_TEST_S3_BUCKET": "the CI test bucket (ci/env.sh)",
 }
@@ -116,6 +120,14 @@ def unquote(v):
     return v
 
 
+# Template variables a module computes from its inputs rather than takes as one
+# (modules/ingest/main.tf: cluster_renew_ms = floor(var.cluster_lease_ms / 5)).
+DERIVED = {
+    "ingest": {"cluster_renew_ms": lambda v: v["cluster_lease_ms"] // 5},
+}
+USER_DATA = TERRAFORM / "modules" / "strata-node" / "templates" / "user-data.sh.tftpl"
+
+
 def module_defaults(module_dir: pathlib.Path) -> dict:
     """Defaults of the module's variables that are literals (no expressions)."""
     out = {}
@@ -154,9 +166,12 @@ def check_templates(binary, checks: Checks) -> None:
         for i, variant in enumerate(fixture[role]):
             variables = dict(base)
             variables.update(variant if i else {})
+            for name, f in DERIVED.get(role, {}).items():
+                variables[name] = f(variables)
             what = f"{role}: {tpl.relative_to(INFRA)} (variant {i + 1}) is accepted by strata config --role {role}"
             try:
                 text = tftpl.render(tpl.read_text(encoding="utf-8"), variables)
+                text = tftpl.boot(text, fixture["_boot"])
             except tftpl.TemplateError as e:
                 checks.fail(what, f"render: {e}")
                 continue
@@ -184,6 +199,24 @@ def check_templates(binary, checks: Checks) -> None:
                 checks.fail(what, "settings not taken as written:\n" + "\n".join(mismatched))
             else:
                 checks.ok(f"{what} ({len(written)} settings)")
+            if effective.get("cluster.enabled") and role == "ingest":
+                lease, renew = effective.get("cluster.lease_ms", 0), effective.get("cluster.renew_ms", 0)
+                what = f"{role} (variant {i + 1}): cluster.renew_ms ({renew}) is positive and at most half of cluster.lease_ms ({lease})"
+                if 0 < renew and renew * 2 <= lease:
+                    checks.ok(what)
+                else:
+                    checks.fail(what, "strata ingest would refuse to join the cluster")
+
+
+def check_boot_placeholders(checks: Checks) -> None:
+    """The user data fills in every placeholder tftpl.boot() knows (and so the templates use)."""
+    text = USER_DATA.read_text(encoding="utf-8")
+    for name in tftpl.BOOT_PLACEHOLDERS:
+        what = f"{USER_DATA.relative_to(INFRA)} fills the boot placeholder {{{{{name}}}}}"
+        if re.search(r"s/\{\{" + name + r"\}\}/", text):
+            checks.ok(what)
+        else:
+            checks.fail(what, "no sed substitution for it: nodes would boot with the placeholder in their config")
 
 
 def hcl_env_literals() -> dict:
@@ -295,6 +328,11 @@ def self_test(binary, checks: Checks) -> None:
         checks.fail("self-test: the template renderer refuses a missing variable")
     except tftpl.TemplateError:
         checks.ok("self-test: the template renderer refuses a missing variable")
+    try:
+        tftpl.boot('node = "{{hostname}}"\n', {"instance_id": "i-1", "private_ip": "10.0.0.1"})
+        checks.fail("self-test: the boot filler refuses an unknown placeholder")
+    except tftpl.TemplateError:
+        checks.ok("self-test: the boot filler refuses an unknown placeholder")
 
 
 def main() -> int:
@@ -303,6 +341,7 @@ def main() -> int:
     checks = Checks()
     self_test(binary, checks)
     check_templates(binary, checks)
+    check_boot_placeholders(checks)
     check_env(binary, checks)
     print(f"settings: {checks.passed} passed, {checks.failed} failed")
     return 1 if checks.failed else 0

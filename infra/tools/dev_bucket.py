@@ -5,12 +5,15 @@ of the storage module (infra/terraform/modules/storage/main.tf) that LocalStack'
 - the bucket policy denying requests without TLS (stored; LocalStack's community edition
   does not enforce bucket policies);
 - versioning and the same lifecycle rules (abort incomplete multipart uploads after 1 day,
-  noncurrent versions of what Strata deleted after 7 days, orphaned jobs after 14 days: the
-  module's defaults);
+  noncurrent versions of what Strata deleted after 7 days, orphaned jobs after 14 days,
+  replaced ingest cluster records after 1 day: the module's defaults);
 - default encryption SSE-S3 (AES256) instead of SSE-KMS: ci/localstack.sh starts only S3,
   so there is no KMS to hold a customer key.
 
 Server access logging and the VPC endpoint have no local equivalent.
+
+`delete` removes every version under ROOT_PREFIX/, then the bucket if nothing else is in it
+(so a dev cluster pointed at a shared bucket removes only its own objects).
 Runs with the LocalStack venv's python (boto3):
     python dev_bucket.py create|delete ENDPOINT BUCKET ROOT_PREFIX
 """
@@ -89,6 +92,13 @@ def create(s3, bucket, root):
                     "Filter": {"Prefix": f"{root}/jobs/"},
                     "Expiration": {"Days": 14},
                 },
+                {
+                    "ID": "expire-replaced-cluster-records",
+                    "Status": "Enabled",
+                    "Filter": {"Prefix": f"{root}/cluster/"},
+                    "NoncurrentVersionExpiration": {"NoncurrentDays": 1},
+                    "Expiration": {"ExpiredObjectDeleteMarker": True},
+                },
             ]
         },
     )
@@ -96,20 +106,31 @@ def create(s3, bucket, root):
     print(f"bucket {bucket}: public access blocked, TLS-only policy, versioning, SSE-S3, {len(applied)} lifecycle rules")
 
 
-def delete(s3, bucket):
+def delete(s3, bucket, root):
     try:
         s3.head_bucket(Bucket=bucket)
     except ClientError:
         return
-    # Versioned: every version and delete marker has to go before the bucket can.
+    # Versioned: every version and delete marker goes, not just the current objects. The
+    # listing is complete before anything is deleted (deleting while paginating skips
+    # versions), and repeated until nothing is left.
     paginator = s3.get_paginator("list_object_versions")
-    for page in paginator.paginate(Bucket=bucket):
+    removed = 0
+    for _ in range(10):
         objects = [
             {"Key": v["Key"], "VersionId": v["VersionId"]}
+            for page in paginator.paginate(Bucket=bucket, Prefix=f"{root}/")
             for v in page.get("Versions", []) + page.get("DeleteMarkers", [])
         ]
+        if not objects:
+            break
         for i in range(0, len(objects), 1000):
             s3.delete_objects(Bucket=bucket, Delete={"Objects": objects[i : i + 1000], "Quiet": True})
+        removed += len(objects)
+    left = s3.list_object_versions(Bucket=bucket, MaxKeys=1)
+    if left.get("Versions") or left.get("DeleteMarkers"):
+        print(f"bucket {bucket}: {removed} object versions under {root}/ deleted; other objects remain, bucket kept")
+        return
     s3.delete_bucket(Bucket=bucket)
     print(f"bucket {bucket} deleted")
 
@@ -123,7 +144,7 @@ def main():
     if command == "create":
         create(s3, bucket, root)
     else:
-        delete(s3, bucket)
+        delete(s3, bucket, root)
     return 0
 
 

@@ -12,6 +12,10 @@ would no longer be checked the same way Terraform renders it):
 
 Used by infra/tests/check_settings.py (the drift test) and infra/dev-cluster.sh (the local
 cluster runs the very configs the Terraform modules render).
+
+`boot()` then does what the node's user data does at boot (modules/strata-node/templates/
+user-data.sh.tftpl): it replaces the placeholders `{{instance_id}}` and `{{private_ip}}`
+with the instance's values, and refuses any other `{{...}}`.
 """
 
 from __future__ import annotations
@@ -24,6 +28,11 @@ _INTERP = re.compile(r"(?<!\$)\$\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}")
 _ANY_INTERP = re.compile(r"(?<!\$)\$\{")
 _DIRECTIVE = re.compile(r"^\s*%\{~?\s*(.*?)\s*~?\}\s*$")
 _IF = re.compile(r'^if\s+([A-Za-z_][A-Za-z0-9_]*)(?:\s*(==|!=)\s*"([^"]*)")?$')
+
+
+# Placeholders the user data fills in at boot (from IMDSv2).
+BOOT_PLACEHOLDERS = ("instance_id", "private_ip")
+_PLACEHOLDER = re.compile(r"\{\{([^}]*)\}\}")
 
 
 class TemplateError(Exception):
@@ -93,6 +102,20 @@ def render(text: str, variables: dict) -> str:
     if stack:
         raise TemplateError("unterminated %{ if }")
     return "".join(out)
+
+
+def boot(text: str, values: dict) -> str:
+    """Fills the boot placeholders as the user data does; raises TemplateError on others."""
+    unknown = sorted({m for m in _PLACEHOLDER.findall(text) if m not in BOOT_PLACEHOLDERS})
+    if unknown:
+        raise TemplateError(f"unknown boot placeholders: {', '.join(unknown)}")
+    for name in BOOT_PLACEHOLDERS:
+        if "{{" + name + "}}" in text and name not in values:
+            raise TemplateError(f"no value for the boot placeholder {name!r}")
+    out = _PLACEHOLDER.sub(lambda m: str(values[m.group(1)]), text)
+    if "{{" in out:
+        raise TemplateError("a '{{' is left after filling the boot placeholders")
+    return out
 
 
 def main() -> int:

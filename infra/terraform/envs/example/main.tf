@@ -1,5 +1,5 @@
 # An example Strata deployment in an existing VPC: the bucket, one role per Strata role,
-# one ingest node on i4i NVMe, compaction workers that scale from zero on the backlog,
+# two ingest nodes on i4i NVMe sharing the shards, compaction workers that scale from zero on the backlog,
 # query nodes that scale on CPU, and the alarms. `terraform init && terraform apply
 # -var-file=example.tfvars` (see README.md).
 
@@ -63,6 +63,7 @@ module "ingest" {
   log_group_name         = module.observability.log_group_names["ingest"]
   metric_namespace       = local.metric_namespace
   instance_type          = "i4i.2xlarge"
+  node_count             = 2
   strata_artifact_s3_uri = local.artifact_uri
   allowed_cidr_blocks    = var.client_cidr_blocks
   certificate_arn        = var.certificate_arn

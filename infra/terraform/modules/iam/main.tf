@@ -53,7 +53,9 @@ resource "aws_iam_role_policy_attachment" "ssm" {
 # ---------------------------------------------------------------------------------------
 # ingest: the shard writer. Reads and writes everything under the root: catalog, manifests,
 # WAL, SSTs, Parquet (in-process compaction workers), pins (its own readers), jobs (it
-# publishes and settles them), and deletes whatever its GC collects.
+# publishes and settles them), shard leases and its liveness record (cluster/: written with
+# If-None-Match/If-Match, the record deleted on a graceful stop), and deletes whatever its GC
+# collects.
 
 data "aws_iam_policy_document" "ingest" {
   source_policy_documents = [data.aws_iam_policy_document.node["ingest"].json]

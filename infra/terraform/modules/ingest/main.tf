@@ -1,5 +1,8 @@
 # strata ingest: the shard writers on NVMe instance-store nodes, behind an internal network
 # load balancer (HTTP data API and SQL on http_port, Flight SQL and gRPC on flight_port).
+# The nodes share the shards through leases in the bucket (<root_prefix>/cluster/): any node
+# takes any HTTP request and forwards those for shards another node owns to it, so the load
+# balancer spreads over all of them (crates/strata-engine/src/cluster.rs).
 
 data "aws_region" "current" {}
 
@@ -26,20 +29,11 @@ locals {
     sorted_runs_max      = var.sorted_runs_max
     jobs_outstanding_max = var.jobs_outstanding_max
     gc_min_age_ms        = var.gc_min_age_ms
+    cluster_lease_ms     = var.cluster_lease_ms
+    # Renewed five times per lease: a node survives a few slow S3 round trips (strata
+    # requires at most half the lease).
+    cluster_renew_ms = floor(var.cluster_lease_ms / 5)
   })
-}
-
-# Two ingest processes on one bucket fence each other until multi-node shard ownership
-# lands in strata; refuse a plan that would start them.
-resource "terraform_data" "node_count_guard" {
-  input = var.node_count
-
-  lifecycle {
-    precondition {
-      condition     = var.node_count == 1 || var.allow_multiple_nodes
-      error_message = "node_count > 1 needs a strata release with multi-node shard ownership; set allow_multiple_nodes = true once it is deployed."
-    }
-  }
 }
 
 resource "aws_security_group" "lb" {
@@ -73,6 +67,40 @@ resource "aws_vpc_security_group_egress_rule" "to_nodes" {
   from_port                    = each.value
   to_port                      = each.value
   referenced_security_group_id = module.nodes.security_group_id
+}
+
+# Node to node: a node forwards an HTTP request for a shard another node owns to that
+# node's advertised address (its private IP, cluster.advertise_http).
+resource "aws_vpc_security_group_ingress_rule" "peers_http" {
+  security_group_id            = module.nodes.security_group_id
+  description                  = "strata ingest http forwarded from the other ingest nodes"
+  ip_protocol                  = "tcp"
+  from_port                    = var.http_port
+  to_port                      = var.http_port
+  referenced_security_group_id = module.nodes.security_group_id
+}
+
+resource "aws_vpc_security_group_egress_rule" "peers_http" {
+  security_group_id            = module.nodes.security_group_id
+  description                  = "strata ingest http forwarded to the other ingest nodes"
+  ip_protocol                  = "tcp"
+  from_port                    = var.http_port
+  to_port                      = var.http_port
+  referenced_security_group_id = module.nodes.security_group_id
+}
+
+# gRPC is redirected, not forwarded: a call for a shard another node owns is answered
+# UNAVAILABLE with the owner's address (private IP, cluster.advertise_flight) in the
+# strata-owner metadata, and the client calls the owner directly.
+resource "aws_vpc_security_group_ingress_rule" "clients_flight_direct" {
+  for_each = var.direct_flight_access ? toset(var.allowed_cidr_blocks) : toset([])
+
+  security_group_id = module.nodes.security_group_id
+  description       = "strata ingest flight from clients redirected to the owning node"
+  ip_protocol       = "tcp"
+  from_port         = var.flight_port
+  to_port           = var.flight_port
+  cidr_ipv4         = each.value
 }
 
 resource "aws_lb" "ingest" {
@@ -158,10 +186,12 @@ module "nodes" {
   ingress_security_group_ids = [aws_security_group.lb.id]
   target_group_arns          = [for tg in aws_lb_target_group.ingest : tg.arn]
 
-  min_size         = terraform_data.node_count_guard.output
-  max_size         = terraform_data.node_count_guard.output
-  desired_capacity = terraform_data.node_count_guard.output
-  # One node: replace it rather than run two side by side (they would fence each other).
+  min_size         = var.node_count
+  max_size         = var.node_count
+  desired_capacity = var.node_count
+  # Several nodes: half stay in service; a node the refresh stops releases its leases on
+  # SIGTERM, so the others take its shards over at once. One node: nothing can stay in
+  # service, it is replaced (terminate, then launch).
   instance_refresh_min_healthy_percentage = var.node_count == 1 ? 0 : 50
 
   tags = var.tags

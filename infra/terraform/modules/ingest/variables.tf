@@ -94,9 +94,9 @@ variable "ami_id" {
 }
 
 variable "node_count" {
-  description = "Number of ingest nodes. Today one ingest process owns every shard and a second one fences it (multi-node shard ownership is not in this version of strata), so more than 1 needs allow_multiple_nodes = true and a strata build with multi-node support."
+  description = "Number of ingest nodes. Shards spread over them by rendezvous hashing (each table has one shard today, so one table's writes go to one node); a node that dies has its shards taken over after cluster_lease_ms. A node added later takes no shards from running nodes (no rebalancing): only free shards, and those of nodes that stop or die."
   type        = number
-  default     = 1
+  default     = 2
 
   validation {
     condition     = var.node_count >= 1 && var.node_count <= 64
@@ -104,10 +104,21 @@ variable "node_count" {
   }
 }
 
-variable "allow_multiple_nodes" {
-  description = "Acknowledge that the strata release deployed supports several ingest nodes on one bucket (multi-node shard ownership); required for node_count > 1."
+variable "cluster_lease_ms" {
+  description = "cluster.lease_ms: how long a shard lease and a node's liveness record last without renewal, so about how long the shards of a node that dies (not a graceful stop, which hands them over at once) take to come back on another node. Renewed every cluster_lease_ms / 5 (cluster.renew_ms): each node PUTs its liveness record and every lease it holds that often (docs/deployment.md, Cost)."
+  type        = number
+  default     = 10000
+
+  validation {
+    condition     = var.cluster_lease_ms >= 2000 && var.cluster_lease_ms <= 300000
+    error_message = "cluster_lease_ms must be between 2000 and 300000."
+  }
+}
+
+variable "direct_flight_access" {
+  description = "Let allowed_cidr_blocks reach each node's flight_port directly, not only through the load balancer: a gRPC call for a shard another node owns is answered UNAVAILABLE with the owner's private address in the strata-owner metadata, and the client retries there. HTTP needs no direct access (any node forwards)."
   type        = bool
-  default     = false
+  default     = true
 }
 
 variable "strata_artifact_s3_uri" {

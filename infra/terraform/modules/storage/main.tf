@@ -7,6 +7,8 @@
 #   tables/<table>/<shard>/parquet/<name>.parquet  S3 levels              (compactor, ingest)
 #   tables/<table>/<shard>/pins/<reader>.json      snapshot pins          (query, ingest)
 #   jobs/<id>.{json,lease,result}                  compaction jobs        (ingest, compactor)
+#   cluster/nodes/<node>.json                      ingest liveness        (ingest)
+#   cluster/leases/<table>-<shard>.json            shard ownership leases (ingest)
 
 data "aws_caller_identity" "current" {}
 data "aws_region" "current" {}
@@ -180,6 +182,25 @@ resource "aws_s3_bucket_lifecycle_configuration" "data" {
     }
     expiration {
       days = var.orphaned_job_expiry_days
+    }
+  }
+
+  # Ingest nodes rewrite their liveness record and every shard lease they hold each
+  # cluster.renew_ms (2 s by default): tens of thousands of noncurrent versions per object
+  # and day that no restore needs (a restored deployment's nodes write new ones). Current
+  # versions are never expired: a lease is live data while its node runs; a stopped node's
+  # liveness record is deleted by strata, a killed node's stays stale and is ignored.
+  rule {
+    id     = "expire-replaced-cluster-records"
+    status = "Enabled"
+    filter {
+      prefix = "${var.root_prefix}/cluster/"
+    }
+    noncurrent_version_expiration {
+      noncurrent_days = 1
+    }
+    expiration {
+      expired_object_delete_marker = true
     }
   }
 

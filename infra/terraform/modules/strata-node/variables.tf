@@ -109,7 +109,7 @@ variable "instance_profile_name" {
 }
 
 variable "strata_config" {
-  description = "The strata TOML configuration, rendered by the role module from its templates/strata.toml.tftpl (checked against the binary by infra/check.sh)."
+  description = "The strata TOML configuration, rendered by the role module from its templates/strata.toml.tftpl (checked against the binary by infra/check.sh). At boot the placeholders {{instance_id}} and {{private_ip}} are replaced with the instance's values (IMDSv2); any other {{...}} fails the boot."
   type        = string
 
   validation {
@@ -242,7 +242,7 @@ variable "health_check_grace_seconds" {
 }
 
 variable "instance_refresh_min_healthy_percentage" {
-  description = "Share of nodes kept in service while an instance refresh (upgrade, config change) replaces them. 0 for a single ingest node: it is replaced, not doubled, because two ingest nodes would fence each other."
+  description = "Share of nodes kept in service while an instance refresh (upgrade, config change) replaces them (0 for a group of one node: it is replaced, terminate then launch)."
   type        = number
   default     = 90
 
