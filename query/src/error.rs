@@ -22,6 +22,9 @@ pub enum QueryErrorKind {
     Timeout,
     /// The engine refused a write for now (too much compaction debt); retry.
     Overloaded,
+    /// Another ingest node owns the table's shard (the HTTP layer forwards the request
+    /// there; the owner's address is in [`QueryError::owner`]); retry there or later.
+    NotOwner,
     /// Anything else: a bug or an unavailable store.
     Internal,
 }
@@ -34,6 +37,8 @@ pub struct QueryError {
     pub kind: QueryErrorKind,
     /// What went wrong, for people.
     pub message: String,
+    /// For [`QueryErrorKind::NotOwner`]: the owning ingest node's HTTP address, if known.
+    pub owner: Option<String>,
 }
 
 impl QueryError {
@@ -42,6 +47,7 @@ impl QueryError {
         Self {
             kind,
             message: message.into(),
+            owner: None,
         }
     }
 
@@ -56,6 +62,7 @@ impl QueryError {
             QueryErrorKind::ResourcesExhausted => "resources_exhausted",
             QueryErrorKind::Timeout => "timeout",
             QueryErrorKind::Overloaded => "overloaded",
+            QueryErrorKind::NotOwner => "not_owner",
             QueryErrorKind::Internal => "internal",
         }
     }
@@ -70,7 +77,7 @@ impl QueryError {
             QueryErrorKind::Timeout => 408,
             QueryErrorKind::SnapshotTooOld => 410,
             QueryErrorKind::ResourcesExhausted => 413,
-            QueryErrorKind::Overloaded => 503,
+            QueryErrorKind::Overloaded | QueryErrorKind::NotOwner => 503,
             QueryErrorKind::Internal => 500,
         }
     }
@@ -86,7 +93,7 @@ impl QueryError {
             QueryErrorKind::SnapshotTooOld => tonic::Status::failed_precondition(m),
             QueryErrorKind::ResourcesExhausted => tonic::Status::resource_exhausted(m),
             QueryErrorKind::Timeout => tonic::Status::deadline_exceeded(m),
-            QueryErrorKind::Overloaded => tonic::Status::unavailable(m),
+            QueryErrorKind::Overloaded | QueryErrorKind::NotOwner => tonic::Status::unavailable(m),
             QueryErrorKind::Internal => tonic::Status::internal(m),
         }
     }
@@ -99,13 +106,22 @@ fn engine_kind(e: &strata_engine::Error) -> QueryErrorKind {
         E::TableNotFound(_) => QueryErrorKind::NotFound,
         E::SnapshotTooOld { .. } => QueryErrorKind::SnapshotTooOld,
         E::Overloaded { .. } => QueryErrorKind::Overloaded,
+        E::NotOwner { .. } => QueryErrorKind::NotOwner,
         _ => QueryErrorKind::Internal,
     }
 }
 
+fn engine_error(e: &strata_engine::Error) -> QueryError {
+    let mut q = QueryError::new(engine_kind(e), e.to_string());
+    if let strata_engine::Error::NotOwner { owner: Some(o), .. } = e {
+        q.owner = Some(o.http.clone());
+    }
+    q
+}
+
 impl From<strata_engine::Error> for QueryError {
     fn from(e: strata_engine::Error) -> Self {
-        Self::new(engine_kind(&e), e.to_string())
+        engine_error(&e)
     }
 }
 
@@ -115,7 +131,7 @@ impl From<DataFusionError> for QueryError {
         if let DataFusionError::External(inner) = root
             && let Some(engine) = inner.downcast_ref::<strata_engine::Error>()
         {
-            return Self::new(engine_kind(engine), engine.to_string());
+            return engine_error(engine);
         }
         let kind = match root {
             DataFusionError::Plan(m) if m.starts_with("table '") && m.ends_with("not found") => {

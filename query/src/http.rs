@@ -123,14 +123,29 @@ pub fn encode(
     Ok(out)
 }
 
-/// An error as an HTTP response.
+/// Names the owning ingest node's HTTP address on a `not_owner` answer (the services
+/// forward such requests there).
+pub const OWNER_HEADER: &str = "x-strata-owner";
+
+/// An error as an HTTP response: JSON with its stable code, the status, and `Retry-After`,
+/// `WWW-Authenticate` or `x-strata-owner` where they apply.
 pub fn error_response(e: &QueryError) -> Response {
     let body = serde_json::json!({"error": {"code": e.code(), "message": e.message}});
     let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut r = (status, axum::Json(body)).into_response();
-    if e.kind == QueryErrorKind::Overloaded {
+    if matches!(
+        e.kind,
+        QueryErrorKind::Overloaded | QueryErrorKind::NotOwner
+    ) {
         r.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    if let Some(v) = e
+        .owner
+        .as_deref()
+        .and_then(|o| HeaderValue::from_str(o).ok())
+    {
+        r.headers_mut().insert(OWNER_HEADER, v);
     }
     if e.kind == QueryErrorKind::Unauthenticated {
         r.headers_mut()

@@ -45,7 +45,7 @@ pub async fn serve_with(
     flight: TcpListener,
     stop: CancellationToken,
 ) -> Result<(), ServeError> {
-    serve_tls(q, auth, extra, http, flight, None, None, stop).await
+    serve_tls(q, auth, extra, http, flight, None, None, None, stop).await
 }
 
 /// A server certificate chain and its private key (PEM), for both listeners.
@@ -154,8 +154,12 @@ async fn serve_https(
     }
 }
 
-/// [`serve_with`], over TLS with `tls` when given, and with more gRPC services
-/// (`grpc`) next to Flight SQL.
+/// Wraps the whole HTTP application (every route, SQL included) in more layers.
+pub type AppWrap = Box<dyn FnOnce(axum::Router) -> axum::Router + Send>;
+
+/// [`serve_with`], over TLS with `tls` when given, with more gRPC services (`grpc`) next
+/// to Flight SQL, and the HTTP application wrapped by `wrap` (e.g. forwarding requests to
+/// another ingest node).
 #[allow(clippy::too_many_arguments)]
 pub async fn serve_tls(
     q: QueryService,
@@ -165,6 +169,7 @@ pub async fn serve_tls(
     flight: TcpListener,
     tls: Option<TlsIdentity>,
     grpc: Option<tonic::service::Routes>,
+    wrap: Option<AppWrap>,
     stop: CancellationToken,
 ) -> Result<(), ServeError> {
     let (s1, s2) = (stop.clone(), stop.clone());
@@ -180,6 +185,10 @@ pub async fn serve_tls(
             metrics.clone(),
             crate::metrics::track,
         ));
+    let app = match wrap {
+        Some(w) => w(app),
+        None => app,
+    };
     let http_task = match &tls {
         Some(id) => {
             let config = id.server_config(vec![b"h2".to_vec(), b"http/1.1".to_vec()])?;

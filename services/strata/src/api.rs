@@ -69,8 +69,7 @@ pub struct ApiError {
     pub(crate) owner: Option<(String, String)>,
 }
 
-/// Names the owning ingest node's HTTP address on a `not_owner` response.
-pub const OWNER_HEADER: &str = "x-strata-owner";
+pub use strata_query::http::OWNER_HEADER;
 /// Marks a request one ingest node forwarded to another (it is never forwarded again).
 pub const FORWARDED_HEADER: &str = "x-strata-forwarded-by";
 
@@ -141,8 +140,6 @@ type ApiResult<T> = Result<T, ApiError>;
 pub struct ApiState {
     db: Db,
     auth: Authenticator,
-    /// Forwards requests to the ingest node owning their shard (clusters without TLS).
-    forwarder: Option<reqwest::Client>,
 }
 
 /// The caller of a request, from its `Authorization: Bearer <key>` header (401 without a
@@ -171,21 +168,9 @@ impl Caller {
     }
 }
 
-/// The data API's routes: the database, callers authenticated by `auth`. `forward`: whether requests for another ingest node's shards are
-/// forwarded to it (over plain HTTP, so not with TLS) or answered `503 not_owner` with the
-/// owner's address in `x-strata-owner`.
-pub fn router_with(db: Db, auth: Authenticator, forward: bool) -> Router {
-    let forwarder = forward.then(|| {
-        reqwest::Client::builder()
-            .timeout(std::time::Duration::from_secs(60))
-            .build()
-            .expect("an HTTP client with default settings")
-    });
-    let state = Arc::new(ApiState {
-        db,
-        auth,
-        forwarder,
-    });
+/// The data API's routes: the database, callers authenticated by `auth`.
+pub fn router(db: Db, auth: Authenticator) -> Router {
+    let state = Arc::new(ApiState { db, auth });
     Router::new()
         .route("/v1/tables", post(create_table).get(list_tables))
         .route("/v1/tables/{table}", get(describe).delete(drop_table))
@@ -202,12 +187,32 @@ pub fn router_with(db: Db, auth: Authenticator, forward: bool) -> Router {
             "/openapi.json",
             get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI_JSON) }),
         )
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            forward_to_owner,
-        ))
         .layer(axum::extract::DefaultBodyLimit::max(BODY_BYTES_MAX))
         .with_state(state)
+}
+
+/// Who forwards requests to the ingest node owning their shard.
+pub struct Forwarder {
+    db: Db,
+    /// None: answer `503 not_owner` with the owner's address instead (TLS: forwarding is
+    /// plain HTTP).
+    client: Option<reqwest::Client>,
+}
+
+/// Wraps the whole HTTP application (data API and SQL) of an ingest node: a request the
+/// handler answers `not_owner` goes on to the owner (see [`forward_to_owner`]) when
+/// `forward`, else back to the caller with the owner's address.
+pub fn forwarding(app: Router, db: Db, forward: bool) -> Router {
+    let client = forward.then(|| {
+        reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(60))
+            .build()
+            .expect("an HTTP client with default settings")
+    });
+    app.layer(axum::middleware::from_fn_with_state(
+        Arc::new(Forwarder { db, client }),
+        forward_to_owner,
+    ))
 }
 
 /// In a cluster, a request the handler answers `not_owner` is sent on to the owning node
@@ -216,11 +221,11 @@ pub fn router_with(db: Db, auth: Authenticator, forward: bool) -> Router {
 /// anyway). When the owner cannot be reached (it died and its lease has not lapsed yet),
 /// the `503 not_owner` with `Retry-After` goes back to the caller.
 async fn forward_to_owner(
-    State(st): Shared,
+    State(st): State<Arc<Forwarder>>,
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    let Some(client) = st.forwarder.clone().filter(|_| st.db.in_cluster()) else {
+    let Some(client) = st.client.clone().filter(|_| st.db.in_cluster()) else {
         return next.run(req).await;
     };
     let forwarded = req.headers().contains_key(FORWARDED_HEADER);

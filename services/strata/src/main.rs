@@ -388,18 +388,23 @@ async fn writer(c: Config, role: &str) -> anyhow_free::Result<()> {
         tls = tls.is_some(),
         "strata {role} ready"
     );
+    // Forwarding to other ingest nodes is plain HTTP: with TLS, callers get the owner's
+    // address in a 503 instead.
+    let forward = tls.is_none();
+    let forward_db = db.clone();
     let result = strata_query::server::serve_tls(
         q,
         auth.clone(),
-        // Forwarding to other ingest nodes is plain HTTP: with TLS, callers get the owner's
-        // address in a 503 instead.
-        api::router_with(db.clone(), auth.clone(), tls.is_none()),
+        api::router(db.clone(), auth.clone()),
         http,
         flight,
         tls,
         Some(tonic::service::Routes::new(
             grpc::DataService::new(db.clone(), auth).into_server(),
         )),
+        Some(Box::new(move |app| {
+            api::forwarding(app, forward_db, forward)
+        })),
         strata_query::server::stop_on_signal(),
     )
     .await;
@@ -474,6 +479,7 @@ async fn reader(mut c: Config) -> anyhow_free::Result<()> {
         http,
         flight,
         tls,
+        None,
         None,
         strata_query::server::stop_on_signal(),
     )

@@ -166,6 +166,18 @@ fn ingest_nodes_share_shards_and_survive_a_killed_node() {
         }
     }
 
+    // SQL writes are forwarded too: an INSERT through the node that does not own the table.
+    let (first, first_owner) = owners.iter().next().unwrap();
+    let (_, other) = nodes.iter().find(|(name, _)| name != first_owner).unwrap();
+    let (st, body) = request(
+        &other.http,
+        "POST",
+        "/sql",
+        &format!(r#"{{"sql": "INSERT INTO {first} VALUES (999999, 0)"}}"#),
+    );
+    assert_eq!(st, 200, "{body}");
+    let sql_table = first.clone();
+
     // The victim owns t0; the survivor takes every request (forwarding the victim's).
     let victim_name = owners["t0"].clone();
     let (mut victim, survivor) = if victim_name == "node-a" {
@@ -248,7 +260,8 @@ fn ingest_nodes_share_shards_and_survive_a_killed_node() {
             .or_else(|| rows["rows"].as_array().and_then(|r| r.first()))
             .unwrap_or_else(|| panic!("{body}"))
             .clone();
-        assert_eq!(row["n"].as_i64(), Some(n), "{t}: {body}");
+        let rows_written = if *t == sql_table { n + 1 } else { n };
+        assert_eq!(row["n"].as_i64(), Some(rows_written), "{t}: {body}");
         assert_eq!(row["s"].as_i64(), Some(sum), "{t}: {body}");
     }
     drop(compactors);
