@@ -19,6 +19,7 @@ pub mod db;
 pub mod entry;
 pub mod error;
 pub mod gc;
+pub mod hotness;
 pub mod iter;
 pub mod jobs;
 pub mod keycodec;

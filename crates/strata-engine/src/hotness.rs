@@ -1,0 +1,805 @@
+//! The hotness tracker: HotRAP's RALT (Qiu et al., §3.2 and §3.7) on the local directory.
+//!
+//! An access record holds a key, the size of its value, a tick and a score (no value).
+//! Every point read adds one; records of a key merge by exponential smoothing: the real
+//! score of `(tick, score)` at tick `t` is `α^(t−tick)·score`, and `(tick_i, s_i)` merged
+//! with a newer `(tick_j, s_j)` is `(tick_j, α^(tick_j−tick_i)·s_i + s_j)`. The tick advances
+//! each time `γ` times the NVMe budget of data (key plus value bytes, the "HotRAP size") has
+//! been accessed, so a score is a decayed count of recent accesses.
+//!
+//! Records live in a small LSM of their own: an in-memory buffer, flushed as sorted runs
+//! (files under the tracker's directory) and merged when runs pile up. Each run keeps in
+//! memory a Bloom filter of its hot keys and, per block of records, the prefix sum of the
+//! hot records' sizes, so `is_hot` and the hot size of a key range cost no I/O.
+//!
+//! Two limits bound the tracker: the hot-set size (the HotRAP size of the hot records) and
+//! its physical size (its own bytes). When either is exceeded, every record is merged into
+//! one run and a tenth (`β`) is evicted: two thresholds are estimated by size-weighted
+//! sampling (records below the physical threshold are dropped; those between it and the
+//! hot threshold are tracked but not hot). With auto-tuning (§3.7, Algorithm 1) each record
+//! also carries a stability counter: unstable records are evicted first, and the hot-set
+//! limit follows the size of the stable records between 5% and 70% of the NVMe budget.
+//!
+//! The tracker is a cache of warmth: it starts empty on open (its directory is cleared),
+//! and losing it loses no data.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use crate::error::{Error, Result};
+use crate::sst::bloom::{Bloom, BloomBuilder};
+
+/// Settings of the tracker; the defaults are the paper's.
+#[derive(Debug, Clone)]
+pub struct TrackerConfig {
+    /// Directory of the tracker's runs (cleared on open).
+    pub dir: PathBuf,
+    /// The NVMe budget ("FD size"): the tick, the limits and the auto-tuning scale with it.
+    pub fast_bytes: u64,
+    /// Smoothing factor α.
+    pub alpha: f64,
+    /// Time slice γ: the tick advances every `γ · fast_bytes` accessed bytes.
+    pub gamma: f64,
+    /// Share β of the tracked size evicted when a limit is exceeded.
+    pub beta: f64,
+    /// Initial hot-set limit, as a share of `fast_bytes` (§4.1: 50%).
+    pub hot_limit_share: f64,
+    /// Initial physical-size limit, as a share of `fast_bytes` (§4.1: 15%).
+    pub physical_limit_share: f64,
+    /// Auto-tune the limits (§3.7).
+    pub autotune: bool,
+    /// Records in the in-memory buffer before it is flushed as a run.
+    pub buffer_records: usize,
+    /// Runs before they are merged into one.
+    pub runs_max: usize,
+    /// Points of the size-weighted sampling that estimates the thresholds.
+    pub sample_points: usize,
+}
+
+impl TrackerConfig {
+    /// The paper's settings for an NVMe budget of `fast_bytes`, with runs under `dir`.
+    pub fn new(dir: impl Into<PathBuf>, fast_bytes: u64) -> Self {
+        Self {
+            dir: dir.into(),
+            fast_bytes,
+            alpha: 0.999,
+            gamma: 0.1,
+            beta: 0.1,
+            hot_limit_share: 0.5,
+            physical_limit_share: 0.15,
+            autotune: true,
+            buffer_records: 16_384,
+            runs_max: 4,
+            sample_points: 10_000,
+        }
+    }
+}
+
+/// Auto-tuning constants (§4.1, from §3.7).
+const DELTA_C: f64 = 2.6;
+const C_MAX: f64 = 5.0;
+const L_HS: f64 = 0.05; // × fast_bytes: smallest hot-set limit
+const R_HS: f64 = 0.7; // × fast_bytes: largest hot-set limit, and the counter period R
+const D_HS: f64 = 0.1; // × R_HS: headroom above the stable size
+/// Records per block of a run (the unit of the range hot-size estimate).
+const BLOCK_RECORDS: usize = 128;
+/// Bloom filter bits per hot key (§3.2: 20, false positives well under 0.1%).
+const BLOOM_BITS: usize = 20;
+
+/// One access record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    /// The key.
+    pub key: Vec<u8>,
+    /// Size of the key's value (its latest access).
+    pub value_len: u32,
+    /// Tick of the latest access.
+    pub tick: u64,
+    /// Score as of `tick`.
+    pub score: f64,
+    /// Stability counter (auto-tuning) as of `epoch`.
+    pub counter: f64,
+    /// Seen again after its first access (auto-tuning's `t`).
+    pub repeated: bool,
+    /// Counter epoch (accessed bytes / R) of `counter`.
+    pub epoch: u64,
+}
+
+impl Record {
+    /// The HotRAP size: key plus value bytes.
+    pub fn hot_size(&self) -> u64 {
+        self.key.len() as u64 + u64::from(self.value_len)
+    }
+
+    /// The record's own size on disk.
+    pub fn physical_size(&self) -> u64 {
+        self.key.len() as u64 + 4 + 4 + 8 + 8 + 8 + 1 + 8
+    }
+
+    /// The score decayed to `tick`.
+    pub fn score_at(&self, tick: u64, alpha: f64) -> f64 {
+        self.score * alpha.powi(tick.saturating_sub(self.tick).min(i32::MAX as u64) as i32)
+    }
+
+    fn counter_at(&self, epoch: u64) -> f64 {
+        (self.counter - epoch.saturating_sub(self.epoch) as f64).max(0.0)
+    }
+
+    /// Merges an older record of the same key into this newer one (§3.2's score merge;
+    /// Algorithm 1's counter: a key seen again gains Δc up to c_max and becomes `repeated`).
+    pub fn absorb(&mut self, older: &Record, alpha: f64) {
+        let (newer_tick, older_tick) = (self.tick.max(older.tick), self.tick.min(older.tick));
+        let (new_s, old_s) = if self.tick >= older.tick {
+            (self.score, older.score)
+        } else {
+            (older.score, self.score)
+        };
+        let gap = (newer_tick - older_tick).min(i32::MAX as u64) as i32;
+        self.score = alpha.powi(gap) * old_s + new_s;
+        self.tick = newer_tick;
+        let epoch = self.epoch.max(older.epoch);
+        self.counter = (self.counter_at(epoch) + older.counter_at(epoch)).min(C_MAX);
+        self.epoch = epoch;
+        self.repeated = true;
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(self.key.len() as u32).to_le_bytes());
+        out.extend_from_slice(&self.key);
+        out.extend_from_slice(&self.value_len.to_le_bytes());
+        out.extend_from_slice(&self.tick.to_le_bytes());
+        out.extend_from_slice(&self.score.to_le_bytes());
+        out.extend_from_slice(&self.counter.to_le_bytes());
+        out.push(u8::from(self.repeated));
+        out.extend_from_slice(&self.epoch.to_le_bytes());
+    }
+
+    fn decode(buf: &[u8], at: &mut usize) -> Result<Record> {
+        let corrupt = || Error::Corrupt("hotness tracker run truncated".into());
+        let mut take = |n: usize| -> Result<&[u8]> {
+            let s = buf.get(*at..*at + n).ok_or_else(corrupt)?;
+            *at += n;
+            Ok(s)
+        };
+        let u32_ = |b: &[u8]| u32::from_le_bytes(b.try_into().expect("4 bytes"));
+        let u64_ = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
+        let klen = u32_(take(4)?) as usize;
+        let key = take(klen)?.to_vec();
+        let value_len = u32_(take(4)?);
+        let tick = u64_(take(8)?);
+        let score = f64::from_bits(u64_(take(8)?));
+        let counter = f64::from_bits(u64_(take(8)?));
+        let repeated = take(1)?[0] != 0;
+        let epoch = u64_(take(8)?);
+        Ok(Record {
+            key,
+            value_len,
+            tick,
+            score,
+            counter,
+            repeated,
+            epoch,
+        })
+    }
+}
+
+/// A sorted run on disk with its in-memory filter and block index.
+struct Run {
+    path: PathBuf,
+    records: usize,
+    physical: u64,
+    /// Hot keys (at the hot threshold when the run was written).
+    bloom: Bloom,
+    /// Per block: its first key and the HotRAP size of the hot records before it.
+    blocks: Vec<(Vec<u8>, u64)>,
+    /// HotRAP size of the run's hot records.
+    hot: u64,
+    bloom_bytes: u64,
+}
+
+/// What the tracker reports (metrics).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TrackerStats {
+    /// Records tracked (buffer and runs; a key may be counted once per run holding it).
+    pub records: u64,
+    /// The tracker's own bytes on disk.
+    pub disk_bytes: u64,
+    /// Its memory: the buffer, the runs' Bloom filters and block indexes.
+    pub memory_bytes: u64,
+    /// Estimated HotRAP size of the hot records.
+    pub hot_bytes: u64,
+    /// The hot-set limit now.
+    pub hot_limit: u64,
+    /// The physical-size limit now.
+    pub physical_limit: u64,
+    /// Evictions run.
+    pub evictions: u64,
+    /// Records evicted.
+    pub evicted_records: u64,
+    /// The current tick.
+    pub tick: u64,
+    /// Threshold below which records are evicted.
+    pub physical_threshold: f64,
+    /// Threshold at or above which records are hot.
+    pub hot_threshold: f64,
+}
+
+struct State {
+    buffer: HashMap<Vec<u8>, Record>,
+    runs: Vec<Run>,
+    next_run: u64,
+    accessed: u64,
+    tick: u64,
+    hot_threshold: f64,
+    physical_threshold: f64,
+    hot_limit: u64,
+    physical_limit: u64,
+    evictions: u64,
+    evicted_records: u64,
+    rng: u64,
+}
+
+/// The hotness tracker (see the module documentation).
+pub struct HotnessTracker {
+    config: TrackerConfig,
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for HotnessTracker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HotnessTracker({})", self.config.dir.display())
+    }
+}
+
+impl HotnessTracker {
+    /// An empty tracker over `config.dir` (whatever it held is removed: warmth only).
+    pub fn open(config: TrackerConfig) -> Result<Self> {
+        if config.fast_bytes == 0 || !(0.0..1.0).contains(&config.beta) || config.beta == 0.0 {
+            return Err(Error::Invalid(
+                "hotness tracker: the NVMe budget must be positive and β in (0, 1)".into(),
+            ));
+        }
+        if config.dir.exists() {
+            std::fs::remove_dir_all(&config.dir)
+                .map_err(Error::io(format!("clear {}", config.dir.display())))?;
+        }
+        std::fs::create_dir_all(&config.dir)
+            .map_err(Error::io(format!("create {}", config.dir.display())))?;
+        let fast = config.fast_bytes as f64;
+        let state = State {
+            buffer: HashMap::new(),
+            runs: Vec::new(),
+            next_run: 0,
+            accessed: 0,
+            tick: 0,
+            hot_threshold: 0.0,
+            physical_threshold: 0.0,
+            hot_limit: (fast * config.hot_limit_share) as u64,
+            physical_limit: (fast * config.physical_limit_share) as u64,
+            evictions: 0,
+            evicted_records: 0,
+            rng: 0x9e37_79b9_7f4a_7c15,
+        };
+        Ok(Self {
+            config,
+            state: Mutex::new(state),
+        })
+    }
+
+    fn tick_bytes(&self) -> u64 {
+        ((self.config.fast_bytes as f64 * self.config.gamma) as u64).max(1)
+    }
+
+    fn epoch_bytes(&self) -> u64 {
+        ((self.config.fast_bytes as f64 * R_HS) as u64).max(1)
+    }
+
+    /// Records one access of `key` whose value is `value_len` bytes.
+    pub fn record_access(&self, key: &[u8], value_len: u32) -> Result<()> {
+        let mut st = self.state.lock().expect("tracker state");
+        st.accessed += key.len() as u64 + u64::from(value_len);
+        st.tick = st.accessed / self.tick_bytes();
+        let epoch = st.accessed / self.epoch_bytes();
+        let rec = Record {
+            key: key.to_vec(),
+            value_len,
+            tick: st.tick,
+            score: 1.0,
+            counter: DELTA_C,
+            repeated: false,
+            epoch,
+        };
+        let alpha = self.config.alpha;
+        match st.buffer.get_mut(key) {
+            Some(old) => {
+                let mut merged = rec;
+                merged.absorb(old, alpha);
+                *old = merged;
+            }
+            None => {
+                st.buffer.insert(key.to_vec(), rec);
+            }
+        }
+        if st.buffer.len() >= self.config.buffer_records {
+            self.flush(&mut st)?;
+        }
+        Ok(())
+    }
+
+    /// Whether `key` is hot: a hot record in the buffer, or in some run's filter.
+    pub fn is_hot(&self, key: &[u8]) -> bool {
+        let st = self.state.lock().expect("tracker state");
+        if let Some(r) = st.buffer.get(key)
+            && r.score_at(st.tick, self.config.alpha) >= st.hot_threshold
+        {
+            return true;
+        }
+        st.runs.iter().any(|r| r.bloom.may_contain(key))
+    }
+
+    /// An estimate (from above) of the HotRAP size of the hot records in `[start, end)`.
+    pub fn range_hot_size(&self, start: &[u8], end: Option<&[u8]>) -> u64 {
+        let st = self.state.lock().expect("tracker state");
+        let in_range = |k: &[u8]| k >= start && end.is_none_or(|e| k < e);
+        let mut total: u64 = st
+            .buffer
+            .values()
+            .filter(|r| {
+                in_range(&r.key) && r.score_at(st.tick, self.config.alpha) >= st.hot_threshold
+            })
+            .map(Record::hot_size)
+            .sum();
+        for run in &st.runs {
+            // The block holding `start` counts whole, and so does the one holding `end`.
+            let first = run
+                .blocks
+                .partition_point(|(k, _)| k.as_slice() <= start)
+                .saturating_sub(1);
+            let last = match end {
+                Some(e) => run.blocks.partition_point(|(k, _)| k.as_slice() < e),
+                None => run.blocks.len(),
+            };
+            let prefix = |i: usize| run.blocks.get(i).map_or(run.hot, |b| b.1);
+            if last > first {
+                total += prefix(last) - prefix(first);
+            }
+        }
+        total
+    }
+
+    /// The hot keys in `[start, end)`, ascending (reads the runs overlapping the range).
+    pub fn hot_keys(&self, start: &[u8], end: Option<&[u8]>) -> Result<Vec<Vec<u8>>> {
+        let st = self.state.lock().expect("tracker state");
+        let in_range = |k: &[u8]| k >= start && end.is_none_or(|e| k < e);
+        let mut merged: HashMap<Vec<u8>, Record> = HashMap::new();
+        let alpha = self.config.alpha;
+        let mut add = |r: Record| match merged.get_mut(&r.key) {
+            Some(m) => m.absorb(&r, alpha),
+            None => {
+                merged.insert(r.key.clone(), r);
+            }
+        };
+        for run in &st.runs {
+            for r in read_run(&run.path)? {
+                if in_range(&r.key) {
+                    add(r);
+                }
+            }
+        }
+        for r in st.buffer.values() {
+            if in_range(&r.key) {
+                add(r.clone());
+            }
+        }
+        let mut keys: Vec<Vec<u8>> = merged
+            .into_values()
+            .filter(|r| r.score_at(st.tick, alpha) >= st.hot_threshold)
+            .map(|r| r.key)
+            .collect();
+        keys.sort_unstable();
+        Ok(keys)
+    }
+
+    /// Counters and sizes for the metrics.
+    pub fn stats(&self) -> TrackerStats {
+        let st = self.state.lock().expect("tracker state");
+        let buffer_bytes: u64 = st.buffer.values().map(|r| r.physical_size() + 48).sum();
+        let alpha = self.config.alpha;
+        let buffer_hot: u64 = st
+            .buffer
+            .values()
+            .filter(|r| r.score_at(st.tick, alpha) >= st.hot_threshold)
+            .map(Record::hot_size)
+            .sum();
+        TrackerStats {
+            records: st.buffer.len() as u64 + st.runs.iter().map(|r| r.records as u64).sum::<u64>(),
+            disk_bytes: st.runs.iter().map(|r| r.physical).sum(),
+            memory_bytes: buffer_bytes
+                + st.runs
+                    .iter()
+                    .map(|r| {
+                        r.bloom_bytes + r.blocks.iter().map(|b| b.0.len() as u64 + 32).sum::<u64>()
+                    })
+                    .sum::<u64>(),
+            hot_bytes: buffer_hot + st.runs.iter().map(|r| r.hot).sum::<u64>(),
+            hot_limit: st.hot_limit,
+            physical_limit: st.physical_limit,
+            evictions: st.evictions,
+            evicted_records: st.evicted_records,
+            tick: st.tick,
+            physical_threshold: st.physical_threshold,
+            hot_threshold: st.hot_threshold,
+        }
+    }
+
+    /// Writes the buffer as a run, then merges runs or evicts as needed.
+    fn flush(&self, st: &mut State) -> Result<()> {
+        if st.buffer.is_empty() {
+            return Ok(());
+        }
+        let mut records: Vec<Record> = st.buffer.drain().map(|(_, r)| r).collect();
+        records.sort_by(|a, b| a.key.cmp(&b.key));
+        let run = self.write_run(st, &records)?;
+        st.runs.push(run);
+        let physical: u64 = st.runs.iter().map(|r| r.physical).sum();
+        let hot: u64 = st.runs.iter().map(|r| r.hot).sum();
+        if physical > st.physical_limit || hot > st.hot_limit {
+            self.evict(st)?;
+        } else if st.runs.len() > self.config.runs_max {
+            let all = self.merge_all(st)?;
+            self.replace_runs(st, &all)?;
+        }
+        Ok(())
+    }
+
+    /// Every record of the runs (and the buffer), merged by key, ascending.
+    fn merge_all(&self, st: &mut State) -> Result<Vec<Record>> {
+        let alpha = self.config.alpha;
+        let mut merged: HashMap<Vec<u8>, Record> = HashMap::new();
+        for run in &st.runs {
+            for r in read_run(&run.path)? {
+                match merged.get_mut(&r.key) {
+                    Some(m) => m.absorb(&r, alpha),
+                    None => {
+                        merged.insert(r.key.clone(), r);
+                    }
+                }
+            }
+        }
+        for (_, r) in st.buffer.drain() {
+            match merged.get_mut(&r.key) {
+                Some(m) => m.absorb(&r, alpha),
+                None => {
+                    merged.insert(r.key.clone(), r);
+                }
+            }
+        }
+        let mut all: Vec<Record> = merged.into_values().collect();
+        all.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(all)
+    }
+
+    fn replace_runs(&self, st: &mut State, records: &[Record]) -> Result<()> {
+        let old: Vec<Run> = std::mem::take(&mut st.runs);
+        if !records.is_empty() {
+            let run = self.write_run(st, records)?;
+            st.runs.push(run);
+        }
+        for r in old {
+            let _ = std::fs::remove_file(&r.path);
+        }
+        Ok(())
+    }
+
+    /// Merges everything into one run and evicts β of it (§3.2), unstable records first
+    /// with auto-tuning (§3.7), then retunes the limits.
+    fn evict(&self, st: &mut State) -> Result<()> {
+        let alpha = self.config.alpha;
+        let mut all = self.merge_all(st)?;
+        let before = all.len();
+        let tick = st.tick;
+        let epoch = st.accessed / self.epoch_bytes();
+        let physical = |v: &[Record]| v.iter().map(Record::physical_size).sum::<u64>();
+        let physical_target =
+            (((1.0 - self.config.beta) * physical(&all) as f64) as u64).min(st.physical_limit);
+        if self.config.autotune {
+            // Unstable records (counter run down, or seen once) go first.
+            let stable: Vec<Record> = all
+                .iter()
+                .filter(|r| r.repeated && r.counter_at(epoch) > 0.0)
+                .cloned()
+                .collect();
+            if physical(&stable) <= physical_target {
+                all = stable;
+            }
+        }
+        if physical(&all) > physical_target {
+            let t = threshold(
+                &all,
+                Record::physical_size,
+                physical_target,
+                tick,
+                alpha,
+                self.config.sample_points,
+                &mut st.rng,
+            );
+            st.physical_threshold = t;
+            all.retain(|r| r.score_at(tick, alpha) >= t);
+        }
+        // The hot threshold: the survivors' hot size brought under the hot-set limit.
+        let hot_total: u64 = all.iter().map(Record::hot_size).sum();
+        st.hot_threshold = if hot_total > st.hot_limit {
+            let target = ((1.0 - self.config.beta) * st.hot_limit as f64) as u64;
+            threshold(
+                &all,
+                Record::hot_size,
+                target,
+                tick,
+                alpha,
+                self.config.sample_points,
+                &mut st.rng,
+            )
+        } else {
+            all.iter()
+                .map(|r| r.score_at(tick, alpha))
+                .fold(f64::INFINITY, f64::min)
+                .min(st.physical_threshold.max(0.0))
+        };
+        if self.config.autotune {
+            let fast = self.config.fast_bytes as f64;
+            let stable: Vec<&Record> = all
+                .iter()
+                .filter(|r| r.repeated && r.counter_at(epoch) > 0.0)
+                .collect();
+            let t_sz: u64 = stable.iter().map(|r| r.hot_size()).sum();
+            let p: u64 = stable.iter().map(|r| r.physical_size()).sum();
+            let d_hs = D_HS * R_HS * fast;
+            st.hot_limit = (t_sz as f64 + d_hs).clamp(L_HS * fast, R_HS * fast) as u64;
+            let r = if t_sz > 0 {
+                p as f64 / t_sz as f64
+            } else {
+                self.config.physical_limit_share / self.config.hot_limit_share
+            };
+            st.physical_limit = (p as f64 + r * d_hs) as u64;
+        }
+        st.evictions += 1;
+        st.evicted_records += (before - all.len()) as u64;
+        self.replace_runs(st, &all)
+    }
+
+    fn write_run(&self, st: &mut State, records: &[Record]) -> Result<Run> {
+        let path = self.config.dir.join(format!("{:08}.ralt", st.next_run));
+        st.next_run += 1;
+        let alpha = self.config.alpha;
+        let mut buf = Vec::new();
+        let mut bloom = BloomBuilder::default();
+        let mut blocks = Vec::new();
+        let mut hot = 0u64;
+        for (i, r) in records.iter().enumerate() {
+            if i % BLOCK_RECORDS == 0 {
+                blocks.push((r.key.clone(), hot));
+            }
+            if r.score_at(st.tick, alpha) >= st.hot_threshold {
+                bloom.add(&r.key);
+                hot += r.hot_size();
+            }
+            r.encode(&mut buf);
+        }
+        let mut f = std::fs::File::create(&path)
+            .map_err(Error::io(format!("create {}", path.display())))?;
+        f.write_all(&buf)
+            .map_err(Error::io(format!("write {}", path.display())))?;
+        let filter = bloom.build(BLOOM_BITS);
+        Ok(Run {
+            path,
+            records: records.len(),
+            physical: buf.len() as u64,
+            bloom_bytes: filter.len() as u64,
+            bloom: Bloom::new(filter),
+            blocks,
+            hot,
+        })
+    }
+}
+
+fn read_run(path: &Path) -> Result<Vec<Record>> {
+    let buf = std::fs::read(path).map_err(Error::io(format!("read {}", path.display())))?;
+    let mut at = 0;
+    let mut out = Vec::new();
+    while at < buf.len() {
+        out.push(Record::decode(&buf, &mut at)?);
+    }
+    Ok(out)
+}
+
+/// xorshift64*: sampling needs speed and reproducibility, not cryptographic quality.
+fn next_random(state: &mut u64) -> u64 {
+    let mut x = *state;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *state = x;
+    x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+}
+
+/// The score S' such that the records scoring at least S' weigh about `target` by `size`
+/// (§3.2): `points` positions drawn uniformly over the total weight map to records in
+/// proportion to their size; with `k = points · target / total`, S' is the k-th largest
+/// sampled score.
+pub fn threshold(
+    records: &[Record],
+    size: fn(&Record) -> u64,
+    target: u64,
+    tick: u64,
+    alpha: f64,
+    points: usize,
+    rng: &mut u64,
+) -> f64 {
+    let total: u64 = records.iter().map(size).sum();
+    if total == 0 || target >= total || points == 0 {
+        return 0.0;
+    }
+    let mut positions: Vec<u64> = (0..points).map(|_| next_random(rng) % total).collect();
+    positions.sort_unstable();
+    let mut scores = Vec::with_capacity(points);
+    let (mut upto, mut i) = (0u64, 0usize);
+    for r in records {
+        upto += size(r);
+        while i < positions.len() && positions[i] < upto {
+            scores.push(r.score_at(tick, alpha));
+            i += 1;
+        }
+    }
+    scores.sort_by(|a, b| b.total_cmp(a));
+    let k = ((points as f64) * target as f64 / total as f64).round() as usize;
+    if k == 0 {
+        return scores.first().map_or(0.0, |s| s.next_up());
+    }
+    scores[(k - 1).min(scores.len() - 1)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(key: &str, tick: u64, score: f64) -> Record {
+        Record {
+            key: key.as_bytes().to_vec(),
+            value_len: 100,
+            tick,
+            score,
+            counter: DELTA_C,
+            repeated: false,
+            epoch: 0,
+        }
+    }
+
+    #[test]
+    fn scores_merge_by_exponential_smoothing() {
+        let alpha = 0.999;
+        let (s1, s2) = (3.0, 2.0);
+        let mut newer = rec("k", 12, s2);
+        newer.absorb(&rec("k", 10, s1), alpha);
+        assert_eq!(newer.tick, 12);
+        assert!((newer.score - (alpha * alpha * s1 + s2)).abs() < 1e-12);
+        // Order does not matter.
+        let mut older = rec("k", 10, s1);
+        older.absorb(&rec("k", 12, s2), alpha);
+        assert_eq!((older.tick, older.score), (newer.tick, newer.score));
+        // A key seen again is repeated, its counter grows to c_max at most.
+        assert!(newer.repeated);
+        assert!((newer.counter - C_MAX).abs() < 1e-12);
+        assert!((newer.score_at(112, alpha) - newer.score * alpha.powi(100)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn counters_run_down_per_epoch() {
+        let mut r = rec("k", 0, 1.0);
+        r.counter = 2.6;
+        assert!((r.counter_at(2) - 0.6).abs() < 1e-12);
+        assert_eq!(r.counter_at(3), 0.0);
+    }
+
+    #[test]
+    fn the_tick_advances_every_gamma_of_the_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = HotnessTracker::open(TrackerConfig::new(dir.path().join("t"), 10_000)).unwrap();
+        // γ · 10 000 = 1 000 accessed bytes per tick: 10 accesses of 100 bytes.
+        for i in 0..25 {
+            t.record_access(format!("k{i:02}").as_bytes(), 97).unwrap();
+        }
+        assert_eq!(t.stats().tick, 2);
+    }
+
+    #[test]
+    fn thresholds_are_size_weighted() {
+        let alpha = 0.999;
+        let mut rng = 7;
+        // 1000 equal records scoring 1..=1000: keeping 90% of the weight keeps scores
+        // from about 101.
+        let equal: Vec<Record> = (1..=1000)
+            .map(|i| rec(&format!("k{i:04}"), 0, i as f64))
+            .collect();
+        let t = threshold(&equal, Record::hot_size, 90_000 + 900 * 4, 0, alpha, 10_000, &mut rng);
+        assert!((85.0..120.0).contains(&t), "{t}");
+        // Big records weigh more: the 100 top scorers are 10x larger, half the weight.
+        let weighted: Vec<Record> = (1..=1000)
+            .map(|i| {
+                let mut r = rec(&format!("k{i:04}"), 0, i as f64);
+                if i > 900 {
+                    r.value_len = 1000;
+                }
+                r
+            })
+            .collect();
+        let total: u64 = weighted.iter().map(Record::hot_size).sum();
+        let t = threshold(&weighted, Record::hot_size, total / 2, 0, alpha, 10_000, &mut rng);
+        assert!((880.0..920.0).contains(&t), "{t}");
+        assert_eq!(threshold(&equal, Record::hot_size, u64::MAX, 0, alpha, 10, &mut rng), 0.0);
+    }
+
+    /// A hotspot workload over a small budget: the tracker stays within its limits, evicts,
+    /// keeps the hot keys hot and forgets most cold ones.
+    #[test]
+    fn eviction_keeps_the_hot_set_and_bounds_the_tracker() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = TrackerConfig::new(dir.path().join("t"), 400_000);
+        c.buffer_records = 512;
+        let t = HotnessTracker::open(c).unwrap();
+        let mut rng = 42u64;
+        // 20 000 keys of ~100 bytes (2 MB, 5x the budget); 5% of them get 95% of accesses.
+        let hot_keys = 1000u64;
+        for _ in 0..200_000 {
+            let r = next_random(&mut rng);
+            let k = if r % 100 < 95 {
+                r / 100 % hot_keys
+            } else {
+                hot_keys + r / 100 % 19_000
+            };
+            t.record_access(format!("key{k:06}").as_bytes(), 91).unwrap();
+        }
+        let s = t.stats();
+        assert!(s.evictions > 0, "{s:?}");
+        assert!(s.disk_bytes <= s.physical_limit + s.physical_limit / 2, "{s:?}");
+        let hot_found = (0..hot_keys)
+            .filter(|k| t.is_hot(format!("key{k:06}").as_bytes()))
+            .count();
+        assert!(hot_found as u64 >= hot_keys * 95 / 100, "{hot_found} {s:?}");
+        let cold_hot = (hot_keys..20_000)
+            .filter(|k| t.is_hot(format!("key{k:06}").as_bytes()))
+            .count();
+        assert!(cold_hot < 19_000 / 5, "{cold_hot} cold keys hot: {s:?}");
+        // The hot set (1000 keys x 100 bytes = 100 KB) is what the limit tunes to: between
+        // the 5% floor and 70% of the budget, close to the stable size plus headroom.
+        assert!(s.hot_limit >= 20_000 && s.hot_limit <= 280_000, "{s:?}");
+        // The range estimate covers the exact hot size and overestimates by little.
+        let exact: u64 = t
+            .hot_keys(b"key000000", Some(b"key000500"))
+            .unwrap()
+            .iter()
+            .map(|k| k.len() as u64 + 91)
+            .sum();
+        let est = t.range_hot_size(b"key000000", Some(b"key000500"));
+        assert!(est >= exact && est <= exact * 2 + 40_000, "{est} vs {exact}");
+        // Never accessed: not hot.
+        assert!(!t.is_hot(b"never"));
+    }
+
+    #[test]
+    fn reopening_starts_cold() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = TrackerConfig::new(dir.path().join("t"), 10_000);
+        c.buffer_records = 4;
+        let t = HotnessTracker::open(c.clone()).unwrap();
+        for _ in 0..10 {
+            t.record_access(b"a", 10).unwrap();
+        }
+        assert!(t.is_hot(b"a"));
+        drop(t);
+        let t = HotnessTracker::open(c).unwrap();
+        assert!(!t.is_hot(b"a"));
+        assert_eq!(t.stats().records, 0);
+    }
+}
