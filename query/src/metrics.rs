@@ -15,7 +15,9 @@
 //!   SST), compaction backlog (`strata_pending_compaction_bytes`,
 //!   `strata_compaction_jobs_outstanding`, `strata_sorted_runs`), bytes per tier,
 //!   write stalls and overload refusals, flushes and compactions, and point reads by the
-//!   tier that answered them (`strata_point_reads_total{source = memtable | nvme | s3}`).
+//!   tier that answered them (`strata_point_reads_total{source = memtable | nvme | s3}`);
+//! - with `engine.hotness.enabled`, the hotness tracker's size, hot set, limits and
+//!   evictions (`strata_hotness_*`).
 //!
 //! With API keys configured, `/metrics` needs a key for every namespace (`namespace = "*"`,
 //! any scope): the metrics name every table.
@@ -256,6 +258,53 @@ impl ServiceMetrics {
                 )
                 .map_err(internal)?;
             }
+        }
+        if let Some(h) = self.inner.db.hotness_stats() {
+            let gauges: [(&str, &str, f64); 7] = [
+                (
+                    "strata_hotness_tracker_disk_bytes",
+                    "The hotness tracker's bytes on the local directory",
+                    h.disk_bytes as f64,
+                ),
+                (
+                    "strata_hotness_tracker_memory_bytes",
+                    "The hotness tracker's memory (buffer, Bloom filters, block indexes)",
+                    h.memory_bytes as f64,
+                ),
+                (
+                    "strata_hotness_tracker_records",
+                    "Access records the hotness tracker holds",
+                    h.records as f64,
+                ),
+                (
+                    "strata_hotness_hot_bytes",
+                    "Key and value bytes of the records the tracker calls hot",
+                    h.hot_bytes as f64,
+                ),
+                (
+                    "strata_hotness_hot_limit_bytes",
+                    "The hot-set size limit (auto-tuned)",
+                    h.hot_limit as f64,
+                ),
+                (
+                    "strata_hotness_physical_limit_bytes",
+                    "The tracker's own size limit (auto-tuned)",
+                    h.physical_limit as f64,
+                ),
+                (
+                    "strata_hotness_tick",
+                    "The tracker's time slice (advances every 10% of the NVMe budget read)",
+                    h.tick as f64,
+                ),
+            ];
+            for (name, help, v) in gauges {
+                writeln!(out, "# HELP {name} {help}.").map_err(internal)?;
+                writeln!(out, "# TYPE {name} gauge").map_err(internal)?;
+                writeln!(out, "{name} {v}").map_err(internal)?;
+            }
+            writeln!(out, "# HELP strata_hotness_evictions Evictions of the hotness tracker (a tenth of its records each).").map_err(internal)?;
+            writeln!(out, "# TYPE strata_hotness_evictions counter").map_err(internal)?;
+            writeln!(out, "strata_hotness_evictions_total {}", h.evictions).map_err(internal)?;
         }
         for (name, kind, help, get) in families {
             writeln!(out, "# HELP {name} {help}.").map_err(internal)?;

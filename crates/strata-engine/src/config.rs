@@ -90,6 +90,31 @@ pub struct EngineConfig {
     /// A durable snapshot pin (a reader in another process, e.g. a query) lapses this long
     /// after its last renewal; readers renew at a third of it.
     pub pin_lease_ms: u64,
+    /// The hotness tracker of point reads (HotRAP's RALT).
+    pub hotness: HotnessConfig,
+}
+
+/// The hotness tracker (see `strata_engine::hotness`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct HotnessConfig {
+    /// Track point reads: each read key enters the tracker (scores, hot set, limits).
+    pub enabled: bool,
+    /// The NVMe budget the tracker's tick, limits and auto-tuning scale with.
+    pub nvme_budget_bytes: u64,
+    /// Auto-tune the hot-set and physical-size limits (HotRAP §3.7); off: fixed limits of
+    /// 50% and 15% of the budget.
+    pub autotune: bool,
+}
+
+impl Default for HotnessConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            nvme_budget_bytes: 10 << 30,
+            autotune: true,
+        }
+    }
 }
 
 /// How S3-level compaction jobs are published and run.
@@ -153,6 +178,7 @@ impl Default for EngineConfig {
             gc: GcConfig::default(),
             history_retention_ms: 15 * 60_000,
             pin_lease_ms: 60_000,
+            hotness: HotnessConfig::default(),
         }
     }
 }

@@ -127,7 +127,18 @@ impl Db {
             block_bytes: config.cache_block_bytes,
             budget_bytes: config.cache_bytes_max,
         })?;
+        let hotness = if config.hotness.enabled {
+            let mut t = crate::hotness::TrackerConfig::new(
+                local_dir.join("hotness"),
+                config.hotness.nvme_budget_bytes,
+            );
+            t.autotune = config.hotness.autotune;
+            Some(Arc::new(crate::hotness::HotnessTracker::open(t)?))
+        } else {
+            None
+        };
         let s3 = crate::s3::S3Context {
+            hotness,
             cache,
             metas: Arc::new(crate::columnar::MetaCache::default()),
             layout: layout.clone(),
@@ -571,6 +582,16 @@ impl Db {
             .get()
             .map(|c| c.live())
             .unwrap_or_default()
+    }
+
+    /// The hotness tracker's sizes and counters, when it is enabled.
+    pub fn hotness_stats(&self) -> Option<crate::hotness::TrackerStats> {
+        self.inner.s3.hotness.as_ref().map(|t| t.stats())
+    }
+
+    /// The hotness tracker, when it is enabled.
+    pub fn hotness(&self) -> Option<&Arc<crate::hotness::HotnessTracker>> {
+        self.inner.s3.hotness.as_ref()
     }
 
     /// Whether this process is an ingest node of a cluster.

@@ -38,7 +38,7 @@ pub mod view;
 pub mod wal;
 
 pub use cluster::{ClusterConfig, NodeInfo, ShardLease};
-pub use config::{Durability, EngineConfig, GcConfig, JobsConfig, WriteOptions};
+pub use config::{Durability, EngineConfig, GcConfig, HotnessConfig, JobsConfig, WriteOptions};
 pub use db::{Db, DbConfig, ScanOptions, Snapshot, Table, TableView};
 pub use error::{Error, Result};
 pub use gc::{GcPlan, GcReport};

@@ -37,6 +37,8 @@ pub(crate) struct Outstanding {
 /// Process-wide reading context of the S3 levels.
 #[derive(Debug, Clone)]
 pub struct S3Context {
+    /// The hotness tracker of point reads, when enabled (process-wide, like the cache).
+    pub hotness: Option<Arc<crate::hotness::HotnessTracker>>,
     /// Local block and tail cache.
     pub cache: Arc<BlockCache>,
     /// Parsed metadata of open files.

@@ -109,6 +109,17 @@ pub struct Shard {
     tx: mpsc::Sender<Request>,
 }
 
+impl ShardInner {
+    /// A key as the process-wide hotness tracker knows it: table id, shard id, key.
+    pub(crate) fn hotness_key(&self, key: &[u8]) -> Vec<u8> {
+        let mut k = Vec::with_capacity(12 + key.len());
+        k.extend_from_slice(&self.table.entry.id.to_be_bytes());
+        k.extend_from_slice(&self.shard_id.to_be_bytes());
+        k.extend_from_slice(key);
+        k
+    }
+}
+
 impl std::fmt::Debug for Shard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Shard({}, epoch {})", self.inner.name, self.inner.epoch)
@@ -760,7 +771,15 @@ impl Shard {
                 crate::s3::coalesce(codec, &mut versions)?;
             }
             inner.stats.record_point_read(source);
-            resolve(codec, &versions)
+            let row = resolve(codec, &versions)?;
+            if let (Some(t), Some(_)) = (&inner.s3.hotness, &row) {
+                // Losing an access loses warmth, never data: log and go on.
+                let value_len = versions.first().map_or(0, |e| e.value.len()) as u32;
+                if let Err(e) = t.record_access(&inner.hotness_key(&key), value_len) {
+                    tracing::warn!(shard = %inner.name, "hotness tracker: {e}");
+                }
+            }
+            Ok(row)
         })
         .await
         .map_err(|e| Error::Internal(e.to_string()))?

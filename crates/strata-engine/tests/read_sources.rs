@@ -43,3 +43,52 @@ async fn point_reads_count_the_tier_that_answered() {
     assert_eq!(counts(&t), (1, 1, 2));
     db.close().await;
 }
+
+/// With the hotness tracker on, every point read that finds a row enters it: a key read
+/// over and over is hot, one never read is not, and losing the tracker (a restart) loses
+/// only warmth.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn point_reads_feed_the_hotness_tracker() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = common::memory_store();
+    let mut config = common::small_config();
+    config.hotness.enabled = true;
+    config.hotness.nvme_budget_bytes = 1 << 20;
+    let db = common::open(&store, tmp.path(), config.clone()).await;
+    db.create_table("t", common::schema(), &["id"])
+        .await
+        .unwrap();
+    let t = db.table("t").await.unwrap();
+    let ids: Vec<i64> = (0..100).collect();
+    let names: Vec<Option<&str>> = ids.iter().map(|_| Some("some value")).collect();
+    let nums: Vec<Option<i64>> = ids.iter().map(|i| Some(*i)).collect();
+    t.upsert(rows(&ids, &names, &nums)).await.unwrap();
+    t.drain_to_s3().await.unwrap();
+    for _ in 0..20 {
+        assert!(t.get(&[Value::Int(7)], None, None).await.unwrap().is_some());
+    }
+    // A miss is not an access.
+    assert!(
+        t.get(&[Value::Int(1000)], None, None)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let s = db.hotness_stats().expect("tracker on");
+    assert_eq!(s.records, 1, "{s:?}");
+    assert!(s.hot_bytes > 0, "{s:?}");
+    let tracker = db.hotness().unwrap();
+    let entry = db.describe("t").await.unwrap();
+    let key = |id: i64| {
+        let mut k = entry.id.to_be_bytes().to_vec();
+        k.extend_from_slice(&0u32.to_be_bytes());
+        k.extend(t.table_schema().encode_key(&[Value::Int(id)]).unwrap());
+        k
+    };
+    assert!(tracker.is_hot(&key(7)));
+    assert!(!tracker.is_hot(&key(8)));
+    db.close().await;
+    drop(db);
+    let db = common::open(&store, tmp.path(), config).await;
+    assert_eq!(db.hotness_stats().unwrap().records, 0);
+}
