@@ -166,7 +166,7 @@ impl ServiceMetrics {
             }
         }
         type Get = fn(&strata_engine::metrics::ShardStatsSnapshot) -> u64;
-        let families: [(&str, &str, &str, Get); 12] = [
+        let families: [(&str, &str, &str, Get); 13] = [
             (
                 "strata_memtables_frozen",
                 "gauge",
@@ -235,6 +235,12 @@ impl ServiceMetrics {
                 "counter",
                 "Bytes S3 compaction jobs wrote",
                 |s| s.s3_bytes_written,
+            ),
+            (
+                "strata_retained_bytes",
+                "counter",
+                "Bytes of hot records kept on NVMe by NVMe-to-S3 jobs (retention)",
+                |s| s.retained_bytes,
             ),
         ];
         let internal =

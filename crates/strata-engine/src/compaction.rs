@@ -213,10 +213,11 @@ pub(crate) fn collapse(
     Ok(out)
 }
 
-struct Output {
-    info: SstInfo,
-    path: std::path::PathBuf,
-    reader: SstReader,
+/// A written SST, not yet uploaded or committed.
+pub(crate) struct Output {
+    pub(crate) info: SstInfo,
+    pub(crate) path: std::path::PathBuf,
+    pub(crate) reader: SstReader,
 }
 
 async fn run(inner: &Arc<ShardInner>, job: Job) -> Result<()> {
@@ -311,7 +312,11 @@ async fn run(inner: &Arc<ShardInner>, job: Job) -> Result<()> {
     result
 }
 
-fn finish(id: strata_manifest::SstId, path: std::path::PathBuf, b: SstBuilder) -> Result<Output> {
+pub(crate) fn finish(
+    id: strata_manifest::SstId,
+    path: std::path::PathBuf,
+    b: SstBuilder,
+) -> Result<Output> {
     let stats = b.finish()?;
     let reader = SstReader::open(&path)?;
     Ok(Output {

@@ -22,6 +22,8 @@ pub struct ShardStats {
     overloaded: AtomicU64,
     /// Point reads by where they were answered (see [`ReadSource`]).
     point_reads: [AtomicU64; 3],
+    /// Bytes of hot records kept on NVMe by cross-tier jobs (retention).
+    retained_bytes: AtomicU64,
 }
 
 /// Where a point read was answered: the first tier that decided the row (a whole-row
@@ -107,6 +109,8 @@ pub struct ShardStatsSnapshot {
     pub point_reads_nvme: u64,
     /// Point reads that needed the S3 levels.
     pub point_reads_s3: u64,
+    /// Bytes of hot records kept on NVMe by cross-tier jobs (retention, HotRAP §3.5).
+    pub retained_bytes: u64,
 }
 
 impl ShardStats {
@@ -141,6 +145,10 @@ impl ShardStats {
 
     pub(crate) fn record_point_read(&self, source: ReadSource) {
         self.point_reads[source as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn record_retained(&self, bytes: u64) {
+        self.retained_bytes.fetch_add(bytes, Ordering::Relaxed);
     }
 
     pub(crate) fn record_overloaded(&self) {
@@ -188,6 +196,7 @@ impl ShardStats {
             point_reads_memtable: self.point_reads[0].load(Ordering::Relaxed),
             point_reads_nvme: self.point_reads[1].load(Ordering::Relaxed),
             point_reads_s3: self.point_reads[2].load(Ordering::Relaxed),
+            retained_bytes: self.retained_bytes.load(Ordering::Relaxed),
         }
     }
 }

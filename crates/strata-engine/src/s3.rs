@@ -165,21 +165,46 @@ impl ShardInner {
         let s1 = &m.s3_levels[0];
         if !last_files.is_empty() && (force || last_size > last_target) {
             let chosen: Vec<_> = if force {
-                last_files.iter().map(|h| h.info.clone()).collect()
+                // Everything but retained copies (their records are in S3 already).
+                let retained = self.retained_ssts.lock();
+                last_files
+                    .iter()
+                    .filter(|h| !retained.contains(&h.info.id))
+                    .map(|h| h.info.clone())
+                    .collect()
             } else {
-                // The file whose move rewrites the least of S3 level 1 per byte moved.
-                let best = last_files.iter().max_by(|a, b| {
-                    let score = |h: &crate::state::SstHandle| {
-                        let ov: u64 = s1
-                            .groups
+                // The file whose move rewrites the least of S3 level 1 per byte moved; with
+                // the hotness tracker, per cold byte moved (HotRAP §3.5:
+                // (FileSize − HotSize) / (FileSize + OverlappingBytes)), the oldest file
+                // when no file has a cold byte by the (overestimated) hot sizes.
+                let score = |h: &crate::state::SstHandle| {
+                    let ov: u64 = s1
+                        .groups
+                        .iter()
+                        .map(|g| size(&overlapping(&g.files, &h.info.key_min, &h.info.key_max)))
+                        .sum();
+                    let hot = self.hot_size(&h.info.key_min, &h.info.key_max);
+                    h.info.size_bytes.saturating_sub(hot) as f64
+                        / (h.info.size_bytes + ov).max(1) as f64
+                };
+                let best = last_files
+                    .iter()
+                    .map(|h| (score(h), h))
+                    .max_by(|a, b| a.0.total_cmp(&b.0));
+                match best {
+                    // Not a copy retention just wrote: moving it would retain it again.
+                    Some((s, _)) if s <= 0.0 => {
+                        let retained = self.retained_ssts.lock();
+                        last_files
                             .iter()
-                            .map(|g| size(&overlapping(&g.files, &h.info.key_min, &h.info.key_max)))
-                            .sum();
-                        h.info.size_bytes as f64 / (h.info.size_bytes + ov).max(1) as f64
-                    };
-                    score(a).total_cmp(&score(b))
-                });
-                best.map(|h| vec![h.info.clone()]).unwrap_or_default()
+                            .filter(|h| !retained.contains(&h.info.id))
+                            .min_by_key(|h| (h.info.id.epoch, h.info.id.n))
+                            .map(|h| vec![h.info.clone()])
+                            .unwrap_or_default()
+                    }
+                    Some((_, h)) => vec![h.info.clone()],
+                    None => Vec::new(),
+                }
             };
             if !chosen.is_empty() {
                 let lo = chosen
@@ -390,7 +415,130 @@ impl ShardInner {
         Ok(settled)
     }
 
+    /// The tracker's (over)estimate of the hot bytes in `[lo, hi]` of this shard (0 without
+    /// a tracker).
+    fn hot_size(&self, lo: &[u8], hi: &[u8]) -> u64 {
+        let Some(t) = &self.s3.hotness else {
+            return 0;
+        };
+        let mut end = self.hotness_key(hi);
+        end.push(0); // just past `hi`
+        t.range_hot_size(&self.hotness_key(lo), Some(&end))
+    }
+
+    /// Retention (HotRAP §3.5): the records of a cross-tier job's input SSTs whose keys the
+    /// tracker calls hot, written to one new SST per input (each within its input's key
+    /// range, so the last NVMe level stays non-overlapping once the inputs leave it). The
+    /// S3 copy is written all the same: the bucket stays the truth, and these are copies of
+    /// the same versions (same sequence numbers), which every merge treats as one.
+    async fn retain_hot(&self, spec: &JobSpec) -> Result<Vec<crate::compaction::Output>> {
+        let (Some(tracker), JobSource::CrossTier { ssts }) = (&self.s3.hotness, &spec.source)
+        else {
+            return Ok(Vec::new());
+        };
+        let cur = self.current();
+        let last = cur.levels.len() - 1;
+        let mut inputs = Vec::new();
+        for s in ssts {
+            if let Some(h) = cur.levels[last].iter().find(|h| h.info.id == s.id) {
+                let id = self.new_sst_id();
+                inputs.push((h.clone(), id, self.local_sst_path(&id)));
+            }
+        }
+        let tracker = tracker.clone();
+        let prefix = self.hotness_key(&[]);
+        let (block, bloom) = (self.config.sst_block_bytes, self.config.bloom_bits_per_key);
+        tokio::task::spawn_blocking(move || -> Result<Vec<crate::compaction::Output>> {
+            let mut outs = Vec::new();
+            let mut key = prefix.clone();
+            for (h, id, path) in inputs {
+                let mut it = crate::sst::SstIter::new(h.reader.clone(), &[]);
+                let mut builder: Option<crate::sst::SstBuilder> = None;
+                while let Some(e) = it.next_entry()? {
+                    key.truncate(prefix.len());
+                    key.extend_from_slice(&e.key);
+                    if !tracker.is_hot(&key) {
+                        continue;
+                    }
+                    if builder.is_none() {
+                        builder = Some(crate::sst::SstBuilder::create(&path, block, bloom)?);
+                    }
+                    if let Some(b) = builder.as_mut() {
+                        b.add(&e)?;
+                    }
+                }
+                if let Some(b) = builder {
+                    outs.push(crate::compaction::finish(id, path, b)?);
+                }
+            }
+            Ok(outs)
+        })
+        .await
+        .map_err(|e| Error::Internal(e.to_string()))?
+    }
+
     async fn commit_job(&self, spec: &JobSpec, result: &jobs::JobResult) -> Result<bool> {
+        // Retention is an optimisation: when it fails, the job commits without it.
+        let mut retained = match self.retain_hot(spec).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(shard = %self.name, "retaining hot records: {e}");
+                Vec::new()
+            }
+        };
+        self.in_flight
+            .lock()
+            .extend(retained.iter().map(|o| o.info.id));
+        let mut failed = None;
+        for o in &retained {
+            if let Err(e) = self.upload_sst(&o.info.id, &o.path).await {
+                failed = Some(e);
+                break;
+            }
+        }
+        if let Some(e) = failed {
+            tracing::warn!(shard = %self.name, "uploading retained hot records: {e}");
+            let mut in_flight = self.in_flight.lock();
+            for o in retained.drain(..) {
+                in_flight.remove(&o.info.id);
+                let _ = std::fs::remove_file(&o.path);
+            }
+        }
+        let files: Vec<(SstId, std::path::PathBuf)> = retained
+            .iter()
+            .map(|o| (o.info.id, o.path.clone()))
+            .collect();
+        let bytes: u64 = retained.iter().map(|o| o.info.size_bytes).sum();
+        let committed = self.commit_job_with(spec, result, retained).await;
+        {
+            let mut in_flight = self.in_flight.lock();
+            for (id, _) in &files {
+                in_flight.remove(id);
+            }
+        }
+        match committed {
+            Ok(true) => {
+                if bytes > 0 {
+                    self.stats.record_retained(bytes);
+                    tracing::debug!(shard = %self.name, bytes, files = files.len(), "retained hot records on NVMe");
+                }
+                Ok(true)
+            }
+            other => {
+                for (_, path) in &files {
+                    let _ = std::fs::remove_file(path);
+                }
+                other
+            }
+        }
+    }
+
+    async fn commit_job_with(
+        &self,
+        spec: &JobSpec,
+        result: &jobs::JobResult,
+        retained: Vec<crate::compaction::Output>,
+    ) -> Result<bool> {
         if result.outputs.len() != spec.targets.len() {
             return Err(Error::Corrupt(format!(
                 "job {} result has {} outputs for {} targets",
@@ -430,6 +578,9 @@ impl ShardInner {
         if !inputs_ok {
             return Ok(false);
         }
+        let retained_infos: Vec<strata_manifest::SstInfo> =
+            retained.iter().map(|o| o.info.clone()).collect();
+        let retained_ids: Vec<SstId> = retained_infos.iter().map(|i| i.id).collect();
         let floor = match &spec.source {
             JobSource::CrossTier { ssts } => ssts.iter().map(|s| s.seq_max).max().unwrap_or(0),
             JobSource::Group { files, .. } => files.iter().map(|f| f.seq_max).max().unwrap_or(0),
@@ -441,6 +592,8 @@ impl ShardInner {
                     JobSource::CrossTier { ssts } => {
                         let ids: HashSet<SstId> = ssts.iter().map(|s| s.id).collect();
                         m.levels[last].ssts.retain(|s| !ids.contains(&s.id));
+                        m.levels[last].ssts.extend(retained_infos.iter().cloned());
+                        m.levels[last].ssts.sort_by(|a, b| a.key_min.cmp(&b.key_min));
                     }
                     JobSource::Group {
                         level,
@@ -475,6 +628,16 @@ impl ShardInner {
                 h.mark_obsolete();
             }
             next.levels[last].retain(|h| !ids.contains(&h.info.id));
+            // The retained copies take their inputs' places in the same state.
+            for o in retained {
+                next.levels[last].push(Arc::new(crate::state::SstHandle::new(
+                    o.info, o.reader, o.path,
+                )));
+            }
+            next.levels[last].sort_by(|a, b| a.info.key_min.cmp(&b.info.key_min));
+            let mut kept = self.retained_ssts.lock();
+            kept.extend(retained_ids);
+            kept.retain(|id| next.levels[last].iter().any(|h| h.info.id == *id));
         }
         next.manifest = manifest;
         *guard = Arc::new(next);

@@ -91,6 +91,9 @@ pub(crate) struct ShardInner {
     pub(crate) outstanding: Mutex<std::collections::HashMap<String, crate::s3::Outstanding>>,
     /// Last-NVMe-level SSTs an outstanding cross-tier job reads: NVMe compaction leaves them.
     pub(crate) locked_ssts: Mutex<HashSet<SstId>>,
+    /// Last-NVMe-level SSTs written by retention: copies of records already in S3, which a
+    /// forced drain to S3 leaves where they are.
+    pub(crate) retained_ssts: Mutex<HashSet<SstId>>,
     pub(crate) next_job: AtomicU64,
     pub(crate) jobs_wanted: Notify,
     /// Manifest versions in-flight reads use (GC keeps their objects).
@@ -471,6 +474,7 @@ impl Shard {
             s3,
             outstanding: Mutex::new(Default::default()),
             locked_ssts: Mutex::new(HashSet::new()),
+            retained_ssts: Mutex::new(HashSet::new()),
             next_job: AtomicU64::new(1),
             jobs_wanted: Notify::new(),
             readers: Mutex::new(BTreeMap::new()),
