@@ -105,6 +105,9 @@ pub struct HotnessConfig {
     /// Auto-tune the hot-set and physical-size limits (HotRAP §3.7); off: fixed limits of
     /// 50% and 15% of the budget.
     pub autotune: bool,
+    /// Keep hot records on NVMe when NVMe-to-S3 jobs move their files (HotRAP §3.5), and
+    /// pick the files with the least hot data to move.
+    pub retention: bool,
 }
 
 impl Default for HotnessConfig {
@@ -113,6 +116,7 @@ impl Default for HotnessConfig {
             enabled: false,
             nvme_budget_bytes: 10 << 30,
             autotune: true,
+            retention: true,
         }
     }
 }

@@ -418,7 +418,12 @@ impl ShardInner {
     /// The tracker's (over)estimate of the hot bytes in `[lo, hi]` of this shard (0 without
     /// a tracker).
     fn hot_size(&self, lo: &[u8], hi: &[u8]) -> u64 {
-        let Some(t) = &self.s3.hotness else {
+        let Some(t) = self
+            .s3
+            .hotness
+            .as_ref()
+            .filter(|_| self.config.hotness.retention)
+        else {
             return 0;
         };
         let mut end = self.hotness_key(hi);
@@ -436,6 +441,9 @@ impl ShardInner {
         else {
             return Ok(Vec::new());
         };
+        if !self.config.hotness.retention {
+            return Ok(Vec::new());
+        }
         let cur = self.current();
         let last = cur.levels.len() - 1;
         let mut inputs = Vec::new();
@@ -593,7 +601,9 @@ impl ShardInner {
                         let ids: HashSet<SstId> = ssts.iter().map(|s| s.id).collect();
                         m.levels[last].ssts.retain(|s| !ids.contains(&s.id));
                         m.levels[last].ssts.extend(retained_infos.iter().cloned());
-                        m.levels[last].ssts.sort_by(|a, b| a.key_min.cmp(&b.key_min));
+                        m.levels[last]
+                            .ssts
+                            .sort_by(|a, b| a.key_min.cmp(&b.key_min));
                     }
                     JobSource::Group {
                         level,
