@@ -15,7 +15,9 @@
 //!   SST), compaction backlog (`strata_pending_compaction_bytes`,
 //!   `strata_compaction_jobs_outstanding`, `strata_sorted_runs`), bytes per tier,
 //!   write stalls and overload refusals, flushes and compactions, and point reads by the
-//!   tier that answered them (`strata_point_reads_total{source = memtable | nvme | s3}`);
+//!   tier that answered them
+//!   (`strata_point_reads_total{source = memtable | nvme | promotion_cache | s3}`), bytes
+//!   retained and promoted, promotion-cache size and aborts;
 //! - with `engine.hotness.enabled`, the hotness tracker's size, hot set, limits and
 //!   evictions (`strata_hotness_*`).
 //!
@@ -166,7 +168,7 @@ impl ServiceMetrics {
             }
         }
         type Get = fn(&strata_engine::metrics::ShardStatsSnapshot) -> u64;
-        let families: [(&str, &str, &str, Get); 13] = [
+        let families: [(&str, &str, &str, Get); 17] = [
             (
                 "strata_memtables_frozen",
                 "gauge",
@@ -242,12 +244,36 @@ impl ServiceMetrics {
                 "Bytes of hot records kept on NVMe by NVMe-to-S3 jobs (retention)",
                 |s| s.retained_bytes,
             ),
+            (
+                "strata_promoted_flush_bytes",
+                "counter",
+                "Bytes of hot records promoted from the promotion cache to L0",
+                |s| s.promoted_flush_bytes,
+            ),
+            (
+                "strata_promoted_compaction_bytes",
+                "counter",
+                "Bytes of cached records promoted into NVMe-to-S3 jobs' retained records",
+                |s| s.promoted_compaction_bytes,
+            ),
+            (
+                "strata_promotion_aborts",
+                "counter",
+                "Promotion-cache inserts and flushes aborted by an NVMe-to-S3 commit",
+                |s| s.promotion_aborts,
+            ),
+            (
+                "strata_promotion_cache_bytes",
+                "gauge",
+                "Bytes in the promotion cache",
+                |s| s.promotion_cache_bytes,
+            ),
         ];
         let internal =
             |e: std::fmt::Error| QueryError::new(QueryErrorKind::Internal, e.to_string());
         writeln!(
             out,
-            "# HELP strata_point_reads Point reads by the tier that answered them (memtable, nvme, s3); the NVMe hit rate is (memtable + nvme) / all."
+            "# HELP strata_point_reads Point reads by the tier that answered them (memtable, nvme, promotion_cache, s3); the NVMe hit rate is (memtable + nvme + promotion_cache) / all."
         )
         .map_err(internal)?;
         writeln!(out, "# TYPE strata_point_reads counter").map_err(internal)?;
@@ -255,6 +281,7 @@ impl ServiceMetrics {
             for (source, n) in [
                 ("memtable", s.point_reads_memtable),
                 ("nvme", s.point_reads_nvme),
+                ("promotion_cache", s.point_reads_promotion_cache),
                 ("s3", s.point_reads_s3),
             ] {
                 writeln!(

@@ -108,6 +108,14 @@ pub struct HotnessConfig {
     /// Keep hot records on NVMe when NVMe-to-S3 jobs move their files (HotRAP §3.5), and
     /// pick the files with the least hot data to move.
     pub retention: bool,
+    /// Promote hot records read from S3 back to NVMe (HotRAP §3.3–§3.4): through a
+    /// promotion cache, to L0 when it is full and into NVMe-to-S3 jobs' retained records.
+    pub promotion: bool,
+    /// Size of a shard's promotion cache; full, its hot records are written to L0.
+    pub promotion_cache_bytes: u64,
+    /// Promote and retain only what the tracker calls hot; off: every record read from S3
+    /// is promoted (the paper's no-hotness-check ablation).
+    pub check: bool,
 }
 
 impl Default for HotnessConfig {
@@ -117,6 +125,9 @@ impl Default for HotnessConfig {
             nvme_budget_bytes: 10 << 30,
             autotune: true,
             retention: true,
+            promotion: true,
+            promotion_cache_bytes: 64 << 20,
+            check: true,
         }
     }
 }

@@ -21,7 +21,10 @@ pub struct ShardStats {
     s3_bytes_written: AtomicU64,
     overloaded: AtomicU64,
     /// Point reads by where they were answered (see [`ReadSource`]).
-    point_reads: [AtomicU64; 3],
+    point_reads: [AtomicU64; 4],
+    promoted_flush_bytes: AtomicU64,
+    promoted_compaction_bytes: AtomicU64,
+    promotion_aborts: AtomicU64,
     /// Bytes of hot records kept on NVMe by cross-tier jobs (retention).
     retained_bytes: AtomicU64,
 }
@@ -37,6 +40,8 @@ pub enum ReadSource {
     Nvme = 1,
     /// The S3 levels (through the local block cache).
     S3 = 2,
+    /// The promotion cache (records read from S3 before, not yet promoted).
+    PromotionCache = 3,
 }
 
 /// Sorted runs a read may have to merge: frozen memtables, each L0 file, each non-empty
@@ -111,6 +116,16 @@ pub struct ShardStatsSnapshot {
     pub point_reads_s3: u64,
     /// Bytes of hot records kept on NVMe by cross-tier jobs (retention, HotRAP §3.5).
     pub retained_bytes: u64,
+    /// Point reads answered from the promotion cache.
+    pub point_reads_promotion_cache: u64,
+    /// Bytes promoted to L0 from the promotion cache (promotion by flush).
+    pub promoted_flush_bytes: u64,
+    /// Bytes promoted into NVMe-to-S3 jobs' retained records (promotion by compaction).
+    pub promoted_compaction_bytes: u64,
+    /// Promotion-cache inserts aborted because an NVMe-to-S3 job committed meanwhile.
+    pub promotion_aborts: u64,
+    /// Bytes in the promotion cache now.
+    pub promotion_cache_bytes: u64,
 }
 
 impl ShardStats {
@@ -149,6 +164,19 @@ impl ShardStats {
 
     pub(crate) fn record_retained(&self, bytes: u64) {
         self.retained_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub(crate) fn record_promoted(&self, by_flush: bool, bytes: u64) {
+        let c = if by_flush {
+            &self.promoted_flush_bytes
+        } else {
+            &self.promoted_compaction_bytes
+        };
+        c.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub(crate) fn record_promotion_abort(&self) {
+        self.promotion_aborts.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn record_overloaded(&self) {
@@ -197,6 +225,11 @@ impl ShardStats {
             point_reads_nvme: self.point_reads[1].load(Ordering::Relaxed),
             point_reads_s3: self.point_reads[2].load(Ordering::Relaxed),
             retained_bytes: self.retained_bytes.load(Ordering::Relaxed),
+            point_reads_promotion_cache: self.point_reads[3].load(Ordering::Relaxed),
+            promoted_flush_bytes: self.promoted_flush_bytes.load(Ordering::Relaxed),
+            promoted_compaction_bytes: self.promoted_compaction_bytes.load(Ordering::Relaxed),
+            promotion_aborts: self.promotion_aborts.load(Ordering::Relaxed),
+            promotion_cache_bytes: 0,
         }
     }
 }

@@ -441,7 +441,8 @@ impl ShardInner {
         else {
             return Ok(Vec::new());
         };
-        if !self.config.hotness.retention {
+        let h = &self.config.hotness;
+        if !h.retention && !h.promotion {
             return Ok(Vec::new());
         }
         let cur = self.current();
@@ -453,36 +454,78 @@ impl ShardInner {
                 inputs.push((h.clone(), id, self.local_sst_path(&id)));
             }
         }
+        // Promotion by compaction (§3.1): the promotion cache's records in the job's range
+        // go with the retained ones (the cache's epoch moves: reads that began before
+        // insert nothing).
+        let cached = if h.promotion {
+            let lo = ssts
+                .iter()
+                .map(|s| s.key_min.clone())
+                .min()
+                .unwrap_or_default();
+            let hi = ssts
+                .iter()
+                .map(|s| s.key_max.clone())
+                .max()
+                .unwrap_or_default();
+            self.promotion.lock().take_range(&lo, &hi)
+        } else {
+            Vec::new()
+        };
         let tracker = tracker.clone();
         let prefix = self.hotness_key(&[]);
+        let (retain, check) = (h.retention, h.check);
         let (block, bloom) = (self.config.sst_block_bytes, self.config.bloom_bits_per_key);
-        tokio::task::spawn_blocking(move || -> Result<Vec<crate::compaction::Output>> {
-            let mut outs = Vec::new();
-            let mut key = prefix.clone();
-            for (h, id, path) in inputs {
-                let mut it = crate::sst::SstIter::new(h.reader.clone(), &[]);
-                let mut builder: Option<crate::sst::SstBuilder> = None;
-                while let Some(e) = it.next_entry()? {
-                    key.truncate(prefix.len());
-                    key.extend_from_slice(&e.key);
-                    if !tracker.is_hot(&key) {
+        let (outs, promoted) = tokio::task::spawn_blocking(
+            move || -> Result<(Vec<crate::compaction::Output>, u64)> {
+                let hot = |k: &[u8]| {
+                    let mut key = prefix.clone();
+                    key.extend_from_slice(k);
+                    tracker.is_hot(&key)
+                };
+                let mut outs = Vec::new();
+                let mut promoted = 0u64;
+                for (h, id, path) in inputs {
+                    let mut entries: Vec<Entry> = Vec::new();
+                    if retain {
+                        let mut it = crate::sst::SstIter::new(h.reader.clone(), &[]);
+                        while let Some(e) = it.next_entry()? {
+                            if !check || hot(&e.key) {
+                                entries.push(e);
+                            }
+                        }
+                    }
+                    // Cached records in this input's range whose key the input does not
+                    // hold (if it does, its version is the same or newer).
+                    for (k, c) in &cached {
+                        let inside = h.covers(k);
+                        if inside && (!check || hot(k)) && h.reader.get(k, u64::MAX)?.is_empty() {
+                            promoted +=
+                                c.versions.iter().map(|e| e.value.len() as u64).sum::<u64>();
+                            entries.extend(c.versions.iter().cloned());
+                        }
+                    }
+                    if entries.is_empty() {
                         continue;
                     }
-                    if builder.is_none() {
-                        builder = Some(crate::sst::SstBuilder::create(&path, block, bloom)?);
+                    entries.sort_by(|a, b| {
+                        (&a.key, std::cmp::Reverse(a.seq)).cmp(&(&b.key, std::cmp::Reverse(b.seq)))
+                    });
+                    let mut b = crate::sst::SstBuilder::create(&path, block, bloom)?;
+                    for e in &entries {
+                        b.add(e)?;
                     }
-                    if let Some(b) = builder.as_mut() {
-                        b.add(&e)?;
-                    }
-                }
-                if let Some(b) = builder {
                     outs.push(crate::compaction::finish(id, path, b)?);
                 }
-            }
-            Ok(outs)
-        })
+                Ok((outs, promoted))
+            },
+        )
         .await
-        .map_err(|e| Error::Internal(e.to_string()))?
+        .map_err(|e| Error::Internal(e.to_string()))??;
+        if promoted > 0 {
+            self.stats.record_promoted(false, promoted);
+        }
+        Ok(outs)
     }
 
     async fn commit_job(&self, spec: &JobSpec, result: &jobs::JobResult) -> Result<bool> {
@@ -585,6 +628,20 @@ impl ShardInner {
             .all(|t| present(tl, t.group, &t.overlapping));
         if !inputs_ok {
             return Ok(false);
+        }
+        if let JobSource::CrossTier { ssts } = &spec.source {
+            // Newer versions reach S3 now: cached records of the range are stale.
+            let lo = ssts
+                .iter()
+                .map(|s| s.key_min.clone())
+                .min()
+                .unwrap_or_default();
+            let hi = ssts
+                .iter()
+                .map(|s| s.key_max.clone())
+                .max()
+                .unwrap_or_default();
+            self.promotion.lock().take_range(&lo, &hi);
         }
         let retained_infos: Vec<strata_manifest::SstInfo> =
             retained.iter().map(|o| o.info.clone()).collect();

@@ -94,6 +94,8 @@ pub(crate) struct ShardInner {
     /// Last-NVMe-level SSTs written by retention: copies of records already in S3, which a
     /// forced drain to S3 leaves where they are.
     pub(crate) retained_ssts: Mutex<HashSet<SstId>>,
+    /// Records read from S3 waiting to be promoted (HotRAP §3.3–§3.4).
+    pub(crate) promotion: Mutex<crate::promotion::PromotionCache>,
     pub(crate) next_job: AtomicU64,
     pub(crate) jobs_wanted: Notify,
     /// Manifest versions in-flight reads use (GC keeps their objects).
@@ -475,6 +477,7 @@ impl Shard {
             outstanding: Mutex::new(Default::default()),
             locked_ssts: Mutex::new(HashSet::new()),
             retained_ssts: Mutex::new(HashSet::new()),
+            promotion: Mutex::new(Default::default()),
             next_job: AtomicU64::new(1),
             jobs_wanted: Notify::new(),
             readers: Mutex::new(BTreeMap::new()),
@@ -512,6 +515,7 @@ impl Shard {
     pub fn stats(&self) -> crate::metrics::ShardStatsSnapshot {
         let state = self.inner.current();
         let mut s = self.inner.stats.snapshot(&state);
+        s.promotion_cache_bytes = self.inner.promotion.lock().bytes();
         let outstanding: Vec<u64> = self
             .inner
             .outstanding
@@ -766,12 +770,45 @@ impl Shard {
         let (state, _guard) = self.inner.read_state();
         let inner = self.inner.clone();
         let handle = tokio::runtime::Handle::current();
+        let latest = snapshot.is_none();
         tokio::task::spawn_blocking(move || {
             let (mut versions, mut source) = point_versions(&state, &key, seq)?;
             let codec = &inner.table.codec;
+            let promote = latest && inner.s3.hotness.is_some() && inner.config.hotness.promotion;
+            let mut cache_full = false;
             if !crate::s3::decided(codec, &mut versions)? {
-                source = ReadSource::S3;
-                crate::s3::s3_point_versions(&inner, &state, &key, seq, &mut versions, &handle)?;
+                let cached = promote
+                    .then(|| inner.promotion.lock().get(&key, seq).cloned())
+                    .flatten();
+                if let Some(c) = cached {
+                    source = ReadSource::PromotionCache;
+                    versions.extend(c.versions);
+                } else {
+                    source = ReadSource::S3;
+                    let epoch = inner.promotion.lock().epoch;
+                    let before = versions.len();
+                    crate::s3::s3_point_versions(
+                        &inner,
+                        &state,
+                        &key,
+                        seq,
+                        &mut versions,
+                        &handle,
+                    )?;
+                    if promote && versions.len() > before {
+                        let read = crate::promotion::Cached {
+                            versions: versions[before..].to_vec(),
+                            read_seq: seq,
+                        };
+                        let mut pc = inner.promotion.lock();
+                        if pc.insert(&key, read, epoch) {
+                            cache_full = pc.bytes() >= inner.config.hotness.promotion_cache_bytes
+                                && !std::mem::replace(&mut pc.flushing, true);
+                        } else {
+                            inner.stats.record_promotion_abort();
+                        }
+                    }
+                }
                 crate::s3::coalesce(codec, &mut versions)?;
             }
             inner.stats.record_point_read(source);
@@ -782,6 +819,15 @@ impl Shard {
                 if let Err(e) = t.record_access(&inner.hotness_key(&key), value_len) {
                     tracing::warn!(shard = %inner.name, "hotness tracker: {e}");
                 }
+            }
+            if cache_full {
+                let inner = inner.clone();
+                handle.spawn(async move {
+                    if let Err(e) = promote_by_flush(&inner).await {
+                        tracing::warn!(shard = %inner.name, "promotion by flush: {e}");
+                    }
+                    inner.promotion.lock().flushing = false;
+                });
             }
             Ok(row)
         })
@@ -1180,6 +1226,98 @@ async fn flush_one(inner: &Arc<ShardInner>, mem: Arc<Memtable>) -> Result<()> {
     *guard = Arc::new(next);
     drop(guard);
     inner.stats.record_flush();
+    Ok(())
+}
+
+/// Promotion by flush (HotRAP §3.4): the promotion cache's hot records that have no version
+/// in the memtables or NVMe levels become an SST at the oldest end of L0. The check and the
+/// commit happen under the manifest lock, so no flush or compaction moves a newer version
+/// below L0 in between; writes arriving meanwhile land in the memtable, above L0. Records
+/// cached before an NVMe→S3 commit are dropped (the epoch moved: a newer version may have
+/// reached S3).
+pub(crate) async fn promote_by_flush(inner: &Arc<ShardInner>) -> Result<()> {
+    let (taken, epoch) = inner.promotion.lock().take_all();
+    let tracker = inner.s3.hotness.clone();
+    let check = inner.config.hotness.check;
+    let hot: Vec<(Vec<u8>, crate::promotion::Cached)> = taken
+        .into_iter()
+        .filter(|(k, _)| {
+            !check
+                || tracker
+                    .as_ref()
+                    .is_some_and(|t| t.is_hot(&inner.hotness_key(k)))
+        })
+        .collect();
+    if hot.is_empty() {
+        return Ok(());
+    }
+    let _lock = inner.manifest_lock.lock().await;
+    if inner.promotion.lock().epoch != epoch {
+        inner.stats.record_promotion_abort();
+        return Ok(());
+    }
+    let state = inner.current();
+    let id = inner.new_sst_id();
+    let path = inner.local_sst_path(&id);
+    let (block, bloom) = (
+        inner.config.sst_block_bytes,
+        inner.config.bloom_bits_per_key,
+    );
+    let p = path.clone();
+    let output =
+        tokio::task::spawn_blocking(move || -> Result<Option<crate::compaction::Output>> {
+            let mut builder: Option<crate::sst::SstBuilder> = None;
+            for (key, cached) in hot {
+                let newer = state.memtables().any(|m| !m.get(&key, u64::MAX).is_empty())
+                    || state.levels.iter().flatten().any(|h| {
+                        h.covers(&key) && h.reader.get(&key, u64::MAX).is_ok_and(|v| !v.is_empty())
+                    });
+                if newer {
+                    continue;
+                }
+                if builder.is_none() {
+                    builder = Some(crate::sst::SstBuilder::create(&p, block, bloom)?);
+                }
+                if let Some(b) = builder.as_mut() {
+                    for e in &cached.versions {
+                        b.add(e)?;
+                    }
+                }
+            }
+            builder
+                .map(|b| crate::compaction::finish(id, p, b))
+                .transpose()
+        })
+        .await
+        .map_err(|e| Error::Internal(e.to_string()))??;
+    let Some(o) = output else {
+        return Ok(());
+    };
+    inner.in_flight.lock().insert(id);
+    let committed = async {
+        inner.upload_sst(&id, &path).await?;
+        inner
+            .commit_manifest(|m| m.levels[0].ssts.push(o.info.clone()))
+            .await
+    }
+    .await;
+    inner.in_flight.lock().remove(&id);
+    let manifest = match committed {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = std::fs::remove_file(&path);
+            return Err(e);
+        }
+    };
+    let bytes = o.info.size_bytes;
+    let mut guard = inner.state.write();
+    let mut next = (**guard).clone();
+    next.levels[0].push(Arc::new(SstHandle::new(o.info, o.reader, o.path)));
+    next.manifest = manifest;
+    *guard = Arc::new(next);
+    drop(guard);
+    inner.stats.record_promoted(true, bytes);
+    tracing::debug!(shard = %inner.name, bytes, "promoted hot records to L0");
     Ok(())
 }
 

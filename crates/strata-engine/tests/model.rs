@@ -141,9 +141,13 @@ async fn run(ops: Vec<Op>, store: StoreRef, root_prefix: &str, layout_n: usize) 
     let mut config = small_config();
     config.root_prefix = root_prefix.to_string();
     // Every check reads each key, so the hotness tracker calls many keys hot: drains to S3
-    // retain their records on NVMe (HotRAP §3.5) and every read must still match the model.
+    // retain their records on NVMe (HotRAP §3.5), reads from S3 are promoted (§3.3-§3.4),
+    // and every read must still match the model.
     config.hotness.enabled = true;
     config.hotness.nvme_budget_bytes = 64 << 10;
+    // Reads from S3 fill a small promotion cache: promotions to L0 and into drains happen
+    // between the operations.
+    config.hotness.promotion_cache_bytes = 1 << 10;
     let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
     let mut dir_idx = 0;
     let mut db: Db = open(&store, dirs[dir_idx].path(), config.clone()).await;

@@ -1,0 +1,277 @@
+//! Promotion (HotRAP §3.3–§3.4): records read from S3 go through the promotion cache to
+//! L0 (by flush) or into an NVMe-to-S3 job's retained records (by compaction), and a
+//! promoted or retained record never hides a newer version.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{decode, rows};
+use strata_engine::{Db, ScanOptions, Table, Value};
+
+fn config() -> strata_engine::EngineConfig {
+    let mut c = common::small_config();
+    c.hotness.enabled = true;
+    c.hotness.nvme_budget_bytes = 1 << 20;
+    c.hotness.promotion_cache_bytes = 1 << 10;
+    c
+}
+
+type Sources = (u64, u64, u64, u64);
+
+fn sources(t: &Table) -> Sources {
+    let s = t.shards().next().unwrap().stats();
+    (
+        s.point_reads_memtable + s.point_reads_nvme,
+        s.point_reads_promotion_cache,
+        s.point_reads_s3,
+        s.promoted_flush_bytes,
+    )
+}
+
+async fn get(t: &Table, k: i64) -> Option<(i64, Option<String>, Option<i64>)> {
+    t.get(&[Value::Int(k)], None, None)
+        .await
+        .unwrap()
+        .map(|b| decode(&b).remove(0))
+}
+
+/// Every row through the engine's scan and through the columnar view scan (what SQL reads).
+async fn everything(db: &Db, t: &Table) -> Vec<(i64, Option<String>, Option<i64>)> {
+    let all = t
+        .scan(
+            &ScanOptions {
+                start: None,
+                end: None,
+                limit: 100_000,
+                projection: None,
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    let view = db.view("t", None).await.unwrap();
+    let handle = tokio::runtime::Handle::current();
+    let scanned = tokio::task::spawn_blocking(move || {
+        let mut out = Vec::new();
+        for s in &view.shards {
+            let mut b = s.batches(&[], None, &[0, 1, 2], 64, &handle).unwrap();
+            while let Some(batch) = b.next_batch().unwrap() {
+                out.extend(decode(&batch));
+            }
+        }
+        out
+    })
+    .await
+    .unwrap();
+    let all = decode(&all);
+    assert_eq!(all, scanned, "engine scan and view scan differ");
+    all
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_from_s3_are_promoted_and_newer_versions_win() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = common::memory_store();
+    let db = common::open(&store, tmp.path(), config()).await;
+    db.create_table("t", common::schema(), &["id"])
+        .await
+        .unwrap();
+    let t = db.table("t").await.unwrap();
+    let ids: Vec<i64> = (0..200).collect();
+    let names: Vec<String> = ids.iter().map(|i| format!("v{i}")).collect();
+    let a: Vec<Option<&str>> = names.iter().map(|s| Some(s.as_str())).collect();
+    let b: Vec<Option<i64>> = ids.iter().map(|i| Some(*i)).collect();
+    t.upsert(rows(&ids, &a, &b)).await.unwrap();
+    t.drain_to_s3().await.unwrap();
+    assert_eq!(
+        t.shards()
+            .next()
+            .unwrap()
+            .stats()
+            .ssts_per_level
+            .iter()
+            .sum::<usize>(),
+        0
+    );
+
+    // First read: S3, then the promotion cache.
+    let s0 = sources(&t);
+    assert_eq!(get(&t, 5).await, Some((5, Some("v5".into()), Some(5))));
+    let s1 = sources(&t);
+    assert_eq!((s1.2 - s0.2, s1.1 - s0.1), (1, 0));
+    assert_eq!(get(&t, 5).await, Some((5, Some("v5".into()), Some(5))));
+    assert_eq!(
+        sources(&t).1 - s1.1,
+        1,
+        "second read from the promotion cache"
+    );
+
+    // Reading keys 0..40 over and over makes them hot and fills the cache: promoted to L0.
+    for _ in 0..4 {
+        for k in 0..40 {
+            assert_eq!(get(&t, k).await.unwrap().2, Some(k));
+        }
+    }
+    let mut waited = 0;
+    while sources(&t).3 == 0 {
+        assert!(waited < 100, "no promotion by flush: {:?}", sources(&t));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        waited += 1;
+    }
+    let before = sources(&t);
+    for k in 0..40 {
+        get(&t, k).await.unwrap();
+    }
+    let after = sources(&t);
+    // None of them goes to S3 any more: NVMe (promoted) or the cache (not yet flushed).
+    assert_eq!(after.2, before.2, "{before:?} -> {after:?}");
+    assert!(
+        after.0 - before.0 >= 10,
+        "promoted keys read from NVMe: {before:?} -> {after:?}"
+    );
+
+    // A newer version of a promoted key wins, everywhere, through every move.
+    t.upsert(rows(&[5], &[Some("new")], &[Some(-5)]))
+        .await
+        .unwrap();
+    let want: Vec<_> = (0..200)
+        .map(|k| match k {
+            5 => (5, Some("new".to_string()), Some(-5)),
+            k => (k, Some(format!("v{k}")), Some(k)),
+        })
+        .collect();
+    for step in ["promoted", "drained", "s3-compacted", "nvme-compacted"] {
+        match step {
+            "drained" => t.drain_to_s3().await.unwrap(),
+            "s3-compacted" => t.compact_s3_group(0, 0).await.unwrap(),
+            "nvme-compacted" => {
+                t.flush().await.unwrap();
+                t.compact().await.unwrap()
+            }
+            _ => {}
+        }
+        for k in [0, 5, 39, 150] {
+            assert_eq!(
+                get(&t, k).await,
+                Some(want[k as usize].clone()),
+                "{step}: key {k}"
+            );
+        }
+        assert_eq!(everything(&db, &t).await, want, "{step}");
+    }
+    db.close().await;
+}
+
+/// Concurrent updates to keys being promoted, drains and compactions running, reads
+/// checked: a reader never sees a key go back to an older version, and at the end every
+/// key holds its last acknowledged write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promotion_races_never_resurrect_old_versions() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = common::memory_store();
+    let db = common::open(&store, tmp.path(), config()).await;
+    db.create_table("t", common::schema(), &["id"])
+        .await
+        .unwrap();
+    let t = db.table("t").await.unwrap();
+    const KEYS: i64 = 60;
+    let ids: Vec<i64> = (0..KEYS).collect();
+    let zeros: Vec<Option<i64>> = ids.iter().map(|_| Some(0)).collect();
+    let names: Vec<Option<&str>> = ids.iter().map(|_| Some("w0")).collect();
+    t.upsert(rows(&ids, &names, &zeros)).await.unwrap();
+    t.drain_to_s3().await.unwrap();
+
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // The writer: version numbers grow per key; the oracle holds the acknowledged ones.
+    let oracle = Arc::new(parking_lot::Mutex::new(HashMap::<i64, i64>::new()));
+    let writer = {
+        let (t, oracle, stop) = (t.clone(), oracle.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut n = 0i64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                n += 1;
+                let k = (n * 7) % KEYS;
+                let name = format!("w{n}");
+                t.upsert(rows(&[k], &[Some(name.as_str())], &[Some(n)]))
+                    .await
+                    .unwrap();
+                oracle.lock().insert(k, n);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+    };
+    let mover = {
+        let (t, stop) = (t.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut i = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                i += 1;
+                match i % 3 {
+                    0 => t.drain_to_s3().await.unwrap(),
+                    1 => t.flush().await.unwrap(),
+                    _ => t.compact().await.unwrap(),
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    let mut readers = Vec::new();
+    for r in 0..2i64 {
+        let (t, stop) = (t.clone(), stop.clone());
+        readers.push(tokio::spawn(async move {
+            let mut seen: HashMap<i64, i64> = HashMap::new();
+            let mut i = r;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                i += 1;
+                // Mostly a hot third of the keys, so that they are promoted.
+                let k = if i % 4 == 0 { i % KEYS } else { i % (KEYS / 3) };
+                let (id, name, v) = get(&t, k).await.expect("every key exists");
+                let v = v.unwrap();
+                assert_eq!((id, name), (k, Some(format!("w{v}"))), "torn row");
+                let last = seen.entry(k).or_insert(0);
+                assert!(v >= *last, "key {k} went back from version {last} to {v}");
+                *last = v;
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.await.unwrap();
+    mover.await.unwrap();
+    for r in readers {
+        r.await.unwrap();
+    }
+    let s = t.shards().next().unwrap().stats();
+    eprintln!(
+        "promoted by flush {} B, by compaction {} B, retained {} B, aborts {}, reads mem+nvme {} cache {} s3 {}",
+        s.promoted_flush_bytes,
+        s.promoted_compaction_bytes,
+        s.retained_bytes,
+        s.promotion_aborts,
+        s.point_reads_memtable + s.point_reads_nvme,
+        s.point_reads_promotion_cache,
+        s.point_reads_s3
+    );
+    assert!(
+        s.promoted_flush_bytes + s.promoted_compaction_bytes > 0,
+        "nothing was promoted: {s:?}"
+    );
+    let oracle = oracle.lock().clone();
+    let want: Vec<_> = (0..KEYS)
+        .map(|k| {
+            let v = oracle.get(&k).copied().unwrap_or(0);
+            (k, Some(format!("w{v}")), Some(v))
+        })
+        .collect();
+    for k in 0..KEYS {
+        assert_eq!(get(&t, k).await, Some(want[k as usize].clone()), "key {k}");
+    }
+    assert_eq!(everything(&db, &t).await, want);
+    t.drain_to_s3().await.unwrap();
+    assert_eq!(everything(&db, &t).await, want, "after a last drain");
+    db.close().await;
+}
