@@ -32,6 +32,8 @@ enum Workload {
     E,
     F,
     W,
+    /// HotRAP's read-write mix: 75% reads, 25% inserts of new keys.
+    Rw,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, Serialize)]
@@ -98,6 +100,13 @@ struct Args {
     /// After loading, flush memtables to SSTs and compact, so reads come from the NVMe tier.
     #[arg(long)]
     flush_after_load: bool,
+    /// After loading, move every record to the S3 levels (a tiered start: what is read
+    /// from NVMe later was promoted there).
+    #[arg(long)]
+    drain_after_load: bool,
+    /// How often the run samples throughput and the point reads' sources (ms).
+    #[arg(long, default_value_t = 1000)]
+    sample_ms: u64,
     /// Write the JSON report here too.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
@@ -186,6 +195,52 @@ struct Report {
     s3_bytes_read: u64,
     s3_bytes_written: u64,
     s3_files: Vec<Vec<usize>>,
+    /// Point reads by the tier that answered them, over the whole run.
+    reads_by_source: ReadSources,
+    /// Share of point reads answered without S3 over the last tenth of the run's time.
+    nvme_hit_rate_final: f64,
+    /// Operations per second over the last tenth of the run's time.
+    throughput_final: f64,
+    /// Samples every `sample_ms`: seconds, operations done, reads by source (cumulative).
+    samples: Vec<Sample>,
+    /// The hotness tracker at the end (with `hotness.enabled`).
+    tracker: Option<String>,
+}
+
+#[derive(Serialize, Debug, Clone, Copy, Default)]
+struct ReadSources {
+    memtable: u64,
+    nvme: u64,
+    promotion_cache: u64,
+    s3: u64,
+}
+
+impl ReadSources {
+    fn of(t: &Table) -> Self {
+        let mut r = ReadSources::default();
+        for s in t.shards() {
+            let s = s.stats();
+            r.memtable += s.point_reads_memtable;
+            r.nvme += s.point_reads_nvme;
+            r.promotion_cache += s.point_reads_promotion_cache;
+            r.s3 += s.point_reads_s3;
+        }
+        r
+    }
+
+    fn hit_rate_since(&self, earlier: &ReadSources) -> f64 {
+        let fast = (self.memtable + self.nvme + self.promotion_cache)
+            - (earlier.memtable + earlier.nvme + earlier.promotion_cache);
+        let slow = self.s3 - earlier.s3;
+        fast as f64 / ((fast + slow).max(1)) as f64
+    }
+}
+
+#[derive(Serialize, Debug, Clone, Copy)]
+struct Sample {
+    seconds: f64,
+    ops: u64,
+    reads: ReadSources,
 }
 
 fn merge(base: &mut serde_json::Value, over: serde_json::Value) {
@@ -228,6 +283,15 @@ async fn one_op(
         Workload::W => {
             let v = value(rng, args.record_bytes);
             ("update", put(table, &[(&k, &v)], opts).await)
+        }
+        Workload::Rw => {
+            if p < 0.75 {
+                ("read", read().await)
+            } else {
+                let n = inserted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let (k, v) = (key(n), value(rng, args.record_bytes));
+                ("insert", put(table, &[(&k, &v)], opts).await)
+            }
         }
         Workload::E => {
             if p < 0.95 {
@@ -341,6 +405,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         table.flush().await?;
         table.compact().await?;
     }
+    if args.drain_after_load {
+        table.drain_to_s3().await?;
+    }
 
     // Run phase.
     let chooser = Arc::new(KeyChooser {
@@ -353,6 +420,30 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let hists = Arc::new(Mutex::new(Hists::default()));
     let issued = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let run_started = Instant::now();
+    let sampler = {
+        let (table, issued) = (table.clone(), issued.clone());
+        let every = Duration::from_millis(args.sample_ms.max(10));
+        let ops_total = args.ops;
+        tokio::spawn(async move {
+            let mut samples = vec![Sample {
+                seconds: 0.0,
+                ops: 0,
+                reads: ReadSources::of(&table),
+            }];
+            loop {
+                tokio::time::sleep(every).await;
+                let ops = issued.load(std::sync::atomic::Ordering::Relaxed).min(ops_total);
+                samples.push(Sample {
+                    seconds: run_started.elapsed().as_secs_f64(),
+                    ops,
+                    reads: ReadSources::of(&table),
+                });
+                if ops >= ops_total {
+                    return samples;
+                }
+            }
+        })
+    };
     let mut workers = Vec::new();
     let interval = Duration::from_secs_f64(1.0 / args.rate.max(0.001));
     for c in 0..args.clients.max(1) {
@@ -398,6 +489,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         w.await?;
     }
     let run_seconds = run_started.elapsed().as_secs_f64();
+    let mut samples = sampler.await?;
+    let end = Sample {
+        seconds: run_seconds,
+        ops: args.ops,
+        reads: ReadSources::of(&table),
+    };
+    samples.push(end);
+    // The last tenth of the run: from the last sample at or before 90% of its time.
+    let from = samples
+        .iter()
+        .rev()
+        .find(|s| s.seconds <= run_seconds * 0.9)
+        .copied()
+        .unwrap_or(samples[0]);
+    let nvme_hit_rate_final = end.reads.hit_rate_since(&from.reads);
+    let throughput_final =
+        (end.ops - from.ops) as f64 / (end.seconds - from.seconds).max(1e-9);
     let hists = hists.lock().await;
     let mut all = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
     let mut ops = Vec::new();
@@ -441,6 +549,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         s3_bytes_read: stats.s3_bytes_read,
         s3_bytes_written: stats.s3_bytes_written,
         s3_files: stats.s3_files.clone(),
+        reads_by_source: end.reads,
+        nvme_hit_rate_final,
+        throughput_final,
+        samples,
+        tracker: db.hotness_stats().map(|t| format!("{t:?}")),
         args: args.clone(),
     };
     println!(
@@ -467,6 +580,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         report.longest_stall_us,
         report.s3_jobs,
         report.s3_files
+    );
+    println!(
+        "point reads: memtable {} nvme {} promotion cache {} s3 {}   NVMe hit rate (last tenth) {:.1}%   ops/s (last tenth) {:.0}",
+        report.reads_by_source.memtable,
+        report.reads_by_source.nvme,
+        report.reads_by_source.promotion_cache,
+        report.reads_by_source.s3,
+        100.0 * report.nvme_hit_rate_final,
+        report.throughput_final
     );
     println!(
         "{:<18} {:>9} {:>10} {:>10} {:>10} {:>10}",

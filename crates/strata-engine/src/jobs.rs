@@ -194,6 +194,16 @@ pub async fn result(store: &StoreRef, layout: &Layout, id: &str) -> Result<Optio
     }
 }
 
+/// Whether a job's spec is still in the bucket (an operator or a lifecycle rule may have
+/// removed it).
+pub async fn spec_exists(store: &StoreRef, layout: &Layout, id: &str) -> Result<bool> {
+    match store.head(&layout.job(id)).await {
+        Ok(_) => Ok(true),
+        Err(object_store::Error::NotFound { .. }) => Ok(false),
+        Err(e) => Err(Error::store(format!("look for the spec of {id}"))(e)),
+    }
+}
+
 /// Deletes a job's objects. The spec goes first: a worker that claims the job after that
 /// finds no spec and lets go (see [`Worker::run_one`]).
 pub async fn remove(store: &StoreRef, layout: &Layout, id: &str) -> Result<()> {

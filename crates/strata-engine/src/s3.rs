@@ -32,6 +32,8 @@ pub(crate) enum Resource {
 pub(crate) struct Outstanding {
     pub(crate) spec: JobSpec,
     pub(crate) resources: HashSet<Resource>,
+    /// When the job's spec was last seen in the bucket (ms).
+    pub(crate) seen_at_ms: u64,
 }
 
 /// Process-wide reading context of the S3 levels.
@@ -354,6 +356,7 @@ impl ShardInner {
                 Outstanding {
                     spec: spec.clone(),
                     resources: res,
+                    seen_at_ms: self.clock.now_ms(),
                 },
             );
             if let Err(e) = jobs::publish(&self.store, &self.s3.layout, &spec).await {
@@ -389,6 +392,23 @@ impl ShardInner {
         let mut settled = 0;
         for id in ids {
             let Some(result) = jobs::result(&self.store, &self.s3.layout, &id).await? else {
+                // A job whose spec vanished (removed by hand or by a lifecycle rule) will
+                // never get a result: once a lease long, look, and let it go (its inputs
+                // are published again in a new job).
+                let now = self.clock.now_ms();
+                let due = match self.outstanding.lock().get_mut(&id) {
+                    Some(o) if now >= o.seen_at_ms + self.config.jobs.lease_ms => {
+                        o.seen_at_ms = now;
+                        true
+                    }
+                    _ => false,
+                };
+                if due && !jobs::spec_exists(&self.store, &self.s3.layout, &id).await? {
+                    tracing::warn!(shard = %self.name, job = %id, "job spec vanished from the bucket; job abandoned");
+                    self.forget_job(&id);
+                    jobs::remove(&self.store, &self.s3.layout, &id).await?;
+                    settled += 1;
+                }
                 continue;
             };
             let Some(o) = self.outstanding.lock().get(&id).cloned() else {

@@ -272,3 +272,68 @@ async fn pending_compaction_bytes_report_due_s3_work() {
     drain.abort();
     db.close().await;
 }
+
+/// A job whose spec disappears from the bucket (removed by hand, or by a lifecycle rule on
+/// `jobs/`) is let go after a lease; its inputs are published again, and a worker that
+/// starts later finishes the drain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_spec_vanished_is_published_again() {
+    use futures::TryStreamExt;
+    use object_store::ObjectStoreExt;
+    let dir = tempfile::tempdir().unwrap();
+    let store = memory_store();
+    let mut config = small_config();
+    config.jobs.inprocess_workers = 0; // nothing runs the jobs yet
+    config.jobs.lease_ms = 300;
+    let db = open(&store, dir.path(), config.clone()).await;
+    db.create_table("t", schema(), &["id"]).await.unwrap();
+    let t = db.table("t").await.unwrap();
+    let ids: Vec<i64> = (0..500).collect();
+    load(&t, &ids).await;
+    let drain = {
+        let t = t.clone();
+        tokio::spawn(async move { t.drain_to_s3().await })
+    };
+    // Wait for the published spec, then delete it.
+    let jobs_dir = db.layout().jobs_dir();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let spec = loop {
+        let listed: Vec<_> = store.list(Some(&jobs_dir)).try_collect().await.unwrap();
+        if let Some(m) = listed
+            .iter()
+            .find(|m| m.location.as_ref().ends_with(".json"))
+        {
+            break m.location.clone();
+        }
+        assert!(std::time::Instant::now() < deadline, "no job published");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    store.delete(&spec).await.unwrap();
+    // Abandoned after a lease and published again under a new id.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let listed: Vec<_> = store.list(Some(&jobs_dir)).try_collect().await.unwrap();
+        if listed
+            .iter()
+            .any(|m| m.location.as_ref().ends_with(".json") && m.location != spec)
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the job was not published again");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // A worker process (another Db on the bucket with a worker) runs it; the drain ends.
+    let mut worker_config = config;
+    worker_config.jobs.inprocess_workers = 1;
+    let worker_dir = tempfile::tempdir().unwrap();
+    let worker = open(&store, worker_dir.path(), worker_config).await;
+    tokio::time::timeout(std::time::Duration::from_secs(30), drain)
+        .await
+        .expect("the drain finished")
+        .unwrap()
+        .unwrap();
+    let got = t.get(&[Value::Int(7)], None, None).await.unwrap().unwrap();
+    assert_eq!(decode(&got), vec![(7, Some(texts(&[7])[0].clone()), Some(21))]);
+    worker.close().await;
+    db.close().await;
+}
