@@ -231,6 +231,34 @@ data "aws_iam_policy_document" "node" {
       resources = var.auth_keys_parameter_arns
     }
   }
+
+  # The key the local CloudWatch agent scrapes /metrics with when API keys are on (user data
+  # writes it to /etc/strata/metrics.key): without it the scrape gets 401 and no metric,
+  # alarm or compactor scaling works.
+  dynamic "statement" {
+    for_each = length(var.metrics_key_parameter_arns) > 0 && each.key != "compactor" ? [1] : []
+    content {
+      sid       = "MetricsKey"
+      actions   = ["ssm:GetParameter"]
+      resources = var.metrics_key_parameter_arns
+    }
+  }
+
+  # SecureString parameters under a customer-managed key: decrypted by SSM on the node's
+  # behalf (get-parameter --with-decryption), so only through SSM.
+  dynamic "statement" {
+    for_each = length(var.parameter_kms_key_arns) > 0 && each.key != "compactor" ? [1] : []
+    content {
+      sid       = "DecryptParameters"
+      actions   = ["kms:Decrypt"]
+      resources = var.parameter_kms_key_arns
+      condition {
+        test     = "StringEquals"
+        variable = "kms:ViaService"
+        values   = ["ssm.${local.region}.amazonaws.com"]
+      }
+    }
+  }
 }
 
 resource "aws_iam_role_policy" "role" {
@@ -242,4 +270,13 @@ resource "aws_iam_role_policy" "role" {
     compactor = data.aws_iam_policy_document.compactor.json
     query     = data.aws_iam_policy_document.query.json
   }[each.key]
+
+  lifecycle {
+    # With API keys on, /metrics answers 401 without a namespace "*" key: the CloudWatch
+    # agent would publish nothing, and every alarm and the compactor scaling go blind.
+    precondition {
+      condition     = length(var.auth_keys_parameter_arns) == 0 || length(var.metrics_key_parameter_arns) > 0
+      error_message = "auth_keys_parameter_arns is set but metrics_key_parameter_arns is empty: the nodes' CloudWatch agent needs a namespace \"*\" API key to scrape /metrics (metrics_key_parameter_name of the ingest and query modules)."
+    }
+  }
 }

@@ -171,6 +171,16 @@ resource "aws_launch_template" "node" {
   }
 
   tags = local.tags
+
+  lifecycle {
+    # With API keys on, strata answers /metrics only to a key for every namespace: without
+    # one the CloudWatch agent's scrape gets 401, no metric reaches CloudWatch, and every
+    # alarm on them (and the compactor scaling on the ingest backlog) goes silent.
+    precondition {
+      condition     = var.auth_keys_parameter_name == "" || var.metrics_port == 0 || var.metrics_key_parameter_name != ""
+      error_message = "auth_keys_parameter_name is set but metrics_key_parameter_name is empty: with API keys on, the CloudWatch agent needs a namespace \"*\" API key (an SSM SecureString) to scrape /metrics."
+    }
+  }
 }
 
 resource "aws_autoscaling_group" "node" {
