@@ -54,7 +54,6 @@ module "iam" {
   # metrics, silent alarms, no compactor scaling); the iam module refuses one without the other.
   metrics_key_parameter_arns = local.metrics_key_arn
   parameter_kms_key_arns     = var.parameter_kms_key_arn == "" ? [] : [var.parameter_kms_key_arn]
-  metric_namespace           = local.metric_namespace
 }
 
 module "ingest" {

@@ -94,14 +94,3 @@ variable "tags" {
   type        = map(string)
   default     = {}
 }
-
-variable "metric_namespace" {
-  description = "CloudWatch namespace the nodes' CloudWatch agent publishes Strata's Prometheus metrics to (observability module output metric_namespace)."
-  type        = string
-  default     = "Strata"
-
-  validation {
-    condition     = can(regex("^[A-Za-z0-9./_#:-]{1,255}$", var.metric_namespace)) && !startswith(var.metric_namespace, "AWS/")
-    error_message = "metric_namespace must be a custom CloudWatch namespace (not AWS/...)."
-  }
-}
