@@ -70,6 +70,14 @@ locals {
     }
   })
 
+  # strata_environment twice, for the same variables in two syntaxes: the systemd unit's
+  # Environment="K=V" lines (backslash and double quote escaped, % doubled: systemd expands
+  # specifiers) and the boot-time `strata config` check, which runs under `env 'K=V' ...`
+  # (single quotes closed and reopened around each ') so it checks the config with exactly
+  # the overrides the service will run with.
+  environment_unit  = { for k, v in var.strata_environment : k => replace(replace(replace(v, "\\", "\\\\"), "\"", "\\\""), "%", "%%") }
+  environment_shell = { for k, v in var.strata_environment : k => replace(v, "'", "'\\''") }
+
   user_data = templatefile("${path.module}/templates/user-data.sh.tftpl", {
     name                   = var.name
     role                   = var.role
@@ -80,7 +88,8 @@ locals {
     auth_keys_parameter    = var.auth_keys_parameter_name
     metrics_key_parameter  = var.metrics_key_parameter_name
     strata_config          = var.strata_config
-    environment            = var.strata_environment
+    environment_unit       = local.environment_unit
+    environment_shell      = local.environment_shell
     metrics_port           = var.metrics_port
     metric_namespace       = var.metric_namespace
     agent_config           = local.agent_config
