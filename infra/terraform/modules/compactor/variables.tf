@@ -126,6 +126,17 @@ variable "min_workers" {
   }
 }
 
+variable "target_jobs_per_worker" {
+  description = "Outstanding compaction jobs (waiting and running) per in-service worker that the group's target tracking keeps: 1 runs every published job at once (a worker runs one job at a time); 2 or more trades compaction latency for fewer workers."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = var.target_jobs_per_worker >= 1 && var.target_jobs_per_worker <= 16
+    error_message = "target_jobs_per_worker must be between 1 and 16."
+  }
+}
+
 variable "scale_in_idle_minutes" {
   description = "Minutes with no outstanding compaction job before the group scales in to min_workers."
   type        = number
