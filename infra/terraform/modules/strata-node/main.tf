@@ -107,8 +107,10 @@ resource "aws_security_group" "node" {
   }
 }
 
+# Keyed by port and the security group's position, not its id: the load balancer's group is
+# created in the same apply, and for_each keys must be known at plan time.
 resource "aws_vpc_security_group_ingress_rule" "service" {
-  for_each = { for pair in setproduct(var.service_ports, var.ingress_security_group_ids) : "${pair[0]}-${pair[1]}" => pair }
+  for_each = { for pair in setproduct(var.service_ports, range(length(var.ingress_security_group_ids))) : "${pair[0]}-${pair[1]}" => [pair[0], var.ingress_security_group_ids[pair[1]]] }
 
   security_group_id            = aws_security_group.node.id
   description                  = "strata ${var.role} port ${each.value[0]} from the load balancer"
