@@ -131,6 +131,15 @@ resource "aws_autoscaling_policy" "jobs_per_worker" {
       }
     }
   }
+
+  lifecycle {
+    # Cross-variable: a variable's validation may name other variables only from Terraform
+    # 1.9, and these modules support 1.6, so the plan checks it here.
+    precondition {
+      condition     = var.min_workers <= var.max_workers
+      error_message = "min_workers (${var.min_workers}) must not exceed max_workers (${var.max_workers})."
+    }
+  }
 }
 
 # From zero: jobs outstanding while the group's desired capacity is 0 adds one worker; the

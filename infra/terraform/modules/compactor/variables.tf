@@ -116,7 +116,7 @@ variable "max_workers" {
 }
 
 variable "min_workers" {
-  description = "Smallest number of compaction workers; 0 (the default) stops every worker when no job is outstanding."
+  description = "Smallest number of compaction workers; 0 (the default) stops every worker when no job is outstanding. At most max_workers (the plan fails otherwise)."
   type        = number
   default     = 0
 
