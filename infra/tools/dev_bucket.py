@@ -5,8 +5,8 @@ of the storage module (infra/terraform/modules/storage/main.tf) that LocalStack'
 - the bucket policy denying requests without TLS (stored; LocalStack's community edition
   does not enforce bucket policies);
 - versioning and the same lifecycle rules (abort incomplete multipart uploads after 1 day,
-  noncurrent versions of what Strata deleted after 7 days, orphaned jobs after 14 days,
-  replaced ingest cluster records after 1 day: the module's defaults);
+  noncurrent versions of what Strata deleted after 7 days, replaced compaction job and
+  ingest cluster records after 1 day: the module's defaults);
 - default encryption SSE-S3 (AES256) instead of SSE-KMS: ci/localstack.sh starts only S3,
   so there is no KMS to hold a customer key.
 
@@ -87,10 +87,11 @@ def create(s3, bucket, root):
                     "Expiration": {"ExpiredObjectDeleteMarker": True},
                 },
                 {
-                    "ID": "expire-orphaned-compaction-jobs",
+                    "ID": "expire-replaced-compaction-job-versions",
                     "Status": "Enabled",
                     "Filter": {"Prefix": f"{root}/jobs/"},
-                    "Expiration": {"Days": 14},
+                    "NoncurrentVersionExpiration": {"NoncurrentDays": 1},
+                    "Expiration": {"ExpiredObjectDeleteMarker": True},
                 },
                 {
                     "ID": "expire-replaced-cluster-records",
