@@ -6,6 +6,7 @@
 # installed; checkov passes with only inline, reasoned suppressions; every
 # setting the Terraform passes to strata is a real one (tests/check_settings.py, against the
 # strata binary: $STRATA_BIN, else $CARGO_TARGET_DIR/debug/strata, which `cargo test` builds);
+# the dev cluster's bucket has the storage module's settings (tests/check_dev_bucket.py);
 # the multi-node end-to-end test runs on the dev cluster (tests/dev_cluster_failover.sh:
 # infra/dev-cluster.sh on LocalStack, 2 ingest nodes, one killed mid-load).
 #
@@ -102,6 +103,10 @@ echo "== infra: checkov"
 "$hcl_venv/bin/python" "$here/tests/checkov_report.py" "$logs/checkov.json" "$logs/checkov.err" \
   | tee "$logs/checkov" || true
 count "$logs/checkov"
+
+echo "== infra: dev bucket = storage module (lifecycle, policy, access block, versioning)"
+"$hcl_venv/bin/python" "$here/tests/check_dev_bucket.py" | tee "$logs/devbucket" || true
+count "$logs/devbucket"
 
 echo "== infra: settings drift test (Terraform -> strata config)"
 "$hcl_venv/bin/python" "$here/tests/check_settings.py" | tee "$logs/settings" || true
