@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Validates infra/ without downloading Terraform or providers (nothing can be downloaded
 # here): every .tf parses and each module has its files, pins and documented inputs
-# (tests/check_terraform.py); `terraform validate` where terraform and a local provider
-# mirror are installed; checkov passes with only inline, reasoned suppressions; every
+# (tests/check_terraform.py); `terraform validate` and `terraform test` (plans against a
+# mocked provider: the preconditions) where terraform and a local provider mirror are
+# installed; checkov passes with only inline, reasoned suppressions; every
 # setting the Terraform passes to strata is a real one (tests/check_settings.py, against the
 # strata binary: $STRATA_BIN, else $CARGO_TARGET_DIR/debug/strata, which `cargo test` builds);
+# the dev cluster's bucket has the storage module's settings (tests/check_dev_bucket.py);
 # the multi-node end-to-end test runs on the dev cluster (tests/dev_cluster_failover.sh:
 # infra/dev-cluster.sh on LocalStack, 2 ingest nodes, one killed mid-load).
 #
@@ -67,11 +69,25 @@ if command -v terraform >/dev/null && [ -d "$mirror/registry.terraform.io/hashic
     && terraform init -backend=false -input=false -no-color >"$logs/tf/init.log" 2>&1 \
     && terraform validate -no-color >"$logs/tf/validate.log" 2>&1); then
     echo "  ok    terraform validate envs/example (every module; $(terraform version 2>/dev/null | head -1), provider from $mirror)"
-    echo "validate: 1 passed, 0 failed" >"$logs/validate"
+    ok=1
   else
     cat "$logs/tf/init.log" "$logs/tf/validate.log" 2>/dev/null | tail -40
     echo "  FAIL  terraform validate envs/example"
-    echo "validate: 0 passed, 1 failed" >"$logs/validate"
+    ok=0
+  fi
+  # terraform test (envs/example/tests/*.tftest.hcl): plans against a mocked AWS provider,
+  # so the plan-time checks run too: the example plans, and the cross-variable
+  # preconditions refuse what they must (API keys without a metrics key, min > max workers).
+  if (cd "$logs/tf/tree/envs/example" \
+    && export TF_CLI_CONFIG_FILE="$logs/tf/rc" TF_DATA_DIR="$logs/tf/data" TF_IN_AUTOMATION=1 \
+    && terraform test -no-color >"$logs/tf/test.log" 2>&1); then
+    grep -E '^  run ' "$logs/tf/test.log" | sed 's/^  run /  ok    terraform test: /'
+    runs=$(grep -cE '^  run .*\.\.\. pass$' "$logs/tf/test.log" || true)
+    echo "validate: $((ok + runs)) passed, $((1 - ok)) failed" >"$logs/validate"
+  else
+    tail -40 "$logs/tf/test.log"
+    echo "  FAIL  terraform test envs/example (tests/*.tftest.hcl)"
+    echo "validate: $ok passed, $((2 - ok)) failed" >"$logs/validate"
   fi
 else
   echo "  skipped: no terraform or no provider mirror at $mirror"
@@ -87,6 +103,10 @@ echo "== infra: checkov"
 "$hcl_venv/bin/python" "$here/tests/checkov_report.py" "$logs/checkov.json" "$logs/checkov.err" \
   | tee "$logs/checkov" || true
 count "$logs/checkov"
+
+echo "== infra: dev bucket = storage module (lifecycle, policy, access block, versioning)"
+"$hcl_venv/bin/python" "$here/tests/check_dev_bucket.py" | tee "$logs/devbucket" || true
+count "$logs/devbucket"
 
 echo "== infra: settings drift test (Terraform -> strata config)"
 "$hcl_venv/bin/python" "$here/tests/check_settings.py" | tee "$logs/settings" || true

@@ -1,5 +1,10 @@
 """Drift test: every setting the Terraform passes to `strata` is a real Strata setting.
 
+- Template variables: the variable map each role module's main.tf passes to
+  templatefile() for its `templates/strata.toml.tftpl` (parsed with python-hcl2) must have
+  exactly the keys of that role's fixture in config-vars.json (plus the ones the checker
+  derives, DERIVED), so a variable added to or removed from one side only fails here
+  instead of rendering the fixture's idea of the template.
 - Config files: each role module's `templates/strata.toml.tftpl` is rendered (infra/tools/
   tftpl.py, every `%{ if }` branch through the variants in config-vars.json, module variable
   defaults winning over the fixture), its boot placeholders filled as the user data does
@@ -12,8 +17,9 @@
   cluster script) is set for one `strata config` run; strata only *warns* about unknown
   names, so the run's stderr is searched for that warning. Values written as literals in
   HCL maps (`STRATA_X = "v"`) are used as given, so their types are checked too.
-- Self-tests: a bogus key, a mistyped value and a bogus variable must each be caught, so
-  this check cannot pass by checking nothing.
+- Self-tests: a bogus key, a mistyped value, a bogus variable and a template variable map
+  that differs from the fixture must each be caught, so this check cannot pass by checking
+  nothing.
 
 Prints one line per check and a closing `N passed, M failed`; exits 1 on any failure.
 """
@@ -144,6 +150,149 @@ def module_defaults(module_dir: pathlib.Path) -> dict:
                 if isinstance(v, (int, float, bool)) or (isinstance(v, str) and "${" not in v):
                     out[name] = v
     return out
+
+
+TEMPLATE = "templates/strata.toml.tftpl"
+CLOSING = {"(": ")", "[": "]", "{": "}"}
+KEY = re.compile(r'"([^"]+)"|([A-Za-z_][A-Za-z0-9_-]*)')
+
+
+def skip_string(text: str, i: int) -> int:
+    """text[i] opens a string literal; the index after it (interpolations may nest)."""
+    i += 1
+    while text[i] != '"':
+        if text[i] == "\\":
+            i += 2
+        elif text.startswith("${", i) or text.startswith("%{", i):
+            i = skip_nested(text, i + 2, "}")
+        else:
+            i += 1
+    return i + 1
+
+
+def skip_nested(text: str, i: int, close: str) -> int:
+    """The index after the `close` that ends the bracket whose content starts at text[i]."""
+    while text[i] != close:
+        if text[i] == '"':
+            i = skip_string(text, i)
+        elif text[i] in CLOSING:
+            i = skip_nested(text, i + 1, CLOSING[text[i]])
+        else:
+            i += 1
+    return i + 1
+
+
+def object_keys(text: str, start: int) -> list:
+    """Keys of the HCL object literal `{ k = v, ... }` that opens at text[start]."""
+    if text[start] != "{":
+        raise ValueError(f"no object literal at {text[start:start + 40]!r}")
+    keys, i = [], start + 1
+    while True:
+        while text[i] in " \t\r\n,":
+            i += 1
+        if text[i] == "}":
+            return keys
+        m = KEY.match(text, i)
+        if not m:
+            raise ValueError(f"no key at {text[i:i + 40]!r}")
+        keys.append(m.group(1) or m.group(2))
+        i = m.end()
+        while text[i] in " \t":
+            i += 1
+        if text[i] not in "=:":
+            raise ValueError(f"no = after key {keys[-1]!r}")
+        i += 1
+        while text[i] not in ",\n}":
+            if text[i] == '"':
+                i = skip_string(text, i)
+            elif text[i] in CLOSING:
+                i = skip_nested(text, i + 1, CLOSING[text[i]])
+            else:
+                i += 1
+
+
+def templatefile_keys(expression: str, template: str = TEMPLATE):
+    """Keys of the variable map of templatefile(".../<template>", {...}) in an HCL
+    expression (as python-hcl2 prints it); None when it does not call it."""
+    for m in re.finditer(r"templatefile\(\s*", expression):
+        i = m.end()
+        if expression[i] != '"':
+            continue
+        end = skip_string(expression, i)
+        if not expression[i:end].rstrip('"').endswith(template):
+            continue
+        i = end
+        while expression[i] in " \t\r\n,":
+            i += 1
+        return object_keys(expression, i)
+    return None
+
+
+def module_template_keys(module_dir: pathlib.Path):
+    """The keys main.tf passes to templatefile() for the module's config template."""
+
+    def walk(node):
+        if isinstance(node, str):
+            keys = templatefile_keys(node)
+            if keys is not None:
+                yield keys
+        elif isinstance(node, dict):
+            for v in node.values():
+                yield from walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                yield from walk(v)
+
+    with open(module_dir / "main.tf", encoding="utf-8") as f:
+        found = list(walk(hcl2.load(f)))
+    if len(found) != 1:
+        raise ValueError(f"{len(found)} templatefile() calls of {TEMPLATE} in {module_dir.name}/main.tf (expected 1)")
+    return found[0]
+
+
+def compare_template_keys(role: str, module_keys, fixture_variants) -> list:
+    """Problems between the module's template variable map and the role's fixture."""
+    problems = []
+    derived = set(DERIVED.get(role, {}))
+    base = set(fixture_variants[0])
+    fixture = base | derived
+    module = set(module_keys)
+    if len(module_keys) != len(module):
+        problems.append(f"main.tf passes a key twice: {sorted(k for k in module if module_keys.count(k) > 1)}")
+    if module - fixture:
+        problems.append(f"passed by main.tf, missing from config-vars.json[{role!r}][0]: {sorted(module - fixture)}")
+    if fixture - module:
+        problems.append(f"in config-vars.json[{role!r}][0] (or DERIVED), not passed by main.tf: {sorted(fixture - module)}")
+    if base & derived:
+        problems.append(f"both in the fixture and derived by the checker: {sorted(base & derived)}")
+    for n, variant in enumerate(fixture_variants[1:], start=2):
+        if set(variant) - base:
+            problems.append(f"variant {n} sets keys the first variant lacks: {sorted(set(variant) - base)}")
+    return problems
+
+
+def check_template_keys(checks: Checks) -> None:
+    fixture = json.loads((HERE / "config-vars.json").read_text(encoding="utf-8"))
+    roles = {tpl.parent.parent.name for tpl in TERRAFORM.glob(f"modules/*/{TEMPLATE}")}
+    stale = sorted(k for k in fixture if not k.startswith("_") and k not in roles)
+    if stale:
+        checks.fail("config-vars.json has a fixture only for modules with a config template", f"no template: {stale}")
+    for role in sorted(roles):
+        module_dir = TERRAFORM / "modules" / role
+        what = f"{role}: the templatefile() variables of modules/{role}/main.tf = config-vars.json[{role!r}] keys"
+        if role not in fixture:
+            checks.fail(what, "no fixture")
+            continue
+        try:
+            keys = module_template_keys(module_dir)
+        except (ValueError, IndexError) as e:
+            checks.fail(what, f"cannot read the variable map: {e}")
+            continue
+        problems = compare_template_keys(role, keys, fixture[role])
+        if problems:
+            checks.fail(what, "\n".join(problems))
+        else:
+            checks.ok(f"{what} ({len(keys)} variables)")
 
 
 def check_templates(binary, checks: Checks) -> None:
@@ -323,6 +472,18 @@ def self_test(binary, checks: Checks) -> None:
             "self-test: an unknown STRATA_* variable is reported",
             f"no {UNKNOWN_VAR_WARNING!r} warning (rc {rc}): the environment check proves nothing\n{err}",
         )
+    keys = templatefile_keys(
+        'x = "${templatefile("${path.module}/templates/strata.toml.tftpl", {a = var.a, "b" = "${var.x}-{y}", '
+        'c = floor(var.c / 5), d = { e = 1 }, f = [1, 2]})}"'
+    )
+    if keys == ["a", "b", "c", "d", "f"]:
+        checks.ok("self-test: the templatefile() variable map is read (quoted keys, nested values)")
+    else:
+        checks.fail("self-test: the templatefile() variable map is read (quoted keys, nested values)", f"got {keys}")
+    if compare_template_keys("query", ["a", "b"], [{"a": 1}]) and compare_template_keys("query", ["a"], [{"a": 1, "b": 2}]):
+        checks.ok("self-test: a template variable missing from either side is caught")
+    else:
+        checks.fail("self-test: a template variable missing from either side is caught", "not caught")
     try:
         tftpl.render("a = ${missing}\n", {})
         checks.fail("self-test: the template renderer refuses a missing variable")
@@ -340,6 +501,7 @@ def main() -> int:
     print(f"drift test: Terraform settings against {binary}")
     checks = Checks()
     self_test(binary, checks)
+    check_template_keys(checks)
     check_templates(binary, checks)
     check_boot_placeholders(checks)
     check_env(binary, checks)

@@ -21,7 +21,9 @@ locals {
   artifact_key     = "strata/${var.strata_version}/x86_64/strata"
   artifact_uri     = "s3://${var.artifact_bucket}/${local.artifact_key}"
   artifact_arn     = "arn:aws:s3:::${var.artifact_bucket}/${local.artifact_key}"
-  keys_param_arn   = var.auth_keys_parameter_name == "" ? [] : ["arn:aws:ssm:${var.region}:${data.aws_caller_identity.current.account_id}:parameter/${trimprefix(var.auth_keys_parameter_name, "/")}"]
+  param_arn_prefix = "arn:aws:ssm:${var.region}:${data.aws_caller_identity.current.account_id}:parameter"
+  keys_param_arn   = var.auth_keys_parameter_name == "" ? [] : ["${local.param_arn_prefix}/${trimprefix(var.auth_keys_parameter_name, "/")}"]
+  metrics_key_arn  = var.metrics_key_parameter_name == "" ? [] : ["${local.param_arn_prefix}/${trimprefix(var.metrics_key_parameter_name, "/")}"]
   metric_namespace = "Strata"
 }
 
@@ -48,7 +50,10 @@ module "iam" {
   kms_key_arn              = module.storage.kms_key_arn
   artifact_object_arns     = [local.artifact_arn]
   auth_keys_parameter_arns = local.keys_param_arn
-  metric_namespace         = local.metric_namespace
+  # With API keys on, the CloudWatch agent scrapes /metrics with this key (else 401: no
+  # metrics, silent alarms, no compactor scaling); the iam module refuses one without the other.
+  metrics_key_parameter_arns = local.metrics_key_arn
+  parameter_kms_key_arns     = var.parameter_kms_key_arn == "" ? [] : [var.parameter_kms_key_arn]
 }
 
 module "ingest" {
@@ -69,7 +74,8 @@ module "ingest" {
   certificate_arn        = var.certificate_arn
   access_logs_bucket     = module.storage.log_bucket_name
 
-  auth_keys_parameter_name = var.auth_keys_parameter_name
+  auth_keys_parameter_name   = var.auth_keys_parameter_name
+  metrics_key_parameter_name = var.metrics_key_parameter_name
 
   # NVMe tier sized for i4i.2xlarge (1,875 GB instance store): L1 1 GiB, L2 10 GiB,
   # L3 100 GiB, L4 1 TiB; see docs/deployment.md.
@@ -116,7 +122,8 @@ module "query" {
   min_nodes              = 2
   max_nodes              = 6
 
-  auth_keys_parameter_name = var.auth_keys_parameter_name
+  auth_keys_parameter_name   = var.auth_keys_parameter_name
+  metrics_key_parameter_name = var.metrics_key_parameter_name
 }
 
 module "observability" {

@@ -87,3 +87,20 @@ variable "auth_keys_parameter_name" {
   type        = string
   default     = ""
 }
+
+variable "metrics_key_parameter_name" {
+  description = "SSM SecureString with the API key (namespace \"*\") the CloudWatch agent scrapes /metrics with; required with auth_keys_parameter_name (the plan fails without it: /metrics would answer 401 and every alarm go silent)."
+  type        = string
+  default     = ""
+}
+
+variable "parameter_kms_key_arn" {
+  description = "Customer-managed KMS key of the two SecureString parameters; empty when they use the AWS managed key aws/ssm."
+  type        = string
+  default     = ""
+
+  validation {
+    condition     = var.parameter_kms_key_arn == "" || can(regex("^arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[0-9a-f-]+$", var.parameter_kms_key_arn))
+    error_message = "parameter_kms_key_arn must be empty or a KMS key ARN."
+  }
+}

@@ -8,9 +8,14 @@ output "security_group_id" {
   value       = module.nodes.security_group_id
 }
 
-output "scale_out_alarm_name" {
-  description = "Alarm that adds workers while compaction jobs are outstanding."
-  value       = aws_cloudwatch_metric_alarm.backlog.alarm_name
+output "wake_alarm_name" {
+  description = "Alarm that starts the first worker when compaction jobs are outstanding and the group is at zero."
+  value       = aws_cloudwatch_metric_alarm.wake.alarm_name
+}
+
+output "scaling_policy_name" {
+  description = "Target-tracking policy keeping outstanding jobs per in-service worker at target_jobs_per_worker."
+  value       = aws_autoscaling_policy.jobs_per_worker.name
 }
 
 output "strata_config" {

@@ -116,13 +116,24 @@ variable "max_workers" {
 }
 
 variable "min_workers" {
-  description = "Smallest number of compaction workers; 0 (the default) stops every worker when no job is outstanding."
+  description = "Smallest number of compaction workers; 0 (the default) stops every worker when no job is outstanding. At most max_workers (the plan fails otherwise)."
   type        = number
   default     = 0
 
   validation {
     condition     = var.min_workers >= 0
     error_message = "min_workers must not be negative."
+  }
+}
+
+variable "target_jobs_per_worker" {
+  description = "Outstanding compaction jobs (waiting and running) per in-service worker that the group's target tracking keeps: 1 runs every published job at once (a worker runs one job at a time); 2 or more trades compaction latency for fewer workers."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = var.target_jobs_per_worker >= 1 && var.target_jobs_per_worker <= 16
+    error_message = "target_jobs_per_worker must be between 1 and 16."
   }
 }
 

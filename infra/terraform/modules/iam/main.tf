@@ -151,29 +151,35 @@ data "aws_iam_policy_document" "compactor" {
 }
 
 # ---------------------------------------------------------------------------------------
-# query: reads everything under the root (catalog, manifests, WAL tails, SSTs, Parquet).
-# Its only writes are durable snapshot pins (crates/strata-engine/src/view.rs): a pin
-# keeps the writer's GC off the manifest version a query reads; it is renewed while the
-# query runs and deleted after.
+# query: reads the catalog and every tier of the tables (manifests, WAL tails, SSTs,
+# Parquet), nothing else: never jobs/ (compaction) nor cluster/ (ingest leases; a query
+# node is no cluster member). Its only writes are durable snapshot pins
+# (crates/strata-engine/src/view.rs): a pin keeps the writer's GC off the manifest version a
+# query reads; it is renewed while the query runs and deleted after.
 
 data "aws_iam_policy_document" "query" {
   source_policy_documents = [data.aws_iam_policy_document.node["query"].json]
 
   statement {
-    sid       = "ListUnderRoot"
+    sid       = "ListCatalogAndTables"
     actions   = ["s3:ListBucket"]
     resources = [var.bucket_arn]
     condition {
       test     = "StringLike"
       variable = "s3:prefix"
-      values   = ["${var.root_prefix}/", "${var.root_prefix}/*"]
+      values = [
+        "${var.root_prefix}/catalog/",
+        "${var.root_prefix}/catalog/*",
+        "${var.root_prefix}/tables/",
+        "${var.root_prefix}/tables/*",
+      ]
     }
   }
 
   statement {
-    sid       = "ReadUnderRoot"
+    sid       = "ReadCatalogAndTables"
     actions   = ["s3:GetObject"]
-    resources = ["${local.root}/*"]
+    resources = ["${local.root}/catalog/*", "${local.root}/tables/*"]
   }
 
   statement {
@@ -190,8 +196,12 @@ data "aws_iam_policy_document" "query" {
 }
 
 # ---------------------------------------------------------------------------------------
-# What every node needs besides the bucket: its log group, its metrics, its binary and
-# (ingest, query) its API keys.
+# What every node needs besides the bucket: its log group, its binary and (ingest, query)
+# its API keys. No cloudwatch:PutMetricData: the CloudWatch agent publishes the Prometheus
+# metrics as embedded metric format (EMF) log events into the role's log group
+# (strata-node module: the agent configuration has no "metrics" section, only
+# logs.logs_collected.prometheus with an emf_processor), and CloudWatch Logs extracts the
+# metrics from those events: logs:PutLogEvents on the role's own log group is all it takes.
 
 data "aws_iam_policy_document" "node" {
   for_each = local.roles
@@ -200,18 +210,6 @@ data "aws_iam_policy_document" "node" {
     sid       = "OwnLogGroup"
     actions   = ["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"]
     resources = [local.log_group_arn[each.key], "${local.log_group_arn[each.key]}:log-stream:*"]
-  }
-
-  # PutMetricData has no resource-level permissions; the namespace condition scopes it.
-  statement {
-    sid       = "OwnMetricNamespace"
-    actions   = ["cloudwatch:PutMetricData"]
-    resources = ["*"]
-    condition {
-      test     = "StringEquals"
-      variable = "cloudwatch:namespace"
-      values   = [var.metric_namespace]
-    }
   }
 
   dynamic "statement" {
@@ -231,6 +229,34 @@ data "aws_iam_policy_document" "node" {
       resources = var.auth_keys_parameter_arns
     }
   }
+
+  # The key the local CloudWatch agent scrapes /metrics with when API keys are on (user data
+  # writes it to /etc/strata/metrics.key): without it the scrape gets 401 and no metric,
+  # alarm or compactor scaling works.
+  dynamic "statement" {
+    for_each = length(var.metrics_key_parameter_arns) > 0 && each.key != "compactor" ? [1] : []
+    content {
+      sid       = "MetricsKey"
+      actions   = ["ssm:GetParameter"]
+      resources = var.metrics_key_parameter_arns
+    }
+  }
+
+  # SecureString parameters under a customer-managed key: decrypted by SSM on the node's
+  # behalf (get-parameter --with-decryption), so only through SSM.
+  dynamic "statement" {
+    for_each = length(var.parameter_kms_key_arns) > 0 && each.key != "compactor" ? [1] : []
+    content {
+      sid       = "DecryptParameters"
+      actions   = ["kms:Decrypt"]
+      resources = var.parameter_kms_key_arns
+      condition {
+        test     = "StringEquals"
+        variable = "kms:ViaService"
+        values   = ["ssm.${local.region}.amazonaws.com"]
+      }
+    }
+  }
 }
 
 resource "aws_iam_role_policy" "role" {
@@ -242,4 +268,13 @@ resource "aws_iam_role_policy" "role" {
     compactor = data.aws_iam_policy_document.compactor.json
     query     = data.aws_iam_policy_document.query.json
   }[each.key]
+
+  lifecycle {
+    # With API keys on, /metrics answers 401 without a namespace "*" key: the CloudWatch
+    # agent would publish nothing, and every alarm and the compactor scaling go blind.
+    precondition {
+      condition     = length(var.auth_keys_parameter_arns) == 0 || length(var.metrics_key_parameter_arns) > 0
+      error_message = "auth_keys_parameter_arns is set but metrics_key_parameter_arns is empty: the nodes' CloudWatch agent needs a namespace \"*\" API key to scrape /metrics (metrics_key_parameter_name of the ingest and query modules)."
+    }
+  }
 }

@@ -61,14 +61,25 @@ variable "auth_keys_parameter_arns" {
   }
 }
 
-variable "metric_namespace" {
-  description = "CloudWatch namespace the nodes' CloudWatch agent publishes Strata's Prometheus metrics to (observability module output metric_namespace)."
-  type        = string
-  default     = "Strata"
+variable "metrics_key_parameter_arns" {
+  description = "SSM parameter ARNs of the API key (namespace \"*\") the CloudWatch agent on the ingest and query nodes scrapes /metrics with (the role modules' metrics_key_parameter_name). Required whenever auth_keys_parameter_arns is set: with API keys on, /metrics answers 401 without a key and no metric reaches CloudWatch."
+  type        = list(string)
+  default     = []
 
   validation {
-    condition     = can(regex("^[A-Za-z0-9./_#:-]{1,255}$", var.metric_namespace)) && !startswith(var.metric_namespace, "AWS/")
-    error_message = "metric_namespace must be a custom CloudWatch namespace (not AWS/...)."
+    condition     = alltrue([for a in var.metrics_key_parameter_arns : can(regex("^arn:aws[a-z-]*:ssm:[a-z0-9-]+:[0-9]{12}:parameter/.+$", a))])
+    error_message = "metrics_key_parameter_arns must be SSM parameter ARNs."
+  }
+}
+
+variable "parameter_kms_key_arns" {
+  description = "Customer-managed KMS keys of the SecureString parameters in auth_keys_parameter_arns and metrics_key_parameter_arns: the ingest and query roles get kms:Decrypt on them through SSM only. Empty when the parameters use the AWS managed key aws/ssm (no grant needed)."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for a in var.parameter_kms_key_arns : can(regex("^arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[0-9a-f-]+$", a))])
+    error_message = "parameter_kms_key_arns must be KMS key ARNs (arn:aws:kms:REGION:ACCOUNT:key/ID)."
   }
 }
 

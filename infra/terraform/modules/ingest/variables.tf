@@ -134,7 +134,7 @@ variable "auth_keys_parameter_name" {
 }
 
 variable "metrics_key_parameter_name" {
-  description = "SSM SecureString parameter with a namespace \"*\" API key for scraping /metrics (only with auth_keys_parameter_name)."
+  description = "SSM SecureString parameter with an API key (the bearer token itself, whose sha256 is in the keys file with namespace = \"*\"; one line) that the local CloudWatch agent scrapes /metrics with. Required when auth_keys_parameter_name is set (the plan fails without it): /metrics answers 401 to the agent otherwise and no metric, alarm or compactor scaling works. Its ARN goes to the iam module's metrics_key_parameter_arns."
   type        = string
   default     = ""
 }

@@ -68,9 +68,16 @@ resource "aws_cloudwatch_metric_alarm" "write_stalls" {
 
 # --- Compaction ------------------------------------------------------------------------
 
+# Missing data is breaching here, unlike the other alarms: the ingest nodes publish this
+# metric every minute while they run, so a whole window without it means the metrics
+# pipeline is broken (CloudWatch agent down, or /metrics answering 401 because API keys are
+# on without metrics_key_parameter_name) or no ingest node runs. Either way every other
+# metric alarm is silent (they treat missing data as OK) and the compactors no longer scale
+# on the backlog, so this alarm is the one that says so. A window of
+# compaction_backlog_minutes (30) keeps agent restarts and node replacements quiet.
 resource "aws_cloudwatch_metric_alarm" "compaction_backlog" {
   alarm_name          = "${var.name}-strata-compaction-backlog"
-  alarm_description   = "Pending compaction bytes stayed above ${var.compaction_backlog_bytes} for ${var.compaction_backlog_minutes} minutes: the compactor group is at max_workers or failing (see its log)."
+  alarm_description   = "Pending compaction bytes stayed above ${var.compaction_backlog_bytes} for ${var.compaction_backlog_minutes} minutes (the compactor group is at max_workers or failing: see its log), or no ingest metrics arrived for as long (CloudWatch agent down, /metrics refusing the agent's key, no ingest node running): then every other metric alarm is blind too."
   namespace           = var.metric_namespace
   metric_name         = "strata_pending_compaction_bytes"
   dimensions          = local.ingest
@@ -80,7 +87,7 @@ resource "aws_cloudwatch_metric_alarm" "compaction_backlog" {
   datapoints_to_alarm = var.compaction_backlog_minutes
   threshold           = var.compaction_backlog_bytes
   comparison_operator = "GreaterThanThreshold"
-  treat_missing_data  = "notBreaching"
+  treat_missing_data  = "breaching"
   actions_enabled     = true
   alarm_actions       = local.actions
   ok_actions          = local.actions

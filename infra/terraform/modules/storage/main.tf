@@ -158,7 +158,8 @@ resource "aws_s3_bucket_lifecycle_configuration" "data" {
   # Everything Strata's GC deletes (old manifest versions, WAL segments past replay, SSTs
   # and Parquet files no manifest references, lapsed pins, abandoned jobs) becomes a
   # noncurrent version: kept for the restore window, then gone. No rule expires current
-  # objects under tables/ or catalog/: those are live data until Strata deletes them.
+  # objects anywhere: under tables/, catalog/, jobs/ and cluster/ they are live data until
+  # Strata deletes them.
   rule {
     id     = "expire-objects-strata-deleted"
     status = "Enabled"
@@ -173,15 +174,25 @@ resource "aws_s3_bucket_lifecycle_configuration" "data" {
     }
   }
 
-  # Jobs whose writer never came back: no GC pass will ever look at them.
+  # Compaction jobs: noncurrent versions only. A running job's lease is rewritten every
+  # heartbeat (engine.jobs.heartbeat_ms, 5 s) and a settled job's objects are deleted by
+  # its writer: versions no restore needs (a restored writer clears its shards' old jobs
+  # when it opens them). Current objects are never expired by age: a job may wait in the
+  # queue for as long as the compactors are down or behind, and S3 lifecycle filters by
+  # prefix, tags and size, not by suffix, so a rule cannot reach only the .lease and
+  # .result objects and spare the .json specs. Jobs whose shard is never opened again (a
+  # dropped table's) stay until removed with the table (docs/deployment.md).
   rule {
-    id     = "expire-orphaned-compaction-jobs"
+    id     = "expire-replaced-compaction-job-versions"
     status = "Enabled"
     filter {
       prefix = "${var.root_prefix}/jobs/"
     }
+    noncurrent_version_expiration {
+      noncurrent_days = 1
+    }
     expiration {
-      days = var.orphaned_job_expiry_days
+      expired_object_delete_marker = true
     }
   }
 

@@ -105,17 +105,6 @@ variable "deleted_object_retention_days" {
   }
 }
 
-variable "orphaned_job_expiry_days" {
-  description = "Days after which objects under \"<root_prefix>/jobs/\" expire. A live job's lease is rewritten every heartbeat and its spec is deleted when committed or abandoned, so only jobs of a writer that never came back (a dropped deployment, a lost shard) grow this old."
-  type        = number
-  default     = 14
-
-  validation {
-    condition     = var.orphaned_job_expiry_days >= 2 && var.orphaned_job_expiry_days <= 365
-    error_message = "orphaned_job_expiry_days must be between 2 and 365 (a job older than a day may still be live under a long backlog)."
-  }
-}
-
 variable "access_log_retention_days" {
   description = "Days the S3 server access logs are kept."
   type        = number

@@ -70,6 +70,14 @@ locals {
     }
   })
 
+  # strata_environment twice, for the same variables in two syntaxes: the systemd unit's
+  # Environment="K=V" lines (backslash and double quote escaped, % doubled: systemd expands
+  # specifiers) and the boot-time `strata config` check, which runs under `env 'K=V' ...`
+  # (single quotes closed and reopened around each ') so it checks the config with exactly
+  # the overrides the service will run with.
+  environment_unit  = { for k, v in var.strata_environment : k => replace(replace(replace(v, "\\", "\\\\"), "\"", "\\\""), "%", "%%") }
+  environment_shell = { for k, v in var.strata_environment : k => replace(v, "'", "'\\''") }
+
   user_data = templatefile("${path.module}/templates/user-data.sh.tftpl", {
     name                   = var.name
     role                   = var.role
@@ -80,7 +88,8 @@ locals {
     auth_keys_parameter    = var.auth_keys_parameter_name
     metrics_key_parameter  = var.metrics_key_parameter_name
     strata_config          = var.strata_config
-    environment            = var.strata_environment
+    environment_unit       = local.environment_unit
+    environment_shell      = local.environment_shell
     metrics_port           = var.metrics_port
     metric_namespace       = var.metric_namespace
     agent_config           = local.agent_config
@@ -98,8 +107,10 @@ resource "aws_security_group" "node" {
   }
 }
 
+# Keyed by port and the security group's position, not its id: the load balancer's group is
+# created in the same apply, and for_each keys must be known at plan time.
 resource "aws_vpc_security_group_ingress_rule" "service" {
-  for_each = { for pair in setproduct(var.service_ports, var.ingress_security_group_ids) : "${pair[0]}-${pair[1]}" => pair }
+  for_each = { for pair in setproduct(var.service_ports, range(length(var.ingress_security_group_ids))) : "${pair[0]}-${pair[1]}" => [pair[0], var.ingress_security_group_ids[pair[1]]] }
 
   security_group_id            = aws_security_group.node.id
   description                  = "strata ${var.role} port ${each.value[0]} from the load balancer"
@@ -171,6 +182,16 @@ resource "aws_launch_template" "node" {
   }
 
   tags = local.tags
+
+  lifecycle {
+    # With API keys on, strata answers /metrics only to a key for every namespace: without
+    # one the CloudWatch agent's scrape gets 401, no metric reaches CloudWatch, and every
+    # alarm on them (and the compactor scaling on the ingest backlog) goes silent.
+    precondition {
+      condition     = var.auth_keys_parameter_name == "" || var.metrics_port == 0 || var.metrics_key_parameter_name != ""
+      error_message = "auth_keys_parameter_name is set but metrics_key_parameter_name is empty: with API keys on, the CloudWatch agent needs a namespace \"*\" API key (an SSM SecureString) to scrape /metrics."
+    }
+  }
 }
 
 resource "aws_autoscaling_group" "node" {

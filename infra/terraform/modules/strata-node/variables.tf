@@ -147,7 +147,7 @@ variable "auth_keys_parameter_name" {
 }
 
 variable "metrics_key_parameter_name" {
-  description = "SSM SecureString parameter holding an API key with namespace \"*\" the CloudWatch agent scrapes /metrics with (needed only when API keys are configured). Empty: scrape without a key."
+  description = "SSM SecureString parameter holding an API key with namespace \"*\" the CloudWatch agent scrapes /metrics with; required (a precondition) when auth_keys_parameter_name is set and metrics_port is not 0. Empty: scrape without a key."
   type        = string
   default     = ""
 }
