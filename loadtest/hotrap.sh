@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# HotRAP's tiered experiment on this machine (issue 6): YCSB over a local bucket with an
+# injected S3 first-byte latency, the NVMe tier sized to ~10% of the data, side by side:
+#   tracked  - hotness tracker, retention and promotion on (data starts in S3)
+#   off      - the same engine with tracking off (data starts in S3)
+#   nvme     - every record on NVMe (no drain; levels large enough), the upper bound
+# Usage: loadtest/hotrap.sh [records] [ops] [record_bytes] > summary.md
+# Writes one JSON report per run under $OUT (default /tmp/hotrap).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source ci/env.sh
+RECORDS="${1:-200000}"
+OPS="${2:-60000}"
+BYTES="${3:-1000}"
+LATENCY_MS="${LATENCY_MS:-15}"
+CLIENTS="${CLIENTS:-32}"
+OUT="${OUT:-/tmp/hotrap}"
+BIN="$CARGO_TARGET_DIR/release/strata-loadtest"
+mkdir -p "$OUT"
+data=$((RECORDS * (BYTES + 24)))
+budget=$((data / 10))
+# NVMe levels L0 + L1 + L2 of about the budget: L2 = 4 x L1, L1 = budget / 5.
+l1=$((budget / 5))
+memtable=$((l1 / 4))
+tiered=$(printf '{"levels":3,"level_bytes_base":%d,"level_size_multiplier":4,"memtable_bytes_max":%d,"sst_bytes_target":%d,"s3_level_bytes_base":%d,"parquet_file_bytes":%d,"parquet_row_group_rows":1024,"cache_bytes_max":%d,"hotness":{"enabled":%s,"nvme_budget_bytes":%d,"promotion_cache_bytes":%d}}' \
+  "$l1" "$memtable" $((memtable / 2)) $((data * 2)) $((8 << 20)) $((budget / 10)) "%s" "$budget" $((budget / 64)))
+nvme=$(printf '{"levels":3,"level_bytes_base":%d,"level_size_multiplier":10,"memtable_bytes_max":%d,"s3_level_bytes_base":%d}' \
+  $((data * 2)) "$memtable" $((data * 2)))
+run() { # name workload distribution variant
+  local name="$1" workload="$2" dist="$3" variant="$4" engine extra=()
+  case "$variant" in
+    tracked) engine=$(printf "$tiered" true); extra=(--drain-after-load) ;;
+    off) engine=$(printf "$tiered" false); extra=(--drain-after-load) ;;
+    nvme) engine="$nvme"; extra=(--flush-after-load) ;;
+  esac
+  local dir="$OUT/data-$name-$variant"
+  rm -rf "$dir"
+  "$BIN" --workload "$workload" --distribution "$dist" --records "$RECORDS" --ops "$OPS" \
+    --record-bytes "$BYTES" --clients "$CLIENTS" --store local --dir "$dir" \
+    --store-latency-ms "$LATENCY_MS" --engine-json "$engine" "${extra[@]}" \
+    --json "$OUT/$name-$variant.json" > "$OUT/$name-$variant.log" 2>&1
+  rm -rf "$dir"
+  python3 - "$OUT/$name-$variant.json" "$name" "$variant" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+s = r["reads_by_source"]
+reads = sum(s.values())
+print(f"| {sys.argv[2]} | {sys.argv[3]} | {r['throughput_ops_per_sec']:.0f} | {r['throughput_final']:.0f} | "
+      f"{100 * r['nvme_hit_rate_final']:.1f}% | {s['memtable'] + s['nvme']} / {s['promotion_cache']} / {s['s3']} |")
+PY
+}
+echo "records $RECORDS x $BYTES B (~$((data >> 20)) MiB), NVMe budget ~$((budget >> 20)) MiB, $OPS ops, $CLIENTS clients, ${LATENCY_MS} ms first-byte latency"
+echo
+echo "| workload | variant | ops/s (run) | ops/s (last tenth) | NVMe hit rate (last tenth) | reads NVMe / promotion cache / S3 |"
+echo "|---|---|---|---|---|---|"
+for spec in "ro-hotspot5:c:hotspot" "ro-zipf:c:zipfian" "ro-uniform:c:uniform" "rw-hotspot5:rw:hotspot"; do
+  IFS=: read -r name workload dist <<<"$spec"
+  for variant in tracked off nvme; do
+    run "$name" "$workload" "$dist" "$variant"
+  done
+done
