@@ -20,9 +20,6 @@
 //! also carries a stability counter: unstable records are evicted first, and the hot-set
 //! limit follows the size of the stable records between 5% and 70% of the NVMe budget.
 //!
-//! A key read only once is never hot (it is not "stable" in Algorithm 1's sense), so a
-//! uniform workload promotes and retains almost nothing.
-//!
 //! The tracker is a cache of warmth: it starts empty on open (its directory is cleared),
 //! and losing it loses no data.
 
@@ -127,13 +124,6 @@ impl Record {
     /// The score decayed to `tick`.
     pub fn score_at(&self, tick: u64, alpha: f64) -> f64 {
         self.score * alpha.powi(tick.saturating_sub(self.tick).min(i32::MAX as u64) as i32)
-    }
-
-    /// Hot at `tick` under `threshold`: seen again since it entered the tracker (a key read
-    /// once is not hot, as Algorithm 1 does not call it stable) and scoring at least the
-    /// threshold.
-    pub fn is_hot_at(&self, tick: u64, alpha: f64, threshold: f64) -> bool {
-        self.repeated && self.score_at(tick, alpha) >= threshold
     }
 
     fn counter_at(&self, epoch: u64) -> f64 {
@@ -345,7 +335,7 @@ impl HotnessTracker {
     pub fn is_hot(&self, key: &[u8]) -> bool {
         let st = self.state.lock().expect("tracker state");
         if let Some(r) = st.buffer.get(key)
-            && r.is_hot_at(st.tick, self.config.alpha, st.hot_threshold)
+            && r.score_at(st.tick, self.config.alpha) >= st.hot_threshold
         {
             return true;
         }
@@ -360,7 +350,7 @@ impl HotnessTracker {
             .buffer
             .values()
             .filter(|r| {
-                in_range(&r.key) && r.is_hot_at(st.tick, self.config.alpha, st.hot_threshold)
+                in_range(&r.key) && r.score_at(st.tick, self.config.alpha) >= st.hot_threshold
             })
             .map(Record::hot_size)
             .sum();
@@ -408,7 +398,7 @@ impl HotnessTracker {
         }
         let mut keys: Vec<Vec<u8>> = merged
             .into_values()
-            .filter(|r| r.is_hot_at(st.tick, alpha, st.hot_threshold))
+            .filter(|r| r.score_at(st.tick, alpha) >= st.hot_threshold)
             .map(|r| r.key)
             .collect();
         keys.sort_unstable();
@@ -423,7 +413,7 @@ impl HotnessTracker {
         let buffer_hot: u64 = st
             .buffer
             .values()
-            .filter(|r| r.is_hot_at(st.tick, alpha, st.hot_threshold))
+            .filter(|r| r.score_at(st.tick, alpha) >= st.hot_threshold)
             .map(Record::hot_size)
             .sum();
         TrackerStats {
@@ -518,7 +508,7 @@ impl HotnessTracker {
         let physical = |v: &[Record]| v.iter().map(Record::physical_size).sum::<u64>();
         let hot_set = |v: &[Record], t: f64| {
             v.iter()
-                .filter(|r| r.is_hot_at(tick, alpha, t))
+                .filter(|r| r.score_at(tick, alpha) >= t)
                 .map(Record::hot_size)
                 .sum::<u64>()
         };
@@ -595,7 +585,7 @@ impl HotnessTracker {
             if i % BLOCK_RECORDS == 0 {
                 blocks.push((r.key.clone(), hot));
             }
-            if r.is_hot_at(st.tick, alpha, st.hot_threshold) {
+            if r.score_at(st.tick, alpha) >= st.hot_threshold {
                 bloom.add(&r.key);
                 hot += r.hot_size();
             }
@@ -828,18 +818,6 @@ mod tests {
         );
         // Never accessed: not hot.
         assert!(!t.is_hot(b"never"));
-    }
-
-    #[test]
-    fn a_key_read_once_is_not_hot() {
-        let dir = tempfile::tempdir().unwrap();
-        let t = HotnessTracker::open(TrackerConfig::new(dir.path().join("t"), 1 << 20)).unwrap();
-        t.record_access(b"once", 100).unwrap();
-        assert!(!t.is_hot(b"once"));
-        t.record_access(b"twice", 100).unwrap();
-        t.record_access(b"twice", 100).unwrap();
-        assert!(t.is_hot(b"twice"));
-        assert_eq!(t.range_hot_size(b"", None), 5 + 100);
     }
 
     #[test]
