@@ -432,7 +432,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             }];
             loop {
                 tokio::time::sleep(every).await;
-                let ops = issued.load(std::sync::atomic::Ordering::Relaxed).min(ops_total);
+                let ops = issued
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                    .min(ops_total);
                 samples.push(Sample {
                     seconds: run_started.elapsed().as_secs_f64(),
                     ops,
@@ -504,8 +506,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .copied()
         .unwrap_or(samples[0]);
     let nvme_hit_rate_final = end.reads.hit_rate_since(&from.reads);
-    let throughput_final =
-        (end.ops - from.ops) as f64 / (end.seconds - from.seconds).max(1e-9);
+    let throughput_final = (end.ops - from.ops) as f64 / (end.seconds - from.seconds).max(1e-9);
     let hists = hists.lock().await;
     let mut all = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
     let mut ops = Vec::new();

@@ -319,7 +319,10 @@ async fn a_job_whose_spec_vanished_is_published_again() {
         {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "the job was not published again");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the job was not published again"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     // A worker process (another Db on the bucket with a worker) runs it; the drain ends.
@@ -333,7 +336,10 @@ async fn a_job_whose_spec_vanished_is_published_again() {
         .unwrap()
         .unwrap();
     let got = t.get(&[Value::Int(7)], None, None).await.unwrap().unwrap();
-    assert_eq!(decode(&got), vec![(7, Some(texts(&[7])[0].clone()), Some(21))]);
+    assert_eq!(
+        decode(&got),
+        vec![(7, Some(texts(&[7])[0].clone()), Some(21))]
+    );
     worker.close().await;
     db.close().await;
 }
