@@ -104,6 +104,12 @@ struct Args {
     /// from NVMe later was promoted there).
     #[arg(long)]
     drain_after_load: bool,
+    /// Stages of the run (HotRAP §4.6's shifting hotspot), each an equal share of `--ops`:
+    /// comma-separated `uniform`, `hotspot:F` (the first F of the keys hot) or
+    /// `shifted:F` (F of the keys hot, starting half-way through the key space: no overlap
+    /// with the earlier hot sets). Overrides `--distribution`.
+    #[arg(long)]
+    stages: Option<String>,
     /// How often the run samples throughput and the point reads' sources (ms).
     #[arg(long, default_value_t = 1000)]
     sample_ms: u64,
@@ -254,17 +260,52 @@ fn merge(base: &mut serde_json::Value, over: serde_json::Value) {
     }
 }
 
+/// One stage of a run: a key chooser, and where its hot keys start (a shifted hotspot).
+struct Stage {
+    chooser: KeyChooser,
+    offset: u64,
+}
+
+fn parse_stage(s: &str, records: u64, hot_op_fraction: f64) -> Result<Stage, String> {
+    let (kind, f) = match s.split_once(':') {
+        Some((k, f)) => (
+            k,
+            f.parse::<f64>()
+                .map_err(|e| format!("stage {s:?}: hot fraction: {e}"))?,
+        ),
+        None => (s, 0.0),
+    };
+    let (dist, offset) = match kind {
+        "uniform" => (Dist::Uniform, 0),
+        "hotspot" => (Dist::Hotspot, 0),
+        "shifted" => (Dist::Hotspot, records / 2),
+        other => return Err(format!("stage {other:?}: uniform, hotspot:F or shifted:F")),
+    };
+    Ok(Stage {
+        chooser: KeyChooser {
+            dist,
+            zipf: None,
+            hot_fraction: f,
+            hot_op_fraction,
+        },
+        offset,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn one_op(
     table: &Table,
     args: &Args,
-    chooser: &KeyChooser,
+    stages: &[Stage],
+    i: u64,
     rng: &mut StdRng,
     inserted: &std::sync::atomic::AtomicU64,
     opts: WriteOptions,
 ) -> (&'static str, Result<(), strata_engine::Error>) {
     let n = inserted.load(std::sync::atomic::Ordering::Relaxed);
     let p: f64 = rng.random();
-    let k = key(chooser.next(rng, n));
+    let stage = &stages[((i * stages.len() as u64) / args.ops.max(1)) as usize % stages.len()];
+    let k = key((stage.chooser.next(rng, n) + stage.offset) % n.max(1));
     let read = || async { table.kv_get(&k).await.map(|_| ()) };
     match args.workload {
         Workload::A | Workload::B | Workload::C => {
@@ -410,12 +451,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     }
 
     // Run phase.
-    let chooser = Arc::new(KeyChooser {
-        dist: args.distribution,
-        zipf: matches!(args.distribution, Dist::Zipfian).then(|| Zipf::new(args.records, 0.99)),
-        hot_fraction: args.hot_fraction,
-        hot_op_fraction: args.hot_op_fraction,
-    });
+    let stages: Vec<Stage> = match &args.stages {
+        None => vec![Stage {
+            chooser: KeyChooser {
+                dist: args.distribution,
+                zipf: matches!(args.distribution, Dist::Zipfian)
+                    .then(|| Zipf::new(args.records, 0.99)),
+                hot_fraction: args.hot_fraction,
+                hot_op_fraction: args.hot_op_fraction,
+            },
+            offset: 0,
+        }],
+        Some(list) => list
+            .split(',')
+            .map(|s| parse_stage(s.trim(), args.records, args.hot_op_fraction))
+            .collect::<Result<_, String>>()?,
+    };
+    let chooser = Arc::new(stages);
     let inserted = Arc::new(std::sync::atomic::AtomicU64::new(args.records));
     let hists = Arc::new(Mutex::new(Hists::default()));
     let issued = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -472,7 +524,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 } else {
                     Instant::now()
                 };
-                let (op, r) = one_op(&table, &args, &chooser, &mut rng, &inserted, opts).await;
+                let (op, r) =
+                    one_op(&table, &args, &chooser, i, &mut rng, &inserted, opts).await;
                 let us = intended.elapsed().as_micros() as u64;
                 let mut h = hists.lock().await;
                 match r {
