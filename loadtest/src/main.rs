@@ -524,8 +524,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 } else {
                     Instant::now()
                 };
-                let (op, r) =
-                    one_op(&table, &args, &chooser, i, &mut rng, &inserted, opts).await;
+                let (op, r) = one_op(&table, &args, &chooser, i, &mut rng, &inserted, opts).await;
                 let us = intended.elapsed().as_micros() as u64;
                 let mut h = hists.lock().await;
                 match r {
