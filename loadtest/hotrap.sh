@@ -5,6 +5,9 @@
 #   off      - the same engine with tracking off (data starts in S3)
 #   nvme     - every record on NVMe (no drain; levels large enough), the upper bound
 # Usage: loadtest/hotrap.sh [records] [ops] [record_bytes] > summary.md
+#        loadtest/hotrap.sh [records] [ops] [record_bytes] shift > summary.md
+#   (the second form runs §4.6's shifting hotspot, tracked only, and plots its hit rate
+#   over time to $OUT/shift.svg)
 # Writes one JSON report per run under $OUT (default /tmp/hotrap).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,6 +52,40 @@ print(f"| {sys.argv[2]} | {sys.argv[3]} | {r['throughput_ops_per_sec']:.0f} | {r
       f"{100 * r['nvme_hit_rate_final']:.1f}% | {s['memtable'] + s['nvme']} / {s['promotion_cache']} / {s['s3']} |")
 PY
 }
+if [ "${4:-}" = shift ]; then
+  stages="uniform,hotspot:0.01,hotspot:0.03,hotspot:0.05,shifted:0.05,shifted:0.04,shifted:0.02"
+  dir="$OUT/data-shift"
+  rm -rf "$dir"
+  "$BIN" --workload c --records "$RECORDS" --ops "$OPS" --record-bytes "$BYTES" \
+    --clients "$CLIENTS" --store local --dir "$dir" --store-latency-ms "$LATENCY_MS" \
+    --engine-json "$(printf "$tiered" true)" --drain-after-load --stages "$stages" \
+    --sample-ms 500 --json "$OUT/shift.json" > "$OUT/shift.log" 2>&1
+  rm -rf "$dir"
+  python3 loadtest/plot_hits.py "$OUT/shift.svg" "tracked=$OUT/shift.json"
+  python3 - "$OUT/shift.json" "$stages" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+stages = sys.argv[2].split(",")
+ops = r["args"]["ops"]
+s = r["samples"]
+print("| stage | NVMe hit rate, first quarter of the stage | last quarter of the stage |")
+print("|---|---|---|")
+def rate(lo, hi):
+    pts = [x for x in s if lo <= x["ops"] <= hi]
+    if len(pts) < 2:
+        return "-"
+    a, b = pts[0]["reads"], pts[-1]["reads"]
+    fast = sum(b[k] - a[k] for k in ("memtable", "nvme", "promotion_cache"))
+    slow = b["s3"] - a["s3"]
+    return f"{100 * fast / max(1, fast + slow):.1f}%"
+n = len(stages)
+for i, name in enumerate(stages):
+    lo, hi = ops * i / n, ops * (i + 1) / n
+    q = (hi - lo) / 4
+    print(f"| {name} | {rate(lo, lo + q)} | {rate(hi - q, hi)} |")
+PY
+  exit 0
+fi
 echo "records $RECORDS x $BYTES B (~$((data >> 20)) MiB), NVMe budget ~$((budget >> 20)) MiB, $OPS ops, $CLIENTS clients, ${LATENCY_MS} ms first-byte latency"
 echo
 echo "| workload | variant | ops/s (run) | ops/s (last tenth) | NVMe hit rate (last tenth) | reads NVMe / promotion cache / S3 |"
