@@ -77,6 +77,13 @@ fn overlapping(files: &[ParquetFileInfo], lo: &[u8], hi: &[u8]) -> Vec<ParquetFi
         .collect()
 }
 
+/// The key span `[lo, hi]` of a set of SSTs.
+fn sst_span(ssts: &[strata_manifest::SstInfo]) -> (Vec<u8>, Vec<u8>) {
+    let lo = ssts.iter().map(|s| s.key_min.clone()).min();
+    let hi = ssts.iter().map(|s| s.key_max.clone()).max();
+    (lo.unwrap_or_default(), hi.unwrap_or_default())
+}
+
 fn size(files: &[ParquetFileInfo]) -> u64 {
     files.iter().map(|f| f.size_bytes).sum()
 }
@@ -209,16 +216,7 @@ impl ShardInner {
                 }
             };
             if !chosen.is_empty() {
-                let lo = chosen
-                    .iter()
-                    .map(|s| s.key_min.clone())
-                    .min()
-                    .unwrap_or_default();
-                let hi = chosen
-                    .iter()
-                    .map(|s| s.key_max.clone())
-                    .max()
-                    .unwrap_or_default();
+                let (lo, hi) = sst_span(&chosen);
                 let bytes = chosen.iter().map(|s| s.size_bytes).sum();
                 let groups: Vec<usize> = (0..s1.groups.len()).collect();
                 let mut res: HashSet<Resource> =
@@ -478,16 +476,7 @@ impl ShardInner {
         // go with the retained ones (the cache's epoch moves: reads that began before
         // insert nothing).
         let cached = if h.promotion {
-            let lo = ssts
-                .iter()
-                .map(|s| s.key_min.clone())
-                .min()
-                .unwrap_or_default();
-            let hi = ssts
-                .iter()
-                .map(|s| s.key_max.clone())
-                .max()
-                .unwrap_or_default();
+            let (lo, hi) = sst_span(ssts);
             self.promotion.lock().take_range(&lo, &hi)
         } else {
             Vec::new()
@@ -651,16 +640,7 @@ impl ShardInner {
         }
         if let JobSource::CrossTier { ssts } = &spec.source {
             // Newer versions reach S3 now: cached records of the range are stale.
-            let lo = ssts
-                .iter()
-                .map(|s| s.key_min.clone())
-                .min()
-                .unwrap_or_default();
-            let hi = ssts
-                .iter()
-                .map(|s| s.key_max.clone())
-                .max()
-                .unwrap_or_default();
+            let (lo, hi) = sst_span(ssts);
             self.promotion.lock().take_range(&lo, &hi);
         }
         let retained_infos: Vec<strata_manifest::SstInfo> =
