@@ -90,9 +90,10 @@ echo "records $RECORDS x $BYTES B (~$((data >> 20)) MiB), NVMe budget ~$((budget
 echo
 echo "| workload | variant | ops/s (run) | ops/s (last tenth) | NVMe hit rate (last tenth) | reads NVMe / promotion cache / S3 |"
 echo "|---|---|---|---|---|---|"
-for spec in "ro-hotspot5:c:hotspot" "ro-zipf:c:zipfian" "ro-uniform:c:uniform" "rw-hotspot5:rw:hotspot"; do
+# SPECS and VARIANTS pick a subset (e.g. SPECS="ro-zipf:c:zipfian" VARIANTS=tracked).
+for spec in ${SPECS:-ro-hotspot5:c:hotspot ro-zipf:c:zipfian ro-uniform:c:uniform rw-hotspot5:rw:hotspot}; do
   IFS=: read -r name workload dist <<<"$spec"
-  for variant in tracked off nvme; do
+  for variant in ${VARIANTS:-tracked off nvme}; do
     run "$name" "$workload" "$dist" "$variant"
   done
 done

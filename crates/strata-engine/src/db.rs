@@ -170,7 +170,7 @@ impl Db {
             local_dir.join("views"),
             config.pin_lease_ms,
         );
-        Ok(Db {
+        let db = Db {
             inner: Arc::new(DbInner {
                 remote,
                 s3,
@@ -187,7 +187,27 @@ impl Db {
                 open: tokio::sync::Mutex::new(HashMap::new()),
                 cluster: std::sync::OnceLock::new(),
             }),
-        })
+        };
+        // Dropped tables are collected by the processes that collect garbage (writers; a
+        // query service runs with GC off).
+        let every = db.inner.config.gc.interval_ms;
+        if every > 0 {
+            let weak = Arc::downgrade(&db.inner);
+            let cancel = db.inner.workers.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        _ = tokio::time::sleep(std::time::Duration::from_millis(every)) => {}
+                    }
+                    let Some(inner) = weak.upgrade() else { return };
+                    if let Err(e) = (Db { inner }).collect_dropped().await {
+                        tracing::warn!("collecting dropped tables: {e}");
+                    }
+                }
+            });
+        }
+        Ok(db)
     }
 
     /// Where objects live in the bucket.
@@ -435,6 +455,83 @@ impl Db {
             entry,
             shards,
         })
+    }
+
+    /// Garbage collection of dropped tables: deletes every object of a table dropped at
+    /// least `gc.min_age_ms` ago (its shards' directories, compaction jobs and shard
+    /// leases), and
+    /// forgets it in the catalog once a pass finds nothing left (a worker still finishing
+    /// one of its jobs may write an output after the first pass). Returns the objects
+    /// deleted. Deletes are idempotent, so every ingest node of a cluster may run it.
+    pub async fn collect_dropped(&self) -> Result<u64> {
+        use futures::TryStreamExt;
+        use object_store::ObjectStoreExt;
+        let now = self.inner.clock.now_ms();
+        let min_age = self.inner.config.gc.min_age_ms;
+        let dropped: Vec<DroppedTable> = self
+            .inner
+            .catalog
+            .latest()
+            .await?
+            .map(|c| c.value.dropped.clone())
+            .unwrap_or_default();
+        let store = &self.inner.store;
+        let mut deleted = 0u64;
+        let mut gone = Vec::new();
+        // Its compaction jobs and shard leases are named after its id.
+        let mut named: Vec<object_store::ObjectMeta> = Vec::new();
+        if !dropped.is_empty() {
+            for dir in [self.inner.layout.jobs_dir(), self.inner.layout.leases_dir()] {
+                let listed: Vec<object_store::ObjectMeta> = store
+                    .list(Some(&dir))
+                    .try_collect()
+                    .await
+                    .map_err(Error::store(format!("list {dir}")))?;
+                named.extend(listed);
+            }
+        }
+        for d in dropped.iter().filter(|d| now >= d.dropped_at_ms + min_age) {
+            let mut objects: Vec<object_store::path::Path> = store
+                .list(Some(&self.inner.layout.table_dir(d.id)))
+                .map_ok(|m| m.location)
+                .try_collect()
+                .await
+                .map_err(Error::store(format!("list dropped table {}", d.name)))?;
+            let job_prefix = format!("{:020}-", d.id);
+            objects.extend(
+                named
+                    .iter()
+                    .filter(|m| {
+                        m.location
+                            .filename()
+                            .is_some_and(|f| f.starts_with(&job_prefix))
+                    })
+                    .map(|m| m.location.clone()),
+            );
+            if objects.is_empty() {
+                gone.push(d.id);
+                continue;
+            }
+            for o in &objects {
+                match store.delete(o).await {
+                    Ok(()) | Err(object_store::Error::NotFound { .. }) => deleted += 1,
+                    Err(e) => return Err(Error::store(format!("delete {o}"))(e)),
+                }
+            }
+            tracing::info!(
+                table = d.name,
+                objects = objects.len(),
+                "collected a dropped table"
+            );
+        }
+        if !gone.is_empty() {
+            self.update_catalog(|c| {
+                c.dropped.retain(|d| !gone.contains(&d.id));
+                Ok(())
+            })
+            .await?;
+        }
+        Ok(deleted)
     }
 
     /// The catalog entry of a table.

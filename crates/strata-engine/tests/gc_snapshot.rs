@@ -86,3 +86,69 @@ async fn old_snapshot_survives_compaction_and_gc() {
     );
     db2.close().await;
 }
+
+/// A dropped table's objects (WAL, SSTs, manifests, Parquet files) are deleted once it has
+/// been dropped for `gc.min_age_ms`, and the catalog forgets it once nothing is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_tables_are_collected() {
+    use object_store::ObjectStoreExt;
+    let dir = tempfile::tempdir().unwrap();
+    let store = common::memory_store();
+    let mut config = common::small_config();
+    config.gc.interval_ms = 0; // collected by hand below
+    config.gc.min_age_ms = 0;
+    let db = common::open(&store, dir.path(), config).await;
+    db.create_table("gone", common::schema(), &["id"])
+        .await
+        .unwrap();
+    db.create_table("kept", common::schema(), &["id"])
+        .await
+        .unwrap();
+    for name in ["gone", "kept"] {
+        let t = db.table(name).await.unwrap();
+        let ids: Vec<i64> = (0..200).collect();
+        let a: Vec<Option<&str>> = ids.iter().map(|_| Some("x")).collect();
+        let b: Vec<Option<i64>> = ids.iter().map(|i| Some(*i)).collect();
+        t.upsert(common::rows(&ids, &a, &b)).await.unwrap();
+        t.drain_to_s3().await.unwrap();
+    }
+    let gone = db.describe("gone").await.unwrap().id;
+    let count = |id: u64| {
+        let store = store.clone();
+        let prefix = db.layout().table_dir(id);
+        async move {
+            let v: Vec<_> = store.list(Some(&prefix)).try_collect().await.unwrap();
+            v.len()
+        }
+    };
+    assert!(count(gone).await > 0);
+    db.drop_table("gone").await.unwrap();
+    assert!(db.collect_dropped().await.unwrap() > 0);
+    assert_eq!(count(gone).await, 0);
+    // The next pass finds nothing and forgets the table.
+    assert_eq!(db.collect_dropped().await.unwrap(), 0);
+    let mut versions: Vec<_> = store
+        .list(Some(&db.layout().catalog_dir()))
+        .try_collect()
+        .await
+        .unwrap();
+    versions.sort_by(|a, b| a.location.cmp(&b.location));
+    let latest = store
+        .get(&versions.last().unwrap().location)
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    let catalog: serde_json::Value = serde_json::from_slice(&latest).unwrap();
+    assert_eq!(catalog["dropped"], serde_json::json!([]), "{catalog}");
+    // The other table is whole.
+    let kept = db.table("kept").await.unwrap();
+    let got = kept
+        .get(&[strata_engine::Value::Int(7)], None, None)
+        .await
+        .unwrap();
+    assert!(got.is_some());
+    assert!(count(db.describe("kept").await.unwrap().id).await > 0);
+    db.close().await;
+}

@@ -80,6 +80,11 @@ impl Layout {
         self.join(&format!("cluster/nodes/{name}.json"))
     }
 
+    /// The shard ownership leases of every table.
+    pub fn leases_dir(&self) -> Path {
+        self.join("cluster/leases")
+    }
+
     /// The ownership lease of a shard (`cluster/leases/<table id>-<shard>.json`).
     pub fn shard_lease(&self, table_id: u64, shard_id: u32) -> Path {
         self.join(&format!(
