@@ -1230,9 +1230,9 @@ async fn flush_one(inner: &Arc<ShardInner>, mem: Arc<Memtable>) -> Result<()> {
 }
 
 /// Promotion by flush (HotRAP §3.4): the promotion cache's hot records that have no version
-/// in the memtables or NVMe levels become an SST at the oldest end of L0. The check and the
-/// commit happen under the manifest lock, so no flush or compaction moves a newer version
-/// below L0 in between; writes arriving meanwhile land in the memtable, above L0. Records
+/// in the memtables or NVMe levels become an SST at the oldest end of L0. The SST is written
+/// and uploaded first; the check is repeated under the manifest lock right before the
+/// commit, so no flush or compaction moves a newer version below L0 in between; writes arriving meanwhile land in the memtable, above L0. Records
 /// cached before an NVMe→S3 commit are dropped (the epoch moved: a newer version may have
 /// reached S3).
 pub(crate) async fn promote_by_flush(inner: &Arc<ShardInner>) -> Result<()> {
@@ -1251,28 +1251,21 @@ pub(crate) async fn promote_by_flush(inner: &Arc<ShardInner>) -> Result<()> {
     if hot.is_empty() {
         return Ok(());
     }
-    let _lock = inner.manifest_lock.lock().await;
-    if inner.promotion.lock().epoch != epoch {
-        inner.stats.record_promotion_abort();
-        return Ok(());
-    }
-    let state = inner.current();
+    // Built and uploaded without the manifest lock; the check that decides is repeated
+    // under it, just before the commit.
     let id = inner.new_sst_id();
     let path = inner.local_sst_path(&id);
     let (block, bloom) = (
         inner.config.sst_block_bytes,
         inner.config.bloom_bits_per_key,
     );
-    let p = path.clone();
-    let output =
-        tokio::task::spawn_blocking(move || -> Result<Option<crate::compaction::Output>> {
+    let (p, state) = (path.clone(), inner.current());
+    let built = tokio::task::spawn_blocking(
+        move || -> Result<Option<(crate::compaction::Output, Vec<Vec<u8>>)>> {
             let mut builder: Option<crate::sst::SstBuilder> = None;
+            let mut keys = Vec::new();
             for (key, cached) in hot {
-                let newer = state.memtables().any(|m| !m.get(&key, u64::MAX).is_empty())
-                    || state.levels.iter().flatten().any(|h| {
-                        h.covers(&key) && h.reader.get(&key, u64::MAX).is_ok_and(|v| !v.is_empty())
-                    });
-                if newer {
+                if has_version(&state, &key) {
                     continue;
                 }
                 if builder.is_none() {
@@ -1283,27 +1276,48 @@ pub(crate) async fn promote_by_flush(inner: &Arc<ShardInner>) -> Result<()> {
                         b.add(e)?;
                     }
                 }
+                keys.push(key);
             }
-            builder
-                .map(|b| crate::compaction::finish(id, p, b))
-                .transpose()
-        })
-        .await
-        .map_err(|e| Error::Internal(e.to_string()))??;
-    let Some(o) = output else {
+            match builder {
+                Some(b) => Ok(Some((crate::compaction::finish(id, p, b)?, keys))),
+                None => Ok(None),
+            }
+        },
+    )
+    .await
+    .map_err(|e| Error::Internal(e.to_string()))??;
+    let Some((o, keys)) = built else {
         return Ok(());
     };
     inner.in_flight.lock().insert(id);
     let committed = async {
         inner.upload_sst(&id, &path).await?;
+        let _lock = inner.manifest_lock.lock().await;
+        // No NVMe→S3 commit since the records were cached, and still no version of any of
+        // their keys above S3 (a write may have arrived and been flushed meanwhile): else
+        // the promotion is dropped whole.
+        let state = inner.current();
+        let stale = inner.promotion.lock().epoch != epoch
+            || tokio::task::spawn_blocking(move || keys.iter().any(|k| has_version(&state, k)))
+                .await
+                .map_err(|e| Error::Internal(e.to_string()))?;
+        if stale {
+            return Ok(None);
+        }
         inner
             .commit_manifest(|m| m.levels[0].ssts.push(o.info.clone()))
             .await
+            .map(Some)
     }
     .await;
     inner.in_flight.lock().remove(&id);
     let manifest = match committed {
-        Ok(m) => m,
+        Ok(Some(m)) => m,
+        Ok(None) => {
+            inner.stats.record_promotion_abort();
+            let _ = std::fs::remove_file(&path);
+            return Ok(());
+        }
         Err(e) => {
             let _ = std::fs::remove_file(&path);
             return Err(e);
@@ -1319,6 +1333,16 @@ pub(crate) async fn promote_by_flush(inner: &Arc<ShardInner>) -> Result<()> {
     inner.stats.record_promoted(true, bytes);
     tracing::debug!(shard = %inner.name, bytes, "promoted hot records to L0");
     Ok(())
+}
+
+/// Whether a key has any version in the memtables or NVMe levels of `state`.
+fn has_version(state: &ShardState, key: &[u8]) -> bool {
+    state.memtables().any(|m| !m.get(key, u64::MAX).is_empty())
+        || state
+            .levels
+            .iter()
+            .flatten()
+            .any(|h| h.covers(key) && h.reader.get(key, u64::MAX).is_ok_and(|v| !v.is_empty()))
 }
 
 /// Merges newly acknowledged seq-times into a manifest's list: ascending, one entry a
