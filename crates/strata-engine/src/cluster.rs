@@ -87,6 +87,8 @@ pub(crate) struct Cluster {
     layout: Layout,
     clock: ClockRef,
     held: Mutex<HashMap<(u64, u32), Held>>,
+    /// Shards other nodes hold: the owner, and until when that answer is used (ms).
+    others: Mutex<HashMap<(u64, u32), (NodeInfo, u64)>>,
     live: Mutex<Vec<NodeInfo>>,
 }
 
@@ -153,6 +155,7 @@ impl Cluster {
             layout,
             clock,
             held: Mutex::new(HashMap::new()),
+            others: Mutex::new(HashMap::new()),
             live: Mutex::new(Vec::new()),
         })
     }
@@ -287,34 +290,43 @@ impl Cluster {
     }
 
     /// Makes sure this node owns the shard: holds it already, or claims it when it is free
-    /// (or lapsed) and this node is its preferred owner, or `force` (its preferred owner
-    /// let it lapse for a whole lease). Otherwise [`Error::NotOwner`] names the owner, or
-    /// the node expected to become it.
-    pub(crate) async fn ensure(
-        &self,
-        table: &str,
-        table_id: u64,
-        shard_id: u32,
-        force: bool,
-    ) -> Result<bool> {
+    /// (or lapsed) and this node is its preferred owner, or its preferred owner let it lapse
+    /// for a whole lease. Otherwise [`Error::NotOwner`] names the owner, or the node
+    /// expected to become it. Another node's live lease is remembered for a renewal
+    /// interval, so requests forwarded away do not each read the lease.
+    pub(crate) async fn ensure(&self, table: &str, table_id: u64, shard_id: u32) -> Result<bool> {
         if self.holds(table_id, shard_id) {
             return Ok(false);
         }
         let now = self.clock.now_ms();
-        let current = self.read_lease(table_id, shard_id).await?;
         let not_owner = |owner: Option<NodeInfo>| Error::NotOwner {
             table: table.to_string(),
             shard: shard_id,
             owner,
         };
+        if let Some((owner, until)) = self
+            .others
+            .lock()
+            .expect("owners")
+            .get(&(table_id, shard_id))
+            && *until > now
+        {
+            return Err(not_owner(Some(owner.clone())));
+        }
+        let current = self.read_lease(table_id, shard_id).await?;
         let mode = match &current {
             Some((l, _)) if l.expires_at_ms > now && l.owner.name != self.config.node => {
+                let until = l.expires_at_ms.min(now + self.config.renew_ms);
+                self.others
+                    .lock()
+                    .expect("owners")
+                    .insert((table_id, shard_id), (l.owner.clone(), until));
                 return Err(not_owner(Some(l.owner.clone())));
             }
             Some((l, v)) => {
                 let mine = l.owner.name == self.config.node;
                 let lapsed_long = now > l.expires_at_ms + self.config.lease_ms;
-                if !mine && !force && !lapsed_long {
+                if !mine && !lapsed_long {
                     let mut live = self.live();
                     if live.is_empty() {
                         live = self.refresh_nodes().await?;
@@ -328,16 +340,14 @@ impl Cluster {
                 PutMode::Update(v.clone())
             }
             None => {
-                if !force {
-                    let mut live = self.live();
-                    if live.is_empty() {
-                        live = self.refresh_nodes().await?;
-                    }
-                    if let Some(p) = preferred(&live, table_id, shard_id)
-                        && p.name != self.config.node
-                    {
-                        return Err(not_owner(Some(p.clone())));
-                    }
+                let mut live = self.live();
+                if live.is_empty() {
+                    live = self.refresh_nodes().await?;
+                }
+                if let Some(p) = preferred(&live, table_id, shard_id)
+                    && p.name != self.config.node
+                {
+                    return Err(not_owner(Some(p.clone())));
                 }
                 PutMode::Create
             }

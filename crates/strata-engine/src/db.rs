@@ -371,7 +371,7 @@ impl Db {
             .ok_or_else(|| Error::TableNotFound(name.to_string()))?;
         if let Some(c) = self.inner.cluster.get() {
             for s in &entry.shards {
-                c.ensure(name, entry.id, s.id, false).await?;
+                c.ensure(name, entry.id, s.id).await?;
             }
         }
         let mut open = self.inner.open.lock().await;
@@ -638,7 +638,7 @@ impl Db {
                 }
                 let preferred = crate::cluster::preferred(&live, entry.id, s.id)
                     .is_some_and(|p| p.name == c.config.node);
-                match c.ensure(&entry.name, entry.id, s.id, false).await {
+                match c.ensure(&entry.name, entry.id, s.id).await {
                     Ok(_) => {
                         // Open it now: the writer epoch fences a previous owner and the WAL
                         // is replayed before the first request arrives.
