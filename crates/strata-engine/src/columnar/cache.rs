@@ -48,6 +48,9 @@ impl std::fmt::Debug for BlockCache {
     }
 }
 
+/// Distinguishes the temporary files of concurrent writes of one block.
+static TMP_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 fn file_key(path: &Path) -> String {
     format!(
         "{:016x}",
@@ -100,9 +103,14 @@ impl BlockCache {
             .get_range(path, tail_offset..size)
             .await
             .map_err(Error::store(format!("read tail of {path}")))?;
-        let tmp = local.with_extension("tmp");
-        if tokio::fs::write(&tmp, &data).await.is_ok() {
-            let _ = tokio::fs::rename(&tmp, &local).await;
+        let tmp = local.with_extension(format!(
+            "{}.tmp",
+            TMP_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        if tokio::fs::write(&tmp, &data).await.is_err()
+            || tokio::fs::rename(&tmp, &local).await.is_err()
+        {
+            let _ = tokio::fs::remove_file(&tmp).await;
         }
         Ok(data)
     }
@@ -148,8 +156,14 @@ impl BlockCache {
         let mut missing = Vec::new();
         for b in &needed {
             let cached = self.blocks.lock().present.contains_key(&(key.clone(), *b));
+            // A block file holds the whole block or it is not used: the last block of a file
+            // is shorter, every other one is `bs` long.
+            let expected = (size.saturating_sub(b * bs)).min(bs) as usize;
             let data = if cached {
-                tokio::fs::read(self.block_path(&key, *b)).await.ok()
+                tokio::fs::read(self.block_path(&key, *b))
+                    .await
+                    .ok()
+                    .filter(|d| d.len() == expected)
             } else {
                 None
             };
@@ -218,10 +232,20 @@ impl BlockCache {
         if self.config.budget_bytes == 0 {
             return;
         }
-        if tokio::fs::write(self.block_path(key, block), data)
-            .await
-            .is_err()
-        {
+        // Written under a name of its own and renamed into place, so a reader of the block
+        // never sees a file another task is rewriting (two readers that both missed the
+        // block admit it twice).
+        let path = self.block_path(key, block);
+        let tmp = path.with_extension(format!(
+            "{block}.{}.tmp",
+            TMP_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        if tokio::fs::write(&tmp, data).await.is_err() {
+            let _ = tokio::fs::remove_file(&tmp).await;
+            return;
+        }
+        if tokio::fs::rename(&tmp, &path).await.is_err() {
+            let _ = tokio::fs::remove_file(&tmp).await;
             return;
         }
         let mut b = self.blocks.lock();
@@ -239,5 +263,64 @@ impl BlockCache {
                 let _ = std::fs::remove_file(self.block_path(&old.0, old.1));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object_store::PutPayload;
+    use rand::{Rng, SeedableRng};
+
+    /// Many readers of the same few blocks under a budget that keeps evicting them: every
+    /// read returns the object's bytes (a block admitted twice at once used to be rewritten
+    /// in place while another reader read it, which returned a short block).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_readers_see_whole_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = BlockCache::new(CacheConfig {
+            dir: dir.path().to_path_buf(),
+            block_bytes: 4096,
+            budget_bytes: 3 * 4096,
+        })
+        .unwrap();
+        let store: StoreRef = Arc::new(object_store::memory::InMemory::new());
+        let path = Path::from("t/file.parquet");
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let body: Vec<u8> = (0..40_000).map(|_| rng.random()).collect();
+        store
+            .put(&path, PutPayload::from(body.clone()))
+            .await
+            .unwrap();
+        let body = Arc::new(body);
+        let size = body.len() as u64;
+        let mut tasks = Vec::new();
+        for t in 0..16u64 {
+            let (cache, store, path, body) =
+                (cache.clone(), store.clone(), path.clone(), body.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut rng = rand::rngs::StdRng::seed_from_u64(t);
+                for _ in 0..300 {
+                    let start = rng.random_range(0..size - 1);
+                    let end = (start + rng.random_range(1..9000)).min(size);
+                    let got = cache
+                        .read_ranges(&store, &path, size, std::slice::from_ref(&(start..end)))
+                        .await
+                        .unwrap();
+                    assert_eq!(&got[0][..], &body[start as usize..end as usize]);
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let left = std::fs::read_dir(dir.path().join("blocks"))
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "tmp"))
+            })
+            .count();
+        assert_eq!(left, 0, "temporary block files left behind");
     }
 }
