@@ -1331,6 +1331,9 @@ pub(crate) async fn promote_by_flush(inner: &Arc<ShardInner>) -> Result<()> {
     *guard = Arc::new(next);
     drop(guard);
     inner.stats.record_promoted(true, bytes);
+    // A read-only workload flushes no memtable: L0 grows by promotions alone, and they
+    // must start compactions as flushes do.
+    inner.compaction_wanted.notify_one();
     tracing::debug!(shard = %inner.name, bytes, "promoted hot records to L0");
     Ok(())
 }

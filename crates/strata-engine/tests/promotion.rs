@@ -166,6 +166,62 @@ async fn reads_from_s3_are_promoted_and_newer_versions_win() {
     db.close().await;
 }
 
+/// A read-only workload flushes no memtable, so L0 grows by promotions alone: they start
+/// compactions (L0 stayed at dozens of SSTs in the HotRAP loadtest before), and the
+/// promoted records stay readable from NVMe as they move down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promotions_alone_start_compactions() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = common::memory_store();
+    let mut c = config();
+    c.hotness.promotion_cache_bytes = 512;
+    let db = common::open(&store, tmp.path(), c).await;
+    db.create_table("t", common::schema(), &["id"])
+        .await
+        .unwrap();
+    let t = db.table("t").await.unwrap();
+    let ids: Vec<i64> = (0..2000).collect();
+    let names: Vec<String> = ids.iter().map(|i| format!("value-{i:08}")).collect();
+    let a: Vec<Option<&str>> = names.iter().map(|s| Some(s.as_str())).collect();
+    let b: Vec<Option<i64>> = ids.iter().map(|i| Some(*i)).collect();
+    t.upsert(rows(&ids, &a, &b)).await.unwrap();
+    t.drain_to_s3().await.unwrap();
+    // Hot keys 0..300, read in rounds: each round fills the small cache many times over.
+    for _ in 0..6 {
+        for k in 0..300 {
+            assert_eq!(get(&t, k).await.unwrap().2, Some(k));
+        }
+    }
+    let shard = t.shards().next().unwrap();
+    assert!(shard.stats().promoted_flush_bytes > 0, "nothing promoted");
+    let trigger = 2;
+    let mut waited = 0;
+    loop {
+        let l0 = shard.stats().ssts_per_level[0];
+        if l0 <= trigger {
+            break;
+        }
+        assert!(
+            waited < 200,
+            "L0 holds {l0} SSTs after promotions (trigger {trigger})"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        waited += 1;
+    }
+    let deeper: usize = shard.stats().ssts_per_level[1..].iter().sum();
+    assert!(deeper > 0, "promoted records never compacted down");
+    let before = sources(&t);
+    for k in 0..300 {
+        assert_eq!(get(&t, k).await.unwrap().2, Some(k));
+    }
+    let after = sources(&t);
+    assert!(
+        after.2 - before.2 < 30,
+        "hot keys went back to S3 after compaction: {before:?} -> {after:?}"
+    );
+    db.close().await;
+}
+
 /// Concurrent updates to keys being promoted, drains and compactions running, reads
 /// checked: a reader never sees a key go back to an older version, and at the end every
 /// key holds its last acknowledged write.
