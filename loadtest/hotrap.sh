@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # HotRAP's tiered experiment on this machine (issue 6): YCSB over a local bucket with an
 # injected S3 first-byte latency, the NVMe tier sized to ~10% of the data, side by side:
-#   tracked  - hotness tracker, retention and promotion on (data starts in S3)
-#   off      - the same engine with tracking off (data starts in S3)
+#   tracked  - hotness tracker, retention and promotion on
+#   off      - the same engine with tracking off
+#   (both start as the load leaves them, as in the paper: the NVMe levels hold the newest
+#   ~10% of the records, the rest is in S3; START=drained moves every record to S3 first)
 #   nvme     - every record on NVMe (no drain; levels large enough), the upper bound
 # Usage: loadtest/hotrap.sh [records] [ops] [record_bytes] > summary.md
 #        loadtest/hotrap.sh [records] [ops] [record_bytes] shift > summary.md
@@ -29,11 +31,16 @@ tiered=$(printf '{"levels":3,"level_bytes_base":%d,"level_size_multiplier":4,"me
   "$l1" "$memtable" $((memtable / 2)) $((data * 2)) $((8 << 20)) $((budget / 10)) "%s" "$budget" $((budget / 64)))
 nvme=$(printf '{"levels":3,"level_bytes_base":%d,"level_size_multiplier":10,"memtable_bytes_max":%d,"s3_level_bytes_base":%d}' \
   $((data * 2)) "$memtable" $((data * 2)))
+case "${START:-loaded}" in
+  loaded) start=--flush-after-load ;;
+  drained) start=--drain-after-load ;;
+  *) echo "START is loaded or drained" >&2; exit 2 ;;
+esac
 run() { # name workload distribution variant
   local name="$1" workload="$2" dist="$3" variant="$4" engine extra=()
   case "$variant" in
-    tracked) engine=$(printf "$tiered" true); extra=(--drain-after-load) ;;
-    off) engine=$(printf "$tiered" false); extra=(--drain-after-load) ;;
+    tracked) engine=$(printf "$tiered" true); extra=("$start") ;;
+    off) engine=$(printf "$tiered" false); extra=("$start") ;;
     nvme) engine="$nvme"; extra=(--flush-after-load) ;;
   esac
   local dir="$OUT/data-$name-$variant"
@@ -58,7 +65,7 @@ if [ "${4:-}" = shift ]; then
   rm -rf "$dir"
   "$BIN" --workload c --records "$RECORDS" --ops "$OPS" --record-bytes "$BYTES" \
     --clients "$CLIENTS" --store local --dir "$dir" --store-latency-ms "$LATENCY_MS" \
-    --engine-json "$(printf "$tiered" true)" --drain-after-load --stages "$stages" \
+    --engine-json "$(printf "$tiered" true)" "$start" --stages "$stages" \
     --sample-ms 500 --json "$OUT/shift.json" > "$OUT/shift.log" 2>&1
   rm -rf "$dir"
   python3 loadtest/plot_hits.py "$OUT/shift.svg" "tracked=$OUT/shift.json"
@@ -86,7 +93,7 @@ for i, name in enumerate(stages):
 PY
   exit 0
 fi
-echo "records $RECORDS x $BYTES B (~$((data >> 20)) MiB), NVMe budget ~$((budget >> 20)) MiB, $OPS ops, $CLIENTS clients, ${LATENCY_MS} ms first-byte latency"
+echo "records $RECORDS x $BYTES B (~$((data >> 20)) MiB), NVMe budget ~$((budget >> 20)) MiB, $OPS ops, $CLIENTS clients, ${LATENCY_MS} ms first-byte latency, start ${START:-loaded}"
 echo
 echo "| workload | variant | ops/s (run) | ops/s (last tenth) | NVMe hit rate (last tenth) | reads NVMe / promotion cache / S3 |"
 echo "|---|---|---|---|---|---|"

@@ -74,6 +74,10 @@ pub struct EngineConfig {
     pub parquet_dictionary_page_bytes: usize,
     /// Block size of the local cache of S3-level data.
     pub cache_block_bytes: u64,
+    /// Bytes of memory for scans' merged, columnar copies of the immutable upper tiers
+    /// (NVMe-tier SSTs and shallower S3 levels), one per shard and file set, reused until a
+    /// flush or compaction changes the files; 0 turns them off.
+    pub scan_overlay_bytes: u64,
     /// Bytes of S3-level data blocks cached in the local directory.
     pub cache_bytes_max: u64,
     /// Sorted runs (frozen memtables, L0 files, non-empty deeper NVMe levels and S3 group
@@ -188,6 +192,7 @@ impl Default for EngineConfig {
             parquet_dictionary_page_bytes: 1 << 20,
             cache_block_bytes: 256 << 10,
             cache_bytes_max: 4 << 30,
+            scan_overlay_bytes: 256 << 20,
             sorted_runs_max: 24,
             jobs: JobsConfig::default(),
             gc: GcConfig::default(),

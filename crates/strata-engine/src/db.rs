@@ -142,6 +142,7 @@ impl Db {
             cache,
             metas: Arc::new(crate::columnar::MetaCache::default()),
             layout: layout.clone(),
+            overlays: Arc::new(crate::overlay::OverlayCache::new(config.scan_overlay_bytes)),
         };
         let workers = tokio_util::sync::CancellationToken::new();
         let mut worker_stats = Vec::new();

@@ -25,6 +25,7 @@ pub mod jobs;
 pub mod keycodec;
 pub mod memtable;
 pub mod metrics;
+pub mod overlay;
 mod promotion;
 pub mod row;
 pub mod s3;

@@ -47,6 +47,8 @@ pub struct S3Context {
     pub metas: Arc<MetaCache>,
     /// Bucket layout (for the job directory).
     pub layout: strata_manifest::Layout,
+    /// Merged columnar copies of immutable upper tiers, for scans (process-wide).
+    pub overlays: Arc<crate::overlay::OverlayCache>,
 }
 
 /// Gives a manifest the S3 levels of the table's layout (new shards, or older manifests).

@@ -39,6 +39,7 @@ use crate::columnar::reader::{FileReader, ParquetSource};
 use crate::entry::{Entry, EntryKind};
 use crate::error::{Error, Result};
 use crate::iter::{EntryIter, MergeIter, RowIter, VecIter};
+use crate::overlay::Overlay;
 use crate::row::RowValues;
 use crate::schema::TableSchema;
 use crate::value::value_at;
@@ -56,6 +57,9 @@ pub struct ScanPaths {
     /// Deep-level rows read without the version columns (`_seq`, `_kind`, `_present`):
     /// the level's files hold only visible whole-row puts, one per key.
     pub unversioned: u64,
+    /// Rows spliced straight from the overlay of the immutable upper tiers (whole rows;
+    /// see [`crate::overlay`]), and deep rows dropped under its deletes.
+    pub overlaid: u64,
 }
 
 /// One column group of the deep level, read file by file, cut to the key range.
@@ -447,8 +451,16 @@ pub struct ViewBatches {
     read_seq: u64,
     batch_rows: usize,
     end: Option<Vec<u8>>,
-    /// Versions of every tier above the deep level, merged.
+    /// Versions of every tier above the deep level, merged (only the memtables when an
+    /// overlay holds the immutable tiers).
     upper: Box<dyn EntryIter>,
+    /// The overlay of the immutable upper tiers, when the scan uses one: its entries
+    /// `ov_pos..ov_end` are still to come.
+    overlay: Option<Arc<Overlay>>,
+    ov_pos: usize,
+    ov_end: usize,
+    /// Per output column: the overlay's column, cast to the deep level's type.
+    ov_columns: Vec<Option<ArrayRef>>,
     upper_peek: Option<Entry>,
     upper_done: bool,
     deep: Option<Deep>,
@@ -471,8 +483,10 @@ impl ViewBatches {
         projection: Vec<usize>,
         read_seq: u64,
         batch_rows: usize,
+        start: &[u8],
         end: Option<Vec<u8>>,
         upper: Box<dyn EntryIter>,
+        overlay: Option<Arc<Overlay>>,
         deep: Option<DeepSpec>,
     ) -> Result<Self> {
         let schema = Arc::new(
@@ -484,6 +498,13 @@ impl ViewBatches {
         let deep = deep
             .map(|d| d.build(&table, &projection, read_seq))
             .transpose()?;
+        let (ov_pos, ov_end) = overlay.as_ref().map_or((0, 0), |o| {
+            (
+                o.lower_bound(start),
+                end.as_deref().map_or(o.entries.len(), |e| o.lower_bound(e)),
+            )
+        });
+        let ov_columns = vec![None; projection.len()];
         Ok(Self {
             table,
             projection,
@@ -492,6 +513,10 @@ impl ViewBatches {
             batch_rows: batch_rows.max(1),
             end,
             upper,
+            overlay,
+            ov_pos,
+            ov_end,
+            ov_columns,
             upper_peek: None,
             upper_done: false,
             deep,
@@ -526,33 +551,61 @@ impl ViewBatches {
         Ok(self.upper_peek.as_ref())
     }
 
+    /// The next overlay entry still to come.
+    fn peek_overlay(&self) -> Option<&Entry> {
+        self.overlay
+            .as_ref()
+            .filter(|_| self.ov_pos < self.ov_end)
+            .map(|o| &o.entries[self.ov_pos])
+    }
+
+    /// The smallest key still to come above the deep level (memtables or overlay).
+    fn next_upper_key(&mut self) -> Result<Option<Bytes>> {
+        let mem = self.peek_upper()?.map(|e| e.key.clone());
+        let ov = self.peek_overlay().map(|e| e.key.clone());
+        Ok(match (mem, ov) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        })
+    }
+
+    /// Copies of overlay entries (for the row path).
+    fn overlay_entries(&self, range: std::ops::Range<usize>) -> Vec<Entry> {
+        self.overlay
+            .as_ref()
+            .map_or_else(Vec::new, |o| o.entries[range].to_vec())
+    }
+
     /// Upper versions with keys below `bound` (`inclusive`: at most `bound`), of at most
-    /// `max_keys` keys; when it stops early, also the last key taken (every version of it is
-    /// taken).
+    /// `max_keys` keys: the memtables' versions, and the overlay's entries taken (a range);
+    /// when it stops early, also the last key taken (every version of it is taken).
     fn upper_until(
         &mut self,
         bound: &[u8],
         inclusive: bool,
         max_keys: usize,
-    ) -> Result<(Vec<Entry>, Option<Bytes>)> {
+    ) -> Result<(Vec<Entry>, std::ops::Range<usize>, Option<Bytes>)> {
         let mut out: Vec<Entry> = Vec::new();
+        let ov_from = self.ov_pos;
         let mut keys = 0;
-        while let Some(e) = self.peek_upper()? {
-            let k = e.key.as_ref();
-            if k > bound || (!inclusive && k == bound) {
+        let mut last: Option<Bytes> = None;
+        while let Some(k) = self.next_upper_key()? {
+            if k.as_ref() > bound || (!inclusive && k.as_ref() == bound) {
                 break;
             }
-            let new_key = out.last().is_none_or(|l| l.key.as_ref() != k);
-            if new_key {
-                if keys == max_keys {
-                    let cut = out.last().map(|l| l.key.clone());
-                    return Ok((out, cut));
-                }
-                keys += 1;
+            if keys == max_keys {
+                return Ok((out, ov_from..self.ov_pos, last));
             }
-            out.extend(self.upper_peek.take());
+            keys += 1;
+            while self.peek_upper()?.is_some_and(|e| e.key == k) {
+                out.extend(self.upper_peek.take());
+            }
+            if self.peek_overlay().is_some_and(|e| e.key == k) {
+                self.ov_pos += 1;
+            }
+            last = Some(k);
         }
-        Ok((out, None))
+        Ok((out, ov_from..self.ov_pos, None))
     }
 
     fn batch(&self, columns: Vec<ArrayRef>, rows: usize) -> Result<RecordBatch> {
@@ -662,11 +715,12 @@ impl ViewBatches {
             }
             let first = chunk.keys().key(0);
             // Upper keys before the chunk are not in the deep level: resolve them alone.
-            if self.carry.is_empty() && self.peek_upper()?.is_some_and(|e| e.key < first) {
+            if self.carry.is_empty() && self.next_upper_key()?.is_some_and(|k| k < first) {
                 if let Some(deep) = self.deep.as_mut() {
                     deep.pushback = Some(chunk);
                 }
-                let (versions, _) = self.upper_until(&first, false, self.batch_rows)?;
+                let (mut versions, ov, _) = self.upper_until(&first, false, self.batch_rows)?;
+                versions.extend(self.overlay_entries(ov));
                 if let Some(b) = self.merged(versions)? {
                     return Ok(Some(b));
                 }
@@ -674,7 +728,7 @@ impl ViewBatches {
             }
             let mut n = chunk.rows();
             let mut last = chunk.keys().key(n - 1);
-            let (upper, cut) = self.upper_until(&last, true, self.batch_rows)?;
+            let (upper, ov, cut) = self.upper_until(&last, true, self.batch_rows)?;
             if let Some(u) = cut {
                 // Many upper keys in the chunk's range: stop the chunk after them.
                 let split = lower_bound(chunk.keys(), &u, true);
@@ -687,6 +741,7 @@ impl ViewBatches {
                         // Only with a carry: it and these upper keys precede the chunk.
                         let mut versions = std::mem::take(&mut self.carry);
                         versions.extend(upper);
+                        versions.extend(self.overlay_entries(ov));
                         if let Some(b) = self.merged(versions)? {
                             return Ok(Some(b));
                         }
@@ -700,12 +755,12 @@ impl ViewBatches {
             let deep = self.deep.as_ref().expect("deep level");
             if self.carry.is_empty() && deep.clean(&chunk, self.read_seq) {
                 self.decided = Some(last);
-                if upper.is_empty() {
+                if upper.is_empty() && ov.is_empty() {
                     self.paths.passed += n as u64;
                     let columns = deep.columns(&chunk);
                     return self.batch(columns, n).map(Some);
                 }
-                let batch = self.patch(&chunk, upper)?;
+                let batch = self.patch(&chunk, upper, ov)?;
                 if batch.num_rows() > 0 {
                     return Ok(Some(batch));
                 }
@@ -715,6 +770,7 @@ impl ViewBatches {
             // keys past it must follow it: both wait.
             let mut all = std::mem::take(&mut self.carry);
             all.extend(upper);
+            all.extend(self.overlay_entries(ov));
             deep.versions(&self.table, &chunk, 0..n, &mut all)?;
             let (carry, versions): (Vec<Entry>, Vec<Entry>) =
                 all.into_iter().partition(|e| e.key >= last);
@@ -735,57 +791,111 @@ impl ViewBatches {
         self.rows_batch(&rows).map(Some)
     }
 
-    /// Resolves the keys of `upper` (all within the chunk's range) over the chunk's rows and
-    /// splices them in: runs of the chunk's rows and resolved rows are copied in key order.
-    /// A deep row's values are decoded only when its key's newest visible upper version is
-    /// partial (a whole-row put or a delete replaces it outright).
-    fn patch(&mut self, chunk: &Chunk, upper: Vec<Entry>) -> Result<RecordBatch> {
+    /// Resolves the keys of `upper` and of the overlay's entries `ov` (all within the
+    /// chunk's range) over the chunk's rows and splices them in: runs of the chunk's rows,
+    /// resolved rows and the overlay's whole rows are copied in key order, and a deep row
+    /// under an overlay delete is dropped. Only keys with memtable versions or a partial
+    /// overlay entry are resolved row by row, and a deep row's values are decoded only
+    /// when nothing above it is a whole row or a delete.
+    fn patch(
+        &mut self,
+        chunk: &Chunk,
+        upper: Vec<Entry>,
+        ov: std::ops::Range<usize>,
+    ) -> Result<RecordBatch> {
+        /// Where a key's output row comes from.
+        enum From {
+            Resolved,
+            Overlay(usize),
+            Gone,
+        }
+        let overlay = self.overlay.clone();
+        let (ov_entries, ov_rows): (&[Entry], &[u32]) = match &overlay {
+            Some(o) => (&o.entries[ov.clone()], &o.rows[ov]),
+            None => (&[], &[]),
+        };
         let deep = self.deep.as_ref().expect("deep level");
         let keys = chunk.keys();
         let n = chunk.rows();
-        // Per upper key: the key, its position in the chunk, whether the chunk holds it.
-        let mut ukeys: Vec<(Bytes, usize, bool)> = Vec::new();
+        // Per key: the key, its position in the chunk, whether the chunk holds it, and
+        // where its row comes from.
+        let mut ukeys: Vec<(Bytes, usize, bool, From)> = Vec::new();
+        let mut versions: Vec<Entry> = Vec::with_capacity(upper.len());
         let mut need_deep: Vec<usize> = Vec::new();
         let mut from = 0;
-        let mut i = 0;
-        while i < upper.len() {
-            let k = &upper[i].key;
-            let mut j = i + 1;
-            while j < upper.len() && upper[j].key == *k {
+        let mut up = upper.into_iter().peekable();
+        let mut j = 0;
+        loop {
+            let uk = up.peek().map(|e| e.key.clone());
+            let ok = ov_entries.get(j).map(|e| &e.key);
+            let key = match (&uk, ok) {
+                (Some(a), Some(b)) => a.min(b).clone(),
+                (Some(a), None) => a.clone(),
+                (None, Some(b)) => b.clone(),
+                (None, None) => break,
+            };
+            let group = versions.len();
+            let mut src = From::Resolved;
+            let in_memtables = uk.as_ref() == Some(&key);
+            while up.peek().is_some_and(|e| e.key == key) {
+                versions.extend(up.next());
+            }
+            if ok == Some(&key) {
+                let e = &ov_entries[j];
+                match e.kind {
+                    EntryKind::Put if !in_memtables => src = From::Overlay(ov_rows[j] as usize),
+                    EntryKind::Delete if !in_memtables => src = From::Gone,
+                    _ => versions.push(e.clone()),
+                }
                 j += 1;
             }
-            // Versions of a key arrive newest first.
-            let whole = upper[i..j]
-                .iter()
-                .find(|e| e.seq <= self.read_seq)
-                .is_some_and(|e| e.kind != EntryKind::Partial);
-            let pos = lower_bound_from(keys, from, k, false);
-            let hit = pos < n && keys.cmp_at(pos, k) == Ordering::Equal;
-            if hit && !whole {
-                need_deep.push(pos);
+            let pos = lower_bound_from(keys, from, &key, false);
+            let hit = pos < n && keys.cmp_at(pos, &key) == Ordering::Equal;
+            if matches!(src, From::Resolved) && hit {
+                // Versions of a key arrive newest first; a whole row or a delete among the
+                // visible ones hides the deep row.
+                let whole = versions[group..]
+                    .iter()
+                    .any(|e| e.seq <= self.read_seq && e.kind != EntryKind::Partial);
+                if !whole {
+                    need_deep.push(pos);
+                }
             }
-            ukeys.push((k.clone(), pos, hit));
+            ukeys.push((key, pos, hit, src));
             from = pos;
-            i = j;
         }
         let hits = ukeys.iter().filter(|u| u.2).count();
-        let mut versions = upper;
         deep.versions(&self.table, chunk, need_deep.iter().copied(), &mut versions)?;
         let patched = self.resolve(versions)?;
-        // Segments of the output: (source, start, end), source 0 = chunk, 1 = patched rows.
+        // Segments of the output: (source, start, end); sources: 0 = chunk, 1 = resolved
+        // rows, 2 = the overlay's whole rows.
         let mut segments: Vec<(usize, usize, usize)> = Vec::with_capacity(2 * ukeys.len() + 1);
+        let push =
+            |segments: &mut Vec<(usize, usize, usize)>, src: usize, row: usize| match segments
+                .last_mut()
+            {
+                Some((s, _, end)) if *s == src && *end == row => *end = row + 1,
+                _ => segments.push((src, row, row + 1)),
+            };
         let (mut at, mut p) = (0, 0);
-        for (k, pos, hit) in &ukeys {
+        let mut overlaid = 0u64;
+        for (k, pos, hit, src) in &ukeys {
             if *pos > at {
                 segments.push((0, at, *pos));
                 at = *pos;
             }
-            if patched.get(p).is_some_and(|(pk, _)| pk == k) {
-                match segments.last_mut() {
-                    Some((1, _, end)) if *end == p => *end = p + 1,
-                    _ => segments.push((1, p, p + 1)),
+            match src {
+                From::Resolved => {
+                    if patched.get(p).is_some_and(|(pk, _)| pk == k) {
+                        push(&mut segments, 1, p);
+                        p += 1;
+                    }
                 }
-                p += 1;
+                From::Overlay(r) => {
+                    push(&mut segments, 2, *r);
+                    overlaid += 1;
+                }
+                From::Gone => overlaid += 1,
             }
             if *hit {
                 at = pos + 1;
@@ -795,20 +905,34 @@ impl ViewBatches {
             segments.push((0, at, n));
         }
         let total: usize = segments.iter().map(|(_, a, b)| b - a).sum();
+        let base = deep.columns(chunk);
         self.paths.passed += (n - hits) as u64;
         self.paths.patched += patched.len() as u64;
-        let base = deep.columns(chunk);
+        self.paths.overlaid += overlaid;
         let patch = self.table.to_batch(&patched, &self.projection)?;
+        let cast_to = |a: &ArrayRef, b: &ArrayRef| -> Result<ArrayRef> {
+            if a.data_type() == b.data_type() {
+                Ok(a.clone())
+            } else {
+                cast(a, b.data_type()).map_err(|e| Error::Internal(e.to_string()))
+            }
+        };
         let mut columns = Vec::with_capacity(base.len());
         for (c, b) in base.iter().enumerate() {
-            let p = patch.column(c);
-            let p = if p.data_type() == b.data_type() {
-                p.clone()
-            } else {
-                cast(p, b.data_type()).map_err(|e| Error::Internal(e.to_string()))?
+            let p = cast_to(patch.column(c), b)?;
+            let o = match &overlay {
+                Some(o) => match &self.ov_columns[c] {
+                    Some(a) if a.data_type() == b.data_type() => a.clone(),
+                    _ => {
+                        let a = cast_to(o.batch.column(self.projection[c]), b)?;
+                        self.ov_columns[c] = Some(a.clone());
+                        a
+                    }
+                },
+                None => p.clone(),
             };
-            let (bd, pd) = (b.to_data(), p.to_data());
-            let mut out = MutableArrayData::new(vec![&bd, &pd], false, total);
+            let (bd, pd, od) = (b.to_data(), p.to_data(), o.to_data());
+            let mut out = MutableArrayData::new(vec![&bd, &pd, &od], false, total);
             for &(src, start, end) in &segments {
                 out.try_extend(src, start, end)
                     .map_err(|e| Error::Internal(format!("splicing a scan batch: {e}")))?;
@@ -828,8 +952,14 @@ impl ViewBatches {
             peek: self.upper_peek.take(),
             inner: std::mem::replace(&mut self.upper, Box::new(VecIter(Vec::new().into_iter()))),
         });
+        let overlay = self.overlay_entries(self.ov_pos..self.ov_end);
+        self.ov_pos = self.ov_end;
         let merged = MergeIter::with_parts(
-            vec![Box::new(VecIter(carry.into_iter())), rest],
+            vec![
+                Box::new(VecIter(carry.into_iter())),
+                rest,
+                Box::new(VecIter(overlay.into_iter())),
+            ],
             self.table.codec.clone(),
         );
         self.tail = Some(RowIter::new(

@@ -216,6 +216,144 @@ impl ShardView {
         sources
     }
 
+    /// The memtables (or WAL tail) from `start`, newest first.
+    fn memtable_sources(&self, start: &[u8]) -> Vec<Box<dyn EntryIter>> {
+        self.state
+            .memtables()
+            .map(|mem| Box::new(MemtableIter::new(mem.clone(), start)) as Box<dyn EntryIter>)
+            .collect()
+    }
+
+    /// What identifies the overlay of the immutable upper tiers above S3 level `deep` (see
+    /// [`crate::overlay`]): the shard, the table's schema and every file folded. None when
+    /// there is nothing to fold or the view reads older than the newest version folded.
+    fn overlay_key(&self, deep: usize) -> Option<String> {
+        use std::fmt::Write;
+        let m = &self.state.manifest.value;
+        let ssts: Vec<&SstInfo> = self
+            .state
+            .levels
+            .iter()
+            .flatten()
+            .map(|h| &h.info)
+            .collect();
+        let files: Vec<&strata_manifest::ParquetFileInfo> = m.s3_levels
+            [..deep.min(m.s3_levels.len())]
+            .iter()
+            .flat_map(|l| l.groups.iter().flat_map(|g| g.files.iter()))
+            .collect();
+        let newest = ssts
+            .iter()
+            .map(|i| i.seq_max)
+            .chain(files.iter().map(|f| f.seq_max))
+            .max()?;
+        if newest > self.read_seq {
+            return None;
+        }
+        // The overlay reads every group of the upper S3 levels and takes a whole-row put in
+        // them as whole: only right when each level's groups hold the same versions (a
+        // version whose other groups were compacted deeper is only part of a row here).
+        let whole = m.s3_levels[..deep.min(m.s3_levels.len())].iter().all(|l| {
+            l.groups
+                .iter()
+                .all(|g| run_signature(g) == run_signature(&l.groups[0]))
+        });
+        if !whole {
+            return None;
+        }
+        let schema = xxhash_rust::xxh3::xxh3_64(format!("{:?}", self.table.read_schema).as_bytes());
+        let mut key = format!("{}|{deep}|{schema:016x}|", self.paths.dir());
+        for i in ssts {
+            let _ = write!(key, "{:?},", i.id);
+        }
+        key.push('|');
+        for f in files {
+            let _ = write!(key, "{},", f.name);
+        }
+        Some(key)
+    }
+
+    /// Whether `[start, end)` spans enough of deep level `deep` (a sixteenth of its rows)
+    /// for a scan of it to be worth building an overlay for.
+    fn wide(&self, deep: usize, start: &[u8], end: Option<&[u8]>) -> bool {
+        let Some(level) = self.state.manifest.value.s3_levels.get(deep) else {
+            return false;
+        };
+        let Some(run) = level.groups.first() else {
+            return false;
+        };
+        let total: u64 = run.files.iter().map(|f| f.rows).sum();
+        let inside: u64 = run
+            .files
+            .iter()
+            .filter(|f| {
+                f.key_max.as_slice() >= start && end.is_none_or(|e| f.key_min.as_slice() < e)
+            })
+            .map(|f| f.rows)
+            .sum();
+        inside.saturating_mul(16) >= total
+    }
+
+    /// The overlay of the immutable upper tiers above S3 level `deep`, when one is ready.
+    /// Otherwise, when `build`, starts building it on a blocking thread (`wait`: builds it
+    /// here, or waits for the scan building it).
+    fn overlay(
+        &self,
+        deep: usize,
+        handle: &tokio::runtime::Handle,
+        build: bool,
+        wait: bool,
+    ) -> Option<Arc<crate::overlay::Overlay>> {
+        use crate::overlay::{Lookup, Overlay};
+        let key = self.overlay_key(deep)?;
+        let cache = self.s3.overlays.clone();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            match cache.lookup(&key, build) {
+                Lookup::Ready(o) => return Some(o),
+                Lookup::Skip => return None,
+                Lookup::Building if wait && std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Lookup::Building => return None,
+                Lookup::Build => {
+                    let (table, state, store, paths, s3) = (
+                        self.table.clone(),
+                        self.state.clone(),
+                        self.store.clone(),
+                        self.paths.clone(),
+                        self.s3.clone(),
+                    );
+                    let h = handle.clone();
+                    let job = move || {
+                        let files = BucketFiles {
+                            store: &store,
+                            paths: &paths,
+                            s3: &s3,
+                        };
+                        let max = s3.overlays.max_overlay_bytes();
+                        let built = Overlay::build(&table, &state, &files, deep, max, &h);
+                        s3.overlays.finish(&key, built)
+                    };
+                    if wait {
+                        return job();
+                    }
+                    drop(handle.spawn_blocking(job));
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// Builds (or waits for) the scan overlay of this view's immutable upper tiers, as the
+    /// first wide scan of a file set does in the background (see [`crate::overlay`]); true
+    /// when scans of this view now use one. Blocking: call it on a blocking thread.
+    pub fn warm_overlay(&self, handle: &tokio::runtime::Handle) -> bool {
+        self.deep_level(&[])
+            .and_then(|li| self.overlay(li, handle, true, true))
+            .is_some()
+    }
+
     fn files(&self) -> BucketFiles<'_> {
         BucketFiles {
             store: &self.store,
@@ -330,48 +468,30 @@ impl ShardView {
             .filter_map(|c| table.value_indices.iter().position(|v| v == c))
             .collect();
         let manifest = &self.state.manifest.value;
-        // The deep level: the deepest S3 level holding files, when its groups are known.
-        let deep_level = manifest
-            .s3_levels
-            .iter()
-            .rposition(|l| l.groups.iter().any(|g| !g.files.is_empty()))
-            .filter(|li| {
-                table
-                    .groups
-                    .get(*li)
-                    .is_some_and(|f| f.len() == manifest.s3_levels[*li].groups.len())
-            });
-        // Its needed groups must hold the same versions to be read side by side; groups
-        // compacted separately may not (their runs then differ in rows or sequence span).
-        let deep_level = deep_level.filter(|li| {
-            let runs = &manifest.s3_levels[*li].groups;
-            let sig = |g: usize| {
-                let files = &runs[g].files;
-                (
-                    files.iter().map(|f| f.rows).sum::<u64>(),
-                    files.iter().map(|f| f.seq_min).min(),
-                    files.iter().map(|f| f.seq_max).max(),
-                    files.first().map(|f| f.key_min.clone()),
-                    files.last().map(|f| f.key_max.clone()),
-                )
-            };
-            let groups = crate::s3::groups_needed(table, *li, Some(&needed));
-            groups.iter().all(|g| sig(*g) == sig(groups[0]))
+        let deep_level = self.deep_level(&needed);
+        let overlay = deep_level.and_then(|li| {
+            let build = self.wide(li, start, end);
+            self.overlay(li, handle, build, false)
         });
         let files = self.files();
-        let sources = self.row_sources(start, end);
-        let mut upper = MergeIter::with_parts(sources, table.codec.clone());
-        upper.add_sources(crate::s3::run_iters(
-            table,
-            &files,
-            manifest,
-            0..deep_level.unwrap_or(usize::MAX),
-            start,
-            end,
-            Some(&needed),
-            true,
-            handle,
-        ));
+        let upper = if overlay.is_some() {
+            MergeIter::with_parts(self.memtable_sources(start), table.codec.clone())
+        } else {
+            let mut upper =
+                MergeIter::with_parts(self.row_sources(start, end), table.codec.clone());
+            upper.add_sources(crate::s3::run_iters(
+                table,
+                &files,
+                manifest,
+                0..deep_level.unwrap_or(usize::MAX),
+                start,
+                end,
+                Some(&needed),
+                true,
+                handle,
+            ));
+            upper
+        };
         let deep = deep_level.map(|li| crate::scan::DeepSpec {
             level: li,
             groups: crate::s3::groups_needed(table, li, Some(&needed))
@@ -394,11 +514,62 @@ impl ShardView {
             projection.to_vec(),
             self.read_seq,
             batch_rows,
+            start,
             end.map(|e| e.to_vec()),
             Box::new(upper),
+            overlay,
             deep,
         )
     }
+
+    /// The deep level a scan needing the non-key columns `needed` reads column-wise: the
+    /// deepest S3 level holding files, when its groups are known and line up.
+    fn deep_level(&self, needed: &[usize]) -> Option<usize> {
+        let table = &self.table;
+        let manifest = &self.state.manifest.value;
+        // The deep level: the deepest S3 level holding files, when its groups are known.
+        let deep_level = manifest
+            .s3_levels
+            .iter()
+            .rposition(|l| l.groups.iter().any(|g| !g.files.is_empty()))
+            .filter(|li| {
+                table
+                    .groups
+                    .get(*li)
+                    .is_some_and(|f| f.len() == manifest.s3_levels[*li].groups.len())
+            });
+        // Its needed groups must hold the same versions to be read side by side; groups
+        // compacted separately may not (their runs then differ in rows or sequence span).
+        deep_level.filter(|li| {
+            let runs = &manifest.s3_levels[*li].groups;
+            let groups = crate::s3::groups_needed(table, *li, Some(needed));
+            groups
+                .iter()
+                .all(|g| run_signature(&runs[*g]) == run_signature(&runs[groups[0]]))
+        })
+    }
+}
+
+type RunSignature<'a> = (
+    u64,
+    Option<u64>,
+    Option<u64>,
+    Option<&'a [u8]>,
+    Option<&'a [u8]>,
+);
+
+/// What a group's run holds: rows, sequence span and key span. Runs of one level with the
+/// same signature hold the same versions (every drain writes all groups of a version; a
+/// compaction of one group moves only that group's part of them).
+fn run_signature(run: &strata_manifest::GroupRun) -> RunSignature<'_> {
+    let files = &run.files;
+    (
+        files.iter().map(|f| f.rows).sum::<u64>(),
+        files.iter().map(|f| f.seq_min).min(),
+        files.iter().map(|f| f.seq_max).max(),
+        files.first().map(|f| f.key_min.as_slice()),
+        files.last().map(|f| f.key_max.as_slice()),
+    )
 }
 
 /// Live rows of a view, in key order.

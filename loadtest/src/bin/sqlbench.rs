@@ -53,6 +53,10 @@ struct Args {
     /// isolates the cost of reading the deep level from the cost of merging tiers.
     #[arg(long)]
     no_updates: bool,
+    /// Scan without the overlay of the immutable upper tiers (`engine.scan_overlay_bytes`
+    /// = 0): every scan merges them row by row, as before the overlay.
+    #[arg(long)]
+    no_overlay: bool,
     /// Rows per Parquet data page in the S3 levels (the engine's default if unset).
     #[arg(long)]
     page_rows: Option<usize>,
@@ -99,6 +103,9 @@ async fn open(args: &Args, dir: &Path) -> Result<Db, BoxError> {
     };
     if let Some(p) = args.page_rows {
         engine.parquet_page_rows = p;
+    }
+    if args.no_overlay {
+        engine.scan_overlay_bytes = 0;
     }
     if let Some(d) = args.dict_bytes {
         engine.parquet_dictionary_page_bytes = d;

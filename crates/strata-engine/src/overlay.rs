@@ -1,0 +1,347 @@
+//! The upper overlay: a merged, columnar copy of a shard's immutable upper tiers.
+//!
+//! A scan lines the deepest S3 level up with every version above it (see [`crate::scan`]).
+//! Most of those versions sit in immutable files (NVMe-tier SSTs, shallower S3 levels)
+//! that many scans read again and again until the next flush or drain changes the file
+//! set. Merging them version by version through the row codec on every scan cost a scan
+//! with 2% of its keys in upper tiers as much as decoding the whole deep level.
+//!
+//! An [`Overlay`] is that merge done once per file set: each key's versions in the
+//! immutable upper files folded into one (a whole row, a delete, or a partial row that
+//! still needs what lies beneath), and the whole rows decoded into Arrow columns of the
+//! table's read schema. Scans then splice whole rows straight from those columns, drop
+//! deep rows under deletes, and send only partial rows and keys also in the memtables
+//! down the row path. The fold is exact for any read at or above the newest sequence
+//! number in those files; older reads (time travel) do not use it.
+//!
+//! Overlays are kept per process in an [`OverlayCache`] under a byte budget, keyed by the
+//! shard, the table's schema and the exact files folded. A scan that finds none starts
+//! building one on a blocking thread and reads without it; later scans of the same file
+//! set use it. A file set whose overlay would outgrow its share of the budget is
+//! remembered as too large and read the old way.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use bytes::Bytes;
+use parking_lot::Mutex;
+
+use crate::entry::{Entry, EntryKind, Folded};
+use crate::error::Result;
+use crate::iter::{EntryIter, MergeIter};
+use crate::row::RowValues;
+use crate::s3::BucketFiles;
+use crate::schema::TableSchema;
+use crate::sst::SstIter;
+use crate::state::ShardState;
+
+/// No row of the overlay's batch (a delete or a partial row).
+pub(crate) const NO_ROW: u32 = u32::MAX;
+
+/// The immutable upper tiers of one shard's file set, merged.
+pub struct Overlay {
+    /// One folded version per key, in key order.
+    pub(crate) entries: Vec<Entry>,
+    /// Per entry: its row in `batch` (whole rows), or [`NO_ROW`].
+    pub(crate) rows: Vec<u32>,
+    /// Whole rows, every column of the table's read schema.
+    pub(crate) batch: RecordBatch,
+    bytes: u64,
+}
+
+impl std::fmt::Debug for Overlay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Overlay({} keys, {} whole rows, {} bytes)",
+            self.entries.len(),
+            self.batch.num_rows(),
+            self.bytes
+        )
+    }
+}
+
+impl Overlay {
+    /// Keys folded.
+    pub fn keys(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Memory held (bytes, approximate).
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// The first entry whose key is at least `key`.
+    pub(crate) fn lower_bound(&self, key: &[u8]) -> usize {
+        self.entries.partition_point(|e| e.key.as_ref() < key)
+    }
+
+    /// Folds the SSTs of `state` and its S3 levels above `deep` (exclusive); None when the
+    /// result would hold more than `max_bytes`. Blocking.
+    pub(crate) fn build(
+        table: &TableSchema,
+        state: &ShardState,
+        files: &BucketFiles<'_>,
+        deep: usize,
+        max_bytes: u64,
+        handle: &tokio::runtime::Handle,
+    ) -> Result<Option<Self>> {
+        let mut sources: Vec<Box<dyn EntryIter>> = Vec::new();
+        for h in state.levels.iter().flatten() {
+            sources.push(Box::new(SstIter::new(h.reader.clone(), &[])));
+        }
+        let all: Vec<usize> = (0..table.value_indices.len()).collect();
+        sources.extend(crate::s3::run_iters(
+            table,
+            files,
+            &state.manifest.value,
+            0..deep,
+            &[],
+            None,
+            Some(&all),
+            true,
+            handle,
+        ));
+        let codec = &table.codec;
+        let mut merged = MergeIter::with_parts(sources, codec.clone());
+        let mut entries: Vec<Entry> = Vec::new();
+        let mut rows: Vec<u32> = Vec::new();
+        let mut whole: Vec<(Bytes, RowValues)> = Vec::new();
+        let mut bytes = 0u64;
+        // The key being folded: its newest version and the fold so far.
+        let mut current: Option<(Entry, Folded, bool)> = None;
+        let finish = |(first, f, _): (Entry, Folded, bool),
+                      entries: &mut Vec<Entry>,
+                      rows: &mut Vec<u32>,
+                      whole: &mut Vec<(Bytes, RowValues)>|
+         -> Result<u64> {
+            let value = f.encode(codec)?;
+            let size = (first.key.len() + value.len() + 64) as u64;
+            if f.kind == EntryKind::Put {
+                rows.push(whole.len() as u32);
+                whole.push((first.key.clone(), f.values));
+            } else {
+                rows.push(NO_ROW);
+            }
+            entries.push(Entry {
+                key: first.key,
+                seq: first.seq,
+                kind: f.kind,
+                value,
+            });
+            Ok(size)
+        };
+        while let Some(e) = merged.next_entry()? {
+            match &mut current {
+                Some((first, f, full)) if first.key == e.key => {
+                    if !*full {
+                        *full = f.merge_older(codec, e.kind, &e.value)?;
+                    }
+                }
+                _ => {
+                    let f = Folded::from_entry(codec, e.kind, &e.value)?;
+                    let full = f.kind.is_full();
+                    if let Some(done) = current.replace((e, f, full)) {
+                        bytes += finish(done, &mut entries, &mut rows, &mut whole)?;
+                        if bytes > max_bytes {
+                            return Ok(None);
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(done) = current.take() {
+            bytes += finish(done, &mut entries, &mut rows, &mut whole)?;
+        }
+        let all_columns: Vec<usize> = (0..table.read_schema.fields().len()).collect();
+        let batch = table.to_batch(&whole, &all_columns)?;
+        bytes += batch.get_array_memory_size() as u64;
+        if bytes > max_bytes {
+            return Ok(None);
+        }
+        Ok(Some(Self {
+            entries,
+            rows,
+            batch,
+            bytes,
+        }))
+    }
+}
+
+enum Slot {
+    Building,
+    Ready(Arc<Overlay>),
+    /// Over its share of the budget (or failed to build): read without one.
+    Skip,
+}
+
+#[derive(Default)]
+struct Slots {
+    map: HashMap<String, Slot>,
+    /// Ready overlays, least recently used first.
+    order: VecDeque<String>,
+    bytes: u64,
+}
+
+/// Overlays of a process, under a byte budget (see the module documentation).
+pub struct OverlayCache {
+    budget: u64,
+    slots: Mutex<Slots>,
+}
+
+impl std::fmt::Debug for OverlayCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.slots.lock();
+        write!(
+            f,
+            "OverlayCache({} of {} bytes, {} slots)",
+            s.bytes,
+            self.budget,
+            s.map.len()
+        )
+    }
+}
+
+/// What the cache holds for a file set.
+pub(crate) enum Lookup {
+    /// Use it.
+    Ready(Arc<Overlay>),
+    /// Nothing yet: the caller builds it (and reports with [`OverlayCache::finish`]).
+    Build,
+    /// Another scan is building it.
+    Building,
+    /// Not worth it (too large): read without.
+    Skip,
+}
+
+impl OverlayCache {
+    /// A cache of at most `budget` bytes (0: no overlays).
+    pub fn new(budget: u64) -> Self {
+        Self {
+            budget,
+            slots: Mutex::new(Slots::default()),
+        }
+    }
+
+    /// The most one overlay may hold: a quarter of the budget, so that a few shards share it.
+    pub(crate) fn max_overlay_bytes(&self) -> u64 {
+        self.budget / 4
+    }
+
+    /// Bytes held by ready overlays.
+    pub fn bytes(&self) -> u64 {
+        self.slots.lock().bytes
+    }
+
+    /// Looks `key` up; on a miss, when `build`, marks it as being built by the caller
+    /// (else the miss is [`Lookup::Skip`]).
+    pub(crate) fn lookup(&self, key: &str, build: bool) -> Lookup {
+        if self.budget == 0 {
+            return Lookup::Skip;
+        }
+        let mut s = self.slots.lock();
+        match s.map.get(key) {
+            Some(Slot::Ready(o)) => {
+                let o = o.clone();
+                if let Some(i) = s.order.iter().position(|k| k == key) {
+                    let k = s.order.remove(i).expect("present");
+                    s.order.push_back(k);
+                }
+                Lookup::Ready(o)
+            }
+            Some(Slot::Building) => Lookup::Building,
+            Some(Slot::Skip) => Lookup::Skip,
+            None if build => {
+                s.map.insert(key.to_string(), Slot::Building);
+                Lookup::Build
+            }
+            None => Lookup::Skip,
+        }
+    }
+
+    /// Records the outcome of a build started by [`Self::lookup`]; older overlays are
+    /// dropped, least recently used first, to stay within the budget.
+    pub(crate) fn finish(&self, key: &str, built: Result<Option<Overlay>>) -> Option<Arc<Overlay>> {
+        let mut s = self.slots.lock();
+        match built {
+            Ok(Some(o)) => {
+                let o = Arc::new(o);
+                s.bytes += o.bytes;
+                s.map.insert(key.to_string(), Slot::Ready(o.clone()));
+                s.order.push_back(key.to_string());
+                while s.bytes > self.budget {
+                    let Some(old) = s.order.pop_front() else {
+                        break;
+                    };
+                    if let Some(Slot::Ready(gone)) = s.map.remove(&old) {
+                        s.bytes -= gone.bytes;
+                    }
+                }
+                // Skip markers are small, but must not pile up forever.
+                if s.map.len() > 4096 {
+                    s.map.retain(|_, v| !matches!(v, Slot::Skip));
+                }
+                matches!(s.map.get(key), Some(Slot::Ready(_))).then_some(o)
+            }
+            Ok(None) => {
+                s.map.insert(key.to_string(), Slot::Skip);
+                None
+            }
+            Err(e) => {
+                // Files of a dropped view may be gone: the next scan tries again.
+                tracing::debug!("building a scan overlay failed: {e}");
+                s.map.remove(key);
+                None
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn overlay(bytes: u64) -> Overlay {
+        let schema = Arc::new(arrow::datatypes::Schema::empty());
+        Overlay {
+            entries: Vec::new(),
+            rows: Vec::new(),
+            batch: RecordBatch::new_empty(schema),
+            bytes,
+        }
+    }
+
+    #[test]
+    fn cache_builds_once_and_evicts_least_recently_used() {
+        let c = OverlayCache::new(100);
+        assert!(matches!(c.lookup("a", true), Lookup::Build));
+        assert!(matches!(c.lookup("a", true), Lookup::Building));
+        assert!(c.finish("a", Ok(Some(overlay(40)))).is_some());
+        assert!(matches!(c.lookup("b", true), Lookup::Build));
+        c.finish("b", Ok(Some(overlay(40))));
+        // Touch a: b is now the least recently used.
+        assert!(matches!(c.lookup("a", true), Lookup::Ready(_)));
+        assert!(matches!(c.lookup("c", true), Lookup::Build));
+        c.finish("c", Ok(Some(overlay(40))));
+        assert_eq!(c.bytes(), 80);
+        assert!(matches!(c.lookup("a", true), Lookup::Ready(_)));
+        assert!(matches!(c.lookup("c", true), Lookup::Ready(_)));
+        assert!(
+            matches!(c.lookup("b", true), Lookup::Build),
+            "b was evicted"
+        );
+        // Too large: remembered, not retried.
+        c.finish("b", Ok(None));
+        assert!(matches!(c.lookup("b", true), Lookup::Skip));
+        // A failed build is retried.
+        assert!(matches!(c.lookup("d", true), Lookup::Build));
+        c.finish("d", Err(crate::error::Error::Internal("gone".into())));
+        assert!(matches!(c.lookup("d", true), Lookup::Build));
+        assert!(matches!(
+            OverlayCache::new(0).lookup("a", true),
+            Lookup::Skip
+        ));
+    }
+}
