@@ -155,6 +155,48 @@ impl ShardInner {
 
     /// Candidate jobs now, with the resources each holds. `force` moves everything down
     /// regardless of level targets (tests, and draining before shutdown).
+    /// A cross-tier job's inputs: `best`, and while the last NVMe level stays over its
+    /// target by `overflow` bytes, its neighbours in key order (so the job's key span stays
+    /// narrow), up to [`CROSS_TIER_JOB_BYTES`]. One file per job cannot keep up with a
+    /// bulk load (each job is a round of publish, lease, Parquet rewrite and commit), and
+    /// the NVMe tier would outgrow its budget. Retained copies are not moved again.
+    fn with_neighbours(
+        &self,
+        files: &[Arc<crate::state::SstHandle>],
+        best: &crate::state::SstHandle,
+        overflow: u64,
+    ) -> Vec<strata_manifest::SstInfo> {
+        let retained = self.retained_ssts.lock();
+        let movable = |h: &crate::state::SstHandle| !retained.contains(&h.info.id);
+        let Some(at) = files.iter().position(|h| h.info.id == best.info.id) else {
+            return vec![best.info.clone()];
+        };
+        let (mut lo, mut hi) = (at, at + 1);
+        let mut bytes = best.info.size_bytes;
+        let fits = |bytes: u64, h: &crate::state::SstHandle| {
+            bytes < overflow && bytes + h.info.size_bytes <= CROSS_TIER_JOB_BYTES
+        };
+        loop {
+            let right = files.get(hi).filter(|h| movable(h) && fits(bytes, h));
+            if let Some(h) = right {
+                bytes += h.info.size_bytes;
+                hi += 1;
+                continue;
+            }
+            let left = lo
+                .checked_sub(1)
+                .map(|i| &files[i])
+                .filter(|h| movable(h) && fits(bytes, h));
+            if let Some(h) = left {
+                bytes += h.info.size_bytes;
+                lo -= 1;
+                continue;
+            }
+            break;
+        }
+        files[lo..hi].iter().map(|h| h.info.clone()).collect()
+    }
+
     pub(crate) fn candidates(
         &self,
         state: &ShardState,
@@ -213,7 +255,7 @@ impl ShardInner {
                             .map(|h| vec![h.info.clone()])
                             .unwrap_or_default()
                     }
-                    Some((_, h)) => vec![h.info.clone()],
+                    Some((_, h)) => self.with_neighbours(last_files, h, last_size - last_target),
                     None => Vec::new(),
                 }
             };
@@ -713,6 +755,9 @@ impl ShardInner {
         Ok(true)
     }
 }
+
+/// Most input bytes of a cross-tier job that moves more than one SST.
+const CROSS_TIER_JOB_BYTES: u64 = 64 << 20;
 
 /// The writer's job task: publishes due jobs and commits results.
 pub(crate) async fn job_loop(inner: Arc<ShardInner>) {

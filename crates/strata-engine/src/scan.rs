@@ -588,22 +588,49 @@ impl ViewBatches {
         let mut out: Vec<Entry> = Vec::new();
         let ov_from = self.ov_pos;
         let mut keys = 0;
-        let mut last: Option<Bytes> = None;
-        while let Some(k) = self.next_upper_key()? {
-            if k.as_ref() > bound || (!inclusive && k.as_ref() == bound) {
+        // The last key taken: a memtable key, or (most keys) the overlay entry before
+        // `ov_pos`; copied only when the scan stops early.
+        let mut last_mem: Option<Bytes> = None;
+        loop {
+            self.peek_upper()?;
+            let mem = self.upper_peek.as_ref().map(|e| &e.key);
+            let ov = self.peek_overlay().map(|e| &e.key);
+            let (key, in_mem, in_ov) = match (mem, ov) {
+                (Some(a), Some(b)) => match a.cmp(b) {
+                    Ordering::Less => (a, true, false),
+                    Ordering::Equal => (a, true, true),
+                    Ordering::Greater => (b, false, true),
+                },
+                (Some(a), None) => (a, true, false),
+                (None, Some(b)) => (b, false, true),
+                (None, None) => break,
+            };
+            if key.as_ref() > bound || (!inclusive && key.as_ref() == bound) {
                 break;
             }
             if keys == max_keys {
-                return Ok((out, ov_from..self.ov_pos, last));
+                let cut = match last_mem {
+                    Some(k) => k,
+                    None => self
+                        .overlay
+                        .as_ref()
+                        .map(|o| o.entries[self.ov_pos - 1].key.clone())
+                        .unwrap_or_default(),
+                };
+                return Ok((out, ov_from..self.ov_pos, Some(cut)));
             }
             keys += 1;
-            while self.peek_upper()?.is_some_and(|e| e.key == k) {
-                out.extend(self.upper_peek.take());
-            }
-            if self.peek_overlay().is_some_and(|e| e.key == k) {
+            let mem_key = in_mem.then(|| key.clone());
+            if in_ov {
                 self.ov_pos += 1;
             }
-            last = Some(k);
+            last_mem = None;
+            if let Some(k) = mem_key {
+                while self.peek_upper()?.is_some_and(|e| e.key == k) {
+                    out.extend(self.upper_peek.take());
+                }
+                last_mem = (!in_ov).then_some(k);
+            }
         }
         Ok((out, ov_from..self.ov_pos, None))
     }
