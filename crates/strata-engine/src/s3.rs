@@ -153,8 +153,6 @@ impl ShardInner {
         }
     }
 
-    /// Candidate jobs now, with the resources each holds. `force` moves everything down
-    /// regardless of level targets (tests, and draining before shutdown).
     /// A cross-tier job's inputs: `best`, and while the last NVMe level stays over its
     /// target by `overflow` bytes, its neighbours in key order (so the job's key span stays
     /// narrow), up to [`CROSS_TIER_JOB_BYTES`]. One file per job cannot keep up with a
@@ -197,6 +195,8 @@ impl ShardInner {
         files[lo..hi].iter().map(|h| h.info.clone()).collect()
     }
 
+    /// Candidate jobs now, with the resources each holds. `force` moves everything down
+    /// regardless of level targets (tests, and draining before shutdown).
     pub(crate) fn candidates(
         &self,
         state: &ShardState,

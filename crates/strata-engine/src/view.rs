@@ -88,7 +88,8 @@ pub struct ShardView {
     pub(crate) paths: ShardPaths,
     pub(crate) s3: S3Context,
     pub(crate) seq_times: Vec<SeqTime>,
-    _holds: Vec<Box<dyn Hold>>,
+    /// Shared with background work reading the view's files (an overlay build).
+    holds: Arc<Vec<Box<dyn Hold>>>,
 }
 
 impl std::fmt::Debug for ShardView {
@@ -124,7 +125,7 @@ impl ShardView {
             paths,
             s3,
             seq_times,
-            _holds: holds,
+            holds: Arc::new(holds),
         }
     }
 
@@ -317,22 +318,32 @@ impl ShardView {
                 }
                 Lookup::Building => return None,
                 Lookup::Build => {
-                    let (table, state, store, paths, s3) = (
+                    let (table, state, store, paths, s3, holds) = (
                         self.table.clone(),
                         self.state.clone(),
                         self.store.clone(),
                         self.paths.clone(),
                         self.s3.clone(),
+                        self.holds.clone(),
                     );
                     let h = handle.clone();
                     let job = move || {
+                        // The view's pins keep its files while the build reads them, even
+                        // if the scan that started it is done.
+                        let _holds = holds;
                         let files = BucketFiles {
                             store: &store,
                             paths: &paths,
                             s3: &s3,
                         };
                         let max = s3.overlays.max_overlay_bytes();
-                        let built = Overlay::build(&table, &state, &files, deep, max, &h);
+                        // A panic must not leave the slot "being built" forever.
+                        let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            Overlay::build(&table, &state, &files, deep, max, &h)
+                        }))
+                        .unwrap_or_else(|_| {
+                            Err(Error::Internal("building a scan overlay panicked".into()))
+                        });
                         s3.overlays.finish(&key, built)
                     };
                     if wait {

@@ -206,6 +206,16 @@ impl BlockCache {
         }
         let mut out = Vec::with_capacity(ranges.len());
         for r in ranges {
+            // Within one block: a slice of it, no copy.
+            let b = r.start / bs;
+            if r.end > r.start
+                && (r.end - 1) / bs == b
+                && let Some(block) = have.get(&b)
+                && ((r.end - b * bs) as usize) <= block.len()
+            {
+                out.push(block.slice((r.start - b * bs) as usize..(r.end - b * bs) as usize));
+                continue;
+            }
             let mut buf = Vec::with_capacity((r.end - r.start) as usize);
             let mut pos = r.start;
             while pos < r.end {
