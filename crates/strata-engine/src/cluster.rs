@@ -198,6 +198,23 @@ impl Cluster {
     }
 
     /// Pushes this node's liveness record forward and lists the live nodes.
+    /// `NotOwner` naming the live node a free or lapsed shard goes to (rendezvous hashing),
+    /// when that is another node.
+    async fn defer_to_preferred(&self, table: &str, table_id: u64, shard_id: u32) -> Result<()> {
+        let mut live = self.live();
+        if live.is_empty() {
+            live = self.refresh_nodes().await?;
+        }
+        match preferred(&live, table_id, shard_id) {
+            Some(p) if p.name != self.config.node => Err(Error::NotOwner {
+                table: table.to_string(),
+                shard: shard_id,
+                owner: Some(p.clone()),
+            }),
+            _ => Ok(()),
+        }
+    }
+
     pub(crate) async fn refresh_nodes(&self) -> Result<Vec<NodeInfo>> {
         let record = NodeRecord {
             node: self.me(),
@@ -327,28 +344,12 @@ impl Cluster {
                 let mine = l.owner.name == self.config.node;
                 let lapsed_long = now > l.expires_at_ms + self.config.lease_ms;
                 if !mine && !lapsed_long {
-                    let mut live = self.live();
-                    if live.is_empty() {
-                        live = self.refresh_nodes().await?;
-                    }
-                    if let Some(p) = preferred(&live, table_id, shard_id)
-                        && p.name != self.config.node
-                    {
-                        return Err(not_owner(Some(p.clone())));
-                    }
+                    self.defer_to_preferred(table, table_id, shard_id).await?;
                 }
                 PutMode::Update(v.clone())
             }
             None => {
-                let mut live = self.live();
-                if live.is_empty() {
-                    live = self.refresh_nodes().await?;
-                }
-                if let Some(p) = preferred(&live, table_id, shard_id)
-                    && p.name != self.config.node
-                {
-                    return Err(not_owner(Some(p.clone())));
-                }
+                self.defer_to_preferred(table, table_id, shard_id).await?;
                 PutMode::Create
             }
         };
