@@ -27,7 +27,11 @@ use std::cmp::{Ordering, Reverse};
 use arrow::array::{
     Array, ArrayRef, AsArray, BinaryArray, Int64Array, RecordBatch, RecordBatchOptions,
 };
-use arrow::array::{MutableArrayData, make_array};
+use arrow::array::{
+    ArrowPrimitiveType, BooleanBufferBuilder, MutableArrayData, PrimitiveArray, downcast_primitive,
+    make_array,
+};
+use arrow::buffer::{NullBuffer, ScalarBuffer};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Int64Type, SchemaRef, UInt8Type, UInt64Type};
 use bytes::Bytes;
@@ -152,12 +156,31 @@ fn decode_int(bound: &[u8]) -> Option<i64> {
     Some((u64::from_be_bytes(b) ^ 0x8000_0000_0000_0000) as i64)
 }
 
+/// The first index of `items` where `below` turns false (`below` must be true then false,
+/// like `partition_point`'s predicate), searching outward from the start: O(log d) for an
+/// answer d items in. A scan's searches mostly land a short way past the last one.
+fn gallop<T>(items: &[T], below: impl Fn(&T) -> bool) -> usize {
+    let mut lo = 0;
+    let mut step = 1;
+    loop {
+        let probe = lo + step;
+        if probe >= items.len() {
+            return lo + items[lo..].partition_point(&below);
+        }
+        if !below(&items[probe]) {
+            return lo + items[lo..probe].partition_point(&below);
+        }
+        lo = probe;
+        step *= 2;
+    }
+}
+
 /// [`lower_bound`] among rows `from..`.
 fn lower_bound_from(keys: Keys, from: usize, bound: &[u8], strict: bool) -> usize {
     if let (Keys::Int(k), Some(b)) = (keys, decode_int(bound)) {
         // Same order as the encoding; compares integers instead of bytes.
         let values = &k.values()[from..];
-        return from + values.partition_point(|v| *v < b || (strict && *v == b));
+        return from + gallop(values, |v| *v < b || (strict && *v == b));
     }
     let (mut lo, mut hi) = (from, keys.len());
     while lo < hi {
@@ -593,6 +616,24 @@ impl ViewBatches {
         let mut last_mem: Option<Bytes> = None;
         loop {
             self.peek_upper()?;
+            // Overlay entries below the memtables' next key and within the bound are taken
+            // at once (a binary search, not a comparison per entry).
+            if let Some(o) = &self.overlay
+                && self.ov_pos < self.ov_end
+                && keys < max_keys
+            {
+                let mem = self.upper_peek.as_ref().map(|e| e.key.as_ref());
+                let below = gallop(&o.entries[self.ov_pos..self.ov_end], |e| {
+                    let k = e.key.as_ref();
+                    (k < bound || (inclusive && k == bound)) && mem.is_none_or(|m| k < m)
+                });
+                let take = below.min(max_keys - keys);
+                if take > 0 {
+                    self.ov_pos += take;
+                    keys += take;
+                    last_mem = None;
+                }
+            }
             let mem = self.upper_peek.as_ref().map(|e| &e.key);
             let ov = self.peek_overlay().map(|e| &e.key);
             let (key, in_mem, in_ov) = match (mem, ov) {
@@ -832,7 +873,8 @@ impl ViewBatches {
     ) -> Result<RecordBatch> {
         /// Where a key's output row comes from.
         enum From {
-            Resolved,
+            /// Resolved row by row: the i-th such key.
+            Resolved(usize),
             Overlay(usize),
             Gone,
         }
@@ -844,41 +886,57 @@ impl ViewBatches {
         let deep = self.deep.as_ref().expect("deep level");
         let keys = chunk.keys();
         let n = chunk.rows();
-        // Per key: the key, its position in the chunk, whether the chunk holds it, and
-        // where its row comes from.
-        let mut ukeys: Vec<(Bytes, usize, bool, From)> = Vec::new();
-        let mut versions: Vec<Entry> = Vec::with_capacity(upper.len());
+        // Per key, in key order: its position in the chunk, whether the chunk holds it,
+        // and where its row comes from. Keys are compared in place; only the few resolved
+        // row by row (memtable keys, partial rows) are copied.
+        let mut ukeys: Vec<(usize, bool, From)> =
+            Vec::with_capacity(ov_entries.len() + upper.len());
+        let mut resolved_keys: Vec<Bytes> = Vec::new();
+        let mut versions: Vec<Entry> = Vec::new();
         let mut need_deep: Vec<usize> = Vec::new();
-        let mut from = 0;
-        let mut up = upper.into_iter().peekable();
-        let mut j = 0;
+        let (mut from, mut u, mut j) = (0, 0, 0);
         loop {
-            let uk = up.peek().map(|e| e.key.clone());
+            let mk = upper.get(u).map(|e| &e.key);
             let ok = ov_entries.get(j).map(|e| &e.key);
-            let key = match (&uk, ok) {
-                (Some(a), Some(b)) => a.min(b).clone(),
-                (Some(a), None) => a.clone(),
-                (None, Some(b)) => b.clone(),
+            let (key, in_mem, in_ov) = match (mk, ok) {
+                (Some(a), Some(b)) => match a.cmp(b) {
+                    Ordering::Less => (a, true, false),
+                    Ordering::Equal => (a, true, true),
+                    Ordering::Greater => (b, false, true),
+                },
+                (Some(a), None) => (a, true, false),
+                (None, Some(b)) => (b, false, true),
                 (None, None) => break,
             };
+            let pos = lower_bound_from(keys, from, key, false);
+            let hit = pos < n && keys.cmp_at(pos, key) == Ordering::Equal;
             let group = versions.len();
-            let mut src = From::Resolved;
-            let in_memtables = uk.as_ref() == Some(&key);
-            while up.peek().is_some_and(|e| e.key == key) {
-                versions.extend(up.next());
-            }
-            if ok == Some(&key) {
+            let src = if !in_mem {
                 let e = &ov_entries[j];
-                match e.kind {
-                    EntryKind::Put if !in_memtables => src = From::Overlay(ov_rows[j] as usize),
-                    EntryKind::Delete if !in_memtables => src = From::Gone,
-                    _ => versions.push(e.clone()),
-                }
                 j += 1;
-            }
-            let pos = lower_bound_from(keys, from, &key, false);
-            let hit = pos < n && keys.cmp_at(pos, &key) == Ordering::Equal;
-            if matches!(src, From::Resolved) && hit {
+                match e.kind {
+                    EntryKind::Put => From::Overlay(ov_rows[j - 1] as usize),
+                    EntryKind::Delete => From::Gone,
+                    EntryKind::Partial => {
+                        versions.push(e.clone());
+                        resolved_keys.push(e.key.clone());
+                        From::Resolved(resolved_keys.len() - 1)
+                    }
+                }
+            } else {
+                let k = key.clone();
+                while upper.get(u).is_some_and(|e| e.key == k) {
+                    versions.push(upper[u].clone());
+                    u += 1;
+                }
+                if in_ov {
+                    versions.push(ov_entries[j].clone());
+                    j += 1;
+                }
+                resolved_keys.push(k);
+                From::Resolved(resolved_keys.len() - 1)
+            };
+            if hit && matches!(src, From::Resolved(_)) {
                 // Versions of a key arrive newest first; a whole row or a delete among the
                 // visible ones hides the deep row.
                 let whole = versions[group..]
@@ -888,12 +946,16 @@ impl ViewBatches {
                     need_deep.push(pos);
                 }
             }
-            ukeys.push((key, pos, hit, src));
+            ukeys.push((pos, hit, src));
             from = pos;
         }
-        let hits = ukeys.iter().filter(|u| u.2).count();
+        let hits = ukeys.iter().filter(|u| u.1).count();
         deep.versions(&self.table, chunk, need_deep.iter().copied(), &mut versions)?;
-        let patched = self.resolve(versions)?;
+        let patched = if versions.is_empty() {
+            Vec::new()
+        } else {
+            self.resolve(versions)?
+        };
         // Segments of the output: (source, start, end); sources: 0 = chunk, 1 = resolved
         // rows, 2 = the overlay's whole rows.
         let mut segments: Vec<(usize, usize, usize)> = Vec::with_capacity(2 * ukeys.len() + 1);
@@ -906,14 +968,17 @@ impl ViewBatches {
             };
         let (mut at, mut p) = (0, 0);
         let mut overlaid = 0u64;
-        for (k, pos, hit, src) in &ukeys {
+        for (pos, hit, src) in &ukeys {
             if *pos > at {
                 segments.push((0, at, *pos));
                 at = *pos;
             }
             match src {
-                From::Resolved => {
-                    if patched.get(p).is_some_and(|(pk, _)| pk == k) {
+                From::Resolved(r) => {
+                    if patched
+                        .get(p)
+                        .is_some_and(|(pk, _)| *pk == resolved_keys[*r])
+                    {
                         push(&mut segments, 1, p);
                         p += 1;
                     }
@@ -958,13 +1023,7 @@ impl ViewBatches {
                 },
                 None => p.clone(),
             };
-            let (bd, pd, od) = (b.to_data(), p.to_data(), o.to_data());
-            let mut out = MutableArrayData::new(vec![&bd, &pd, &od], false, total);
-            for &(src, start, end) in &segments {
-                out.try_extend(src, start, end)
-                    .map_err(|e| Error::Internal(format!("splicing a scan batch: {e}")))?;
-            }
-            columns.push(make_array(out.freeze()));
+            columns.push(splice([b, &p, &o], &segments, total)?);
         }
         self.batch(columns, total)
     }
@@ -1015,6 +1074,59 @@ impl ViewBatches {
         self.paths.merged += rows.len() as u64;
         self.rows_batch(&rows).map(Some)
     }
+}
+
+/// Copies `segments` ((source, start, end) row ranges of `sources`) into one array of
+/// `total` rows. Primitive columns are copied slice by slice (the common case: a few
+/// hundred short runs per chunk); other types go through `MutableArrayData`.
+fn splice(
+    sources: [&ArrayRef; 3],
+    segments: &[(usize, usize, usize)],
+    total: usize,
+) -> Result<ArrayRef> {
+    macro_rules! primitive {
+        ($t:ty) => {
+            Ok(splice_primitive::<$t>(sources, segments, total))
+        };
+    }
+    downcast_primitive! {
+        sources[0].data_type() => (primitive),
+        _ => {
+            let data: Vec<_> = sources.iter().map(|a| a.to_data()).collect();
+            let mut out = MutableArrayData::new(data.iter().collect(), false, total);
+            for &(src, start, end) in segments {
+                out.try_extend(src, start, end)
+                    .map_err(|e| Error::Internal(format!("splicing a scan batch: {e}")))?;
+            }
+            Ok(make_array(out.freeze()))
+        }
+    }
+}
+
+fn splice_primitive<T: ArrowPrimitiveType>(
+    sources: [&ArrayRef; 3],
+    segments: &[(usize, usize, usize)],
+    total: usize,
+) -> ArrayRef {
+    let arrays = sources.map(|a| a.as_primitive::<T>());
+    let mut values: Vec<T::Native> = Vec::with_capacity(total);
+    for &(src, start, end) in segments {
+        values.extend_from_slice(&arrays[src].values()[start..end]);
+    }
+    let nulls = arrays.iter().any(|a| a.null_count() > 0).then(|| {
+        let mut b = BooleanBufferBuilder::new(total);
+        for &(src, start, end) in segments {
+            match arrays[src].nulls() {
+                Some(n) => b.append_buffer(&n.inner().slice(start, end - start)),
+                None => b.append_n(end - start, true),
+            }
+        }
+        NullBuffer::new(b.finish())
+    });
+    Arc::new(
+        PrimitiveArray::<T>::new(ScalarBuffer::from(values), nulls)
+            .with_data_type(sources[0].data_type().clone()),
+    )
 }
 
 /// The rest of the upper stream, with the version already peeked first.
@@ -1148,5 +1260,67 @@ impl DeepSpec {
             origin: self.level.to_string(),
             pushback: None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::StringArray;
+
+    #[test]
+    fn gallop_is_partition_point() {
+        let v: Vec<i64> = (0..300).map(|i| i * 2).collect();
+        for len in [0, 1, 2, 3, 7, 64, 300] {
+            for b in -1..605 {
+                assert_eq!(
+                    gallop(&v[..len], |x| *x < b),
+                    v[..len].partition_point(|x| *x < b),
+                    "len {len} bound {b}"
+                );
+            }
+        }
+    }
+
+    /// The typed splice and the generic one agree, with nulls and sliced (offset) sources.
+    #[test]
+    fn splice_copies_segments_with_nulls_and_offsets() {
+        let segments = [(0, 0, 2), (2, 1, 2), (1, 0, 1), (0, 3, 5), (2, 0, 1)];
+        let ints = |v: Vec<Option<i64>>| -> ArrayRef { Arc::new(Int64Array::from(v)) };
+        let deep = ints(vec![Some(9), Some(0), Some(1), None, Some(3), Some(4)]).slice(1, 5);
+        let resolved = ints(vec![Some(10)]);
+        let overlay = ints(vec![None, Some(21), Some(22)]).slice(0, 2);
+        let out = splice([&deep, &resolved, &overlay], &segments, 7).unwrap();
+        let want = ints(vec![
+            Some(0),
+            Some(1),
+            Some(21),
+            Some(10),
+            Some(3),
+            Some(4),
+            None,
+        ]);
+        assert_eq!(out.as_ref(), want.as_ref());
+        // Without nulls anywhere: no null buffer.
+        let plain = ints(vec![Some(1), Some(2)]);
+        let out = splice([&plain, &plain, &plain], &[(0, 0, 2), (1, 1, 2)], 3).unwrap();
+        assert_eq!(out.null_count(), 0);
+        assert!(out.nulls().is_none());
+        // Strings take the generic path.
+        let s = |v: Vec<Option<&str>>| -> ArrayRef { Arc::new(StringArray::from(v)) };
+        let out = splice(
+            [
+                &s(vec![Some("a"), None]),
+                &s(vec![Some("r")]),
+                &s(vec![Some("o")]),
+            ],
+            &[(0, 0, 1), (2, 0, 1), (0, 1, 2), (1, 0, 1)],
+            4,
+        )
+        .unwrap();
+        assert_eq!(
+            out.as_ref(),
+            s(vec![Some("a"), Some("o"), None, Some("r")]).as_ref()
+        );
     }
 }
