@@ -828,7 +828,7 @@ impl ViewBatches {
                     let columns = deep.columns(&chunk);
                     return self.batch(columns, n).map(Some);
                 }
-                let batch = self.patch(&chunk, upper, ov)?;
+                let batch = self.patch(chunk, upper, ov)?;
                 if batch.num_rows() > 0 {
                     return Ok(Some(batch));
                 }
@@ -867,7 +867,7 @@ impl ViewBatches {
     /// when nothing above it is a whole row or a delete.
     fn patch(
         &mut self,
-        chunk: &Chunk,
+        chunk: Chunk,
         upper: Vec<Entry>,
         ov: std::ops::Range<usize>,
     ) -> Result<RecordBatch> {
@@ -950,7 +950,12 @@ impl ViewBatches {
             from = pos;
         }
         let hits = ukeys.iter().filter(|u| u.1).count();
-        deep.versions(&self.table, chunk, need_deep.iter().copied(), &mut versions)?;
+        deep.versions(
+            &self.table,
+            &chunk,
+            need_deep.iter().copied(),
+            &mut versions,
+        )?;
         let patched = if versions.is_empty() {
             Vec::new()
         } else {
@@ -968,12 +973,15 @@ impl ViewBatches {
             };
         let (mut at, mut p) = (0, 0);
         let mut overlaid = 0u64;
+        // When every key replaces a deep row one for one (updates: no new key, no delete),
+        // the rows to overwrite in place: (position, source, row).
+        let mut writes: Option<Vec<(usize, usize, usize)>> = Some(Vec::with_capacity(ukeys.len()));
         for (pos, hit, src) in &ukeys {
             if *pos > at {
                 segments.push((0, at, *pos));
                 at = *pos;
             }
-            match src {
+            let write = match src {
                 From::Resolved(r) => {
                     if patched
                         .get(p)
@@ -981,13 +989,24 @@ impl ViewBatches {
                     {
                         push(&mut segments, 1, p);
                         p += 1;
+                        Some((*pos, 1, p - 1))
+                    } else {
+                        None
                     }
                 }
                 From::Overlay(r) => {
                     push(&mut segments, 2, *r);
                     overlaid += 1;
+                    Some((*pos, 2, *r))
                 }
-                From::Gone => overlaid += 1,
+                From::Gone => {
+                    overlaid += 1;
+                    None
+                }
+            };
+            match (write, *hit, writes.as_mut()) {
+                (Some(w), true, Some(ws)) => ws.push(w),
+                _ => writes = None,
             }
             if *hit {
                 at = pos + 1;
@@ -997,7 +1016,10 @@ impl ViewBatches {
             segments.push((0, at, n));
         }
         let total: usize = segments.iter().map(|(_, a, b)| b - a).sum();
-        let base = deep.columns(chunk);
+        let base = deep.columns(&chunk);
+        // The chunk's own references go, so its freshly decoded columns can be written
+        // in place.
+        drop(chunk);
         self.paths.passed += (n - hits) as u64;
         self.paths.patched += patched.len() as u64;
         self.paths.overlaid += overlaid;
@@ -1010,20 +1032,30 @@ impl ViewBatches {
             }
         };
         let mut columns = Vec::with_capacity(base.len());
-        for (c, b) in base.iter().enumerate() {
-            let p = cast_to(patch.column(c), b)?;
+        for (c, b) in base.into_iter().enumerate() {
+            let p = cast_to(patch.column(c), &b)?;
             let o = match &overlay {
                 Some(o) => match &self.ov_columns[c] {
                     Some(a) if a.data_type() == b.data_type() => a.clone(),
                     _ => {
-                        let a = cast_to(o.batch.column(self.projection[c]), b)?;
+                        let a = cast_to(o.batch.column(self.projection[c]), &b)?;
                         self.ov_columns[c] = Some(a.clone());
                         a
                     }
                 },
                 None => p.clone(),
             };
-            columns.push(splice([b, &p, &o], &segments, total)?);
+            let b = match &writes {
+                Some(ws) => match overwrite(b, [&p, &o], ws) {
+                    Ok(a) => {
+                        columns.push(a);
+                        continue;
+                    }
+                    Err(b) => b,
+                },
+                None => b,
+            };
+            columns.push(splice([&b, &p, &o], &segments, total)?);
         }
         self.batch(columns, total)
     }
@@ -1074,6 +1106,57 @@ impl ViewBatches {
         self.paths.merged += rows.len() as u64;
         self.rows_batch(&rows).map(Some)
     }
+}
+
+/// Overwrites rows of a freshly decoded primitive column in place: `writes` are
+/// (position, source, row) with source 1 or 2 indexing `sources` (0 and 1 here). Gives
+/// `base` back when it cannot: another type, nulls among the new values, or a buffer
+/// shared with another array (a sliced batch).
+fn overwrite(
+    base: ArrayRef,
+    sources: [&ArrayRef; 2],
+    writes: &[(usize, usize, usize)],
+) -> std::result::Result<ArrayRef, ArrayRef> {
+    macro_rules! primitive {
+        ($t:ty) => {
+            overwrite_primitive::<$t>(base, sources, writes)
+        };
+    }
+    downcast_primitive! {
+        base.data_type() => (primitive),
+        _ => Err(base)
+    }
+}
+
+fn overwrite_primitive<T: ArrowPrimitiveType>(
+    base: ArrayRef,
+    sources: [&ArrayRef; 2],
+    writes: &[(usize, usize, usize)],
+) -> std::result::Result<ArrayRef, ArrayRef> {
+    if sources
+        .iter()
+        .any(|a| a.null_count() > 0 || a.data_type() != base.data_type())
+    {
+        return Err(base);
+    }
+    let array = base.as_primitive::<T>().clone();
+    drop(base);
+    let data_type = array.data_type().clone();
+    let mut builder = match array.into_builder() {
+        Ok(b) => b,
+        Err(array) => return Err(Arc::new(array)),
+    };
+    let new = sources.map(|a| a.as_primitive::<T>().values());
+    let values = builder.values_slice_mut();
+    for &(pos, src, row) in writes {
+        values[pos] = new[src - 1][row];
+    }
+    if let Some(valid) = builder.validity_slice_mut() {
+        for &(pos, _, _) in writes {
+            arrow::util::bit_util::set_bit(valid, pos);
+        }
+    }
+    Ok(Arc::new(builder.finish().with_data_type(data_type)))
 }
 
 /// Copies `segments` ((source, start, end) row ranges of `sources`) into one array of
@@ -1280,6 +1363,30 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Updates overwrite a column nobody else holds; a shared one is given back.
+    #[test]
+    fn overwrite_writes_in_place_only_when_unshared() {
+        let ints = |v: Vec<Option<i64>>| -> ArrayRef { Arc::new(Int64Array::from(v)) };
+        let resolved = ints(vec![Some(10)]);
+        let overlay = ints(vec![Some(20), Some(21)]);
+        let writes = [(0, 2, 1), (2, 1, 0)];
+        let base = ints(vec![Some(0), Some(1), None, Some(3)]);
+        let out = overwrite(base, [&resolved, &overlay], &writes).unwrap();
+        assert_eq!(
+            out.as_ref(),
+            ints(vec![Some(21), Some(1), Some(10), Some(3)]).as_ref()
+        );
+        let base = ints(vec![Some(0), Some(1), Some(2)]);
+        let held = base.clone();
+        let back = overwrite(base, [&resolved, &overlay], &writes).unwrap_err();
+        assert_eq!(back.as_ref(), held.as_ref());
+        let sliced = ints(vec![Some(0), Some(1), Some(2), Some(3)]).slice(1, 3);
+        assert!(overwrite(sliced, [&resolved, &overlay], &writes).is_err());
+        // A null among the new values: not in place.
+        let base = ints(vec![Some(0), Some(1), Some(2)]);
+        assert!(overwrite(base, [&ints(vec![None]), &overlay], &writes).is_err());
     }
 
     /// The typed splice and the generic one agree, with nulls and sliced (offset) sources.

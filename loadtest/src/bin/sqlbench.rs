@@ -57,6 +57,9 @@ struct Args {
     /// = 0): every scan merges them row by row, as before the overlay.
     #[arg(long)]
     no_overlay: bool,
+    /// Run only the analytic queries whose label contains this text (for profiling one).
+    #[arg(long)]
+    only: Option<String>,
     /// Rows per Parquet data page in the S3 levels (the engine's default if unset).
     #[arg(long)]
     page_rows: Option<usize>,
@@ -380,6 +383,10 @@ async fn analytic(args: &Args, dir: &Path) -> Result<(), BoxError> {
             format!("SELECT count(*) AS n, sum(v) AS sv FROM events WHERE id >= {lo} AND id < {hi}"),
         ),
     ];
+    let queries: Vec<_> = queries
+        .into_iter()
+        .filter(|(label, _)| args.only.as_deref().is_none_or(|o| label.contains(o)))
+        .collect();
     for (label, sql) in &queries {
         side_by_side(label, sql, &q, &plain, args.reps).await?;
     }
