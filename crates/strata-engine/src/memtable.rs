@@ -37,18 +37,38 @@ impl PartialOrd for InternalKey {
 }
 
 /// A memtable.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Memtable {
+    /// Unique in the process (what a cached fold of it is keyed by).
+    id: u64,
     map: SkipMap<InternalKey, (EntryKind, Bytes)>,
     bytes: AtomicUsize,
     seq_max: AtomicU64,
     wal_id_max: AtomicU64,
 }
 
+impl Default for Memtable {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Memtable {
     /// An empty memtable.
     pub fn new() -> Self {
-        Self::default()
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        Self {
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+            map: SkipMap::new(),
+            bytes: AtomicUsize::new(0),
+            seq_max: AtomicU64::new(0),
+            wal_id_max: AtomicU64::new(0),
+        }
+    }
+
+    /// Its identity in this process.
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// Adds the versions of one write with sequence number `seq`, logged in WAL segment

@@ -104,6 +104,18 @@ impl Overlay {
             true,
             handle,
         ));
+        Self::fold(table, sources, u64::MAX, max_bytes)
+    }
+
+    /// Folds the versions of `sources` (newest first per key) at sequence number `max_seq`
+    /// (newer versions are left out); None when the result would hold more than
+    /// `max_bytes`. Blocking.
+    pub(crate) fn fold(
+        table: &TableSchema,
+        sources: Vec<Box<dyn EntryIter>>,
+        max_seq: u64,
+        max_bytes: u64,
+    ) -> Result<Option<Self>> {
         let codec = &table.codec;
         let mut merged = MergeIter::with_parts(sources, codec.clone());
         let mut entries: Vec<Entry> = Vec::new();
@@ -134,6 +146,9 @@ impl Overlay {
             Ok(size)
         };
         while let Some(e) = merged.next_entry()? {
+            if e.seq > max_seq {
+                continue;
+            }
             match &mut current {
                 Some((first, f, full)) if first.key == e.key => {
                     if !*full {
@@ -168,6 +183,120 @@ impl Overlay {
             bytes,
         }))
     }
+    /// This overlay with `newer` (a fold of the memtables) laid over it: a key of `newer`
+    /// that is a whole row or a delete replaces this one's; a partial row is folded over
+    /// it. Whole rows are gathered column-wise from both batches. None when the result
+    /// would hold more than `max_bytes`. Blocking.
+    pub(crate) fn combine(
+        &self,
+        table: &TableSchema,
+        newer: &Overlay,
+        max_bytes: u64,
+    ) -> Result<Option<Self>> {
+        use std::cmp::Ordering;
+        let codec = &table.codec;
+        let capacity = self.entries.len() + newer.entries.len();
+        let mut entries: Vec<Entry> = Vec::with_capacity(capacity);
+        let mut rows: Vec<u32> = Vec::with_capacity(capacity);
+        // Per whole row of the result: (batch, row); batches: 0 = self, 1 = newer, 2 = rows
+        // folded here.
+        let mut picks: Vec<(usize, usize)> = Vec::with_capacity(capacity);
+        let mut folded: Vec<(Bytes, RowValues)> = Vec::new();
+        /// Takes entry `i` of `from` (whose rows are batch `batch`) as it is.
+        fn take(
+            (entries, rows, picks): (&mut Vec<Entry>, &mut Vec<u32>, &mut Vec<(usize, usize)>),
+            from: &Overlay,
+            batch: usize,
+            i: usize,
+        ) {
+            let row = from.rows[i];
+            if row == NO_ROW {
+                rows.push(NO_ROW);
+            } else {
+                rows.push(picks.len() as u32);
+                picks.push((batch, row as usize));
+            }
+            entries.push(from.entries[i].clone());
+        }
+        let (mut i, mut j) = (0, 0);
+        loop {
+            let order = match (self.entries.get(i), newer.entries.get(j)) {
+                (Some(a), Some(b)) => a.key.cmp(&b.key),
+                (Some(_), None) => Ordering::Less,
+                (None, Some(_)) => Ordering::Greater,
+                (None, None) => break,
+            };
+            match order {
+                Ordering::Less => {
+                    take((&mut entries, &mut rows, &mut picks), self, 0, i);
+                    i += 1;
+                }
+                Ordering::Greater => {
+                    take((&mut entries, &mut rows, &mut picks), newer, 1, j);
+                    j += 1;
+                }
+                Ordering::Equal if newer.entries[j].kind.is_full() => {
+                    take((&mut entries, &mut rows, &mut picks), newer, 1, j);
+                    i += 1;
+                    j += 1;
+                }
+                Ordering::Equal => {
+                    let (old, new) = (&self.entries[i], &newer.entries[j]);
+                    let mut f = Folded::from_entry(codec, new.kind, &new.value)?;
+                    f.merge_older(codec, old.kind, &old.value)?;
+                    let value = f.encode(codec)?;
+                    if f.kind == EntryKind::Put {
+                        rows.push(picks.len() as u32);
+                        picks.push((2, folded.len()));
+                        folded.push((new.key.clone(), f.values));
+                    } else {
+                        rows.push(NO_ROW);
+                    }
+                    entries.push(Entry {
+                        key: new.key.clone(),
+                        seq: new.seq,
+                        kind: f.kind,
+                        value,
+                    });
+                    i += 1;
+                    j += 1;
+                }
+            }
+        }
+        let all_columns: Vec<usize> = (0..table.read_schema.fields().len()).collect();
+        let folded = table.to_batch(&folded, &all_columns)?;
+        let columns = (0..all_columns.len())
+            .map(|c| {
+                let sources = [
+                    self.batch.column(c).as_ref(),
+                    newer.batch.column(c).as_ref(),
+                    folded.column(c).as_ref(),
+                ];
+                arrow::compute::interleave(&sources, &picks)
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| crate::error::Error::Internal(format!("combining overlays: {e}")))?;
+        let batch = RecordBatch::try_new_with_options(
+            self.batch.schema(),
+            columns,
+            &arrow::array::RecordBatchOptions::new().with_row_count(Some(picks.len())),
+        )
+        .map_err(|e| crate::error::Error::Internal(format!("combining overlays: {e}")))?;
+        let bytes = entries
+            .iter()
+            .map(|e| (e.key.len() + e.value.len() + 64) as u64)
+            .sum::<u64>()
+            + batch.get_array_memory_size() as u64;
+        if bytes > max_bytes {
+            return Ok(None);
+        }
+        Ok(Some(Self {
+            entries,
+            rows,
+            batch,
+            bytes,
+        }))
+    }
 }
 
 enum Slot {
@@ -183,6 +312,8 @@ struct Slots {
     /// Ready overlays, least recently used first.
     order: VecDeque<String>,
     bytes: u64,
+    /// Keys asked about recently ([`OverlayCache::seen_before`]).
+    seen: VecDeque<String>,
 }
 
 /// Overlays of a process, under a byte budget (see the module documentation).
@@ -233,6 +364,24 @@ impl OverlayCache {
     /// Bytes held by ready overlays.
     pub fn bytes(&self) -> u64 {
         self.slots.lock().bytes
+    }
+
+    /// Whether `key` was asked about recently; records it otherwise. A fold of the
+    /// memtables is built only once a second scan finds them unchanged: under writes they
+    /// change between scans, and a fold would be wasted work.
+    pub(crate) fn seen_before(&self, key: &str) -> bool {
+        if self.budget == 0 {
+            return false;
+        }
+        let mut s = self.slots.lock();
+        if s.seen.iter().any(|k| k == key) {
+            return true;
+        }
+        s.seen.push_back(key.to_string());
+        if s.seen.len() > 64 {
+            s.seen.pop_front();
+        }
+        false
     }
 
     /// Looks `key` up; on a miss, when `build`, marks it as being built by the caller

@@ -356,13 +356,95 @@ impl ShardView {
         }
     }
 
-    /// Builds (or waits for) the scan overlay of this view's immutable upper tiers, as the
+    /// `base` (the overlay of the immutable tiers above S3 level `deep`) with this view's
+    /// memtables folded over it, when a ready one matches them exactly: every memtable
+    /// version is visible at the view's sequence number, and the cache key names each
+    /// memtable and its newest sequence number (the writer applies writes in sequence
+    /// order, so that fixes its content). Otherwise, when a scan saw the same memtables
+    /// before, starts building it on a blocking thread (`wait`: builds it here, whether
+    /// seen before or not); a memtable that changes between scans is never folded.
+    fn memtable_overlay(
+        &self,
+        deep: usize,
+        base: &Arc<crate::overlay::Overlay>,
+        handle: &tokio::runtime::Handle,
+        wait: bool,
+    ) -> Option<Arc<crate::overlay::Overlay>> {
+        use crate::overlay::{Lookup, Overlay};
+        use std::fmt::Write;
+        let mems: Vec<Arc<Memtable>> = self
+            .state
+            .memtables()
+            .filter(|m| !m.is_empty())
+            .cloned()
+            .collect();
+        if mems.is_empty() {
+            return None;
+        }
+        let mut key = self.overlay_key(deep)?;
+        key.push_str("|memtables|");
+        let mut max_seq = 0;
+        for m in &mems {
+            let seq = m.seq_max();
+            if seq > self.read_seq {
+                return None;
+            }
+            max_seq = max_seq.max(seq);
+            let _ = write!(key, "{}:{seq},", m.id());
+        }
+        let cache = self.s3.overlays.clone();
+        let build = cache.seen_before(&key) || wait;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let mut lookup = cache.lookup(&key, build);
+        while wait && matches!(lookup, Lookup::Building) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            lookup = cache.lookup(&key, build);
+        }
+        match lookup {
+            Lookup::Ready(o) => Some(o),
+            Lookup::Build => {
+                let (table, base, s3) = (self.table.clone(), base.clone(), self.s3.clone());
+                let job = move || {
+                    let max = s3.overlays.max_overlay_bytes();
+                    let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        let sources = mems
+                            .into_iter()
+                            .map(|m| Box::new(MemtableIter::new(m, &[])) as Box<dyn EntryIter>)
+                            .collect();
+                        match Overlay::fold(&table, sources, max_seq, max)? {
+                            Some(folded) => base.combine(&table, &folded, max),
+                            None => Ok(None),
+                        }
+                    }))
+                    .unwrap_or_else(|_| {
+                        Err(Error::Internal("folding the memtables panicked".into()))
+                    });
+                    s3.overlays.finish(&key, built)
+                };
+                if wait {
+                    return job();
+                }
+                drop(handle.spawn_blocking(job));
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// Builds (or waits for) the scan overlay of this view's immutable upper tiers (and of
+    /// its memtables over them, when every memtable version is visible), as the
     /// first wide scan of a file set does in the background (see [`crate::overlay`]); true
     /// when scans of this view now use one. Blocking: call it on a blocking thread.
     pub fn warm_overlay(&self, handle: &tokio::runtime::Handle) -> bool {
-        self.deep_level(&[])
-            .and_then(|li| self.overlay(li, handle, true, true))
-            .is_some()
+        let Some(li) = self.deep_level(&[]) else {
+            return false;
+        };
+        let Some(base) = self.overlay(li, handle, true, true) else {
+            return false;
+        };
+        // And the memtables over it, when they are all visible.
+        self.memtable_overlay(li, &base, handle, true);
+        true
     }
 
     fn files(&self) -> BucketFiles<'_> {
@@ -480,12 +562,19 @@ impl ShardView {
             .collect();
         let manifest = &self.state.manifest.value;
         let deep_level = self.deep_level(&needed);
-        let overlay = deep_level.and_then(|li| {
-            let build = self.wide(li, start, end);
-            self.overlay(li, handle, build, false)
-        });
+        let wide = deep_level.is_some_and(|li| self.wide(li, start, end));
+        let overlay = deep_level.and_then(|li| self.overlay(li, handle, wide, false));
+        // With the memtables folded in too, nothing is left for the row path.
+        let combined = match (&overlay, deep_level) {
+            (Some(base), Some(li)) if wide => self.memtable_overlay(li, base, handle, false),
+            _ => None,
+        };
+        let memtables_folded = combined.is_some();
+        let overlay = combined.or(overlay);
         let files = self.files();
-        let upper = if overlay.is_some() {
+        let upper = if memtables_folded {
+            MergeIter::with_parts(Vec::new(), table.codec.clone())
+        } else if overlay.is_some() {
             MergeIter::with_parts(self.memtable_sources(start), table.codec.clone())
         } else {
             let mut upper =

@@ -411,3 +411,86 @@ async fn each_path_is_taken_and_agrees() {
         db.close().await;
     }
 }
+
+/// Memtables every version of which is visible fold into the overlay too (once a scan saw
+/// them unchanged, or `warm_overlay`): a scan then takes no key down the row path. A new
+/// write changes them, and scans fall back to the row path for the memtables until a fold
+/// of the new state is ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memtables_fold_into_the_overlay() {
+    let (_dir, db, t) = table_t(0, false, false).await;
+    for op in [
+        Op::Upsert {
+            start: 0,
+            len: 1200,
+            salt: 7,
+        },
+        Op::Drain,
+        Op::CompactS3 { level: 0, group: 0 },
+        Op::CompactS3 { level: 0, group: 1 },
+        Op::Upsert {
+            start: 100,
+            len: 10,
+            salt: 3,
+        },
+        Op::Flush,
+        // The memtable: whole rows over the SST's keys and past them, and deletes.
+        Op::Upsert {
+            start: 105,
+            len: 15,
+            salt: 5,
+        },
+        Op::Delete {
+            start: 200,
+            len: 10,
+            step: 1,
+        },
+    ] {
+        apply(&t, &op, 0).await;
+    }
+    let handle = tokio::runtime::Handle::current();
+    let full = |v: TableView, warm: bool| {
+        let handle = handle.clone();
+        tokio::task::spawn_blocking(move || {
+            let shard = &v.shards[0];
+            if warm {
+                assert!(shard.warm_overlay(&handle));
+            }
+            compare(shard, &v.schema, &[0, 1, 2], (None, None), 1000, &handle)
+        })
+    };
+    let p = full(db.view("t", None).await.unwrap(), true).await.unwrap();
+    // Keys 100..120 and 200..210: every one from the overlay, none resolved row by row.
+    assert_eq!((p.overlaid, p.patched, p.merged), (30, 0, 0), "{p:?}");
+    // A new write: the folded memtable no longer matches; the row path takes its keys.
+    apply(
+        &t,
+        &Op::Upsert {
+            start: 300,
+            len: 2,
+            salt: 1,
+        },
+        0,
+    )
+    .await;
+    let p = full(db.view("t", None).await.unwrap(), false)
+        .await
+        .unwrap();
+    // The SST's keys 100..105 from the overlay; 105..120 and 300..302 resolved (200..210
+    // are deleted there).
+    assert_eq!((p.overlaid, p.patched, p.merged), (5, 17, 0), "{p:?}");
+    // Seen unchanged by a second scan, the new state is folded in the background.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let p = full(db.view("t", None).await.unwrap(), false)
+            .await
+            .unwrap();
+        if p.patched == 0 {
+            assert_eq!((p.overlaid, p.merged), (32, 0), "{p:?}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "never folded: {p:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    db.close().await;
+}
