@@ -16,6 +16,9 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::{
+    Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
+};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
@@ -42,6 +45,8 @@ pub struct StrataScanExec {
     batch_rows: usize,
     schema: SchemaRef,
     props: Arc<PlanProperties>,
+    /// How the scan's rows were produced (`EXPLAIN ANALYZE`).
+    metrics: ExecutionPlanMetricsSet,
 }
 
 impl StrataScanExec {
@@ -84,6 +89,7 @@ impl StrataScanExec {
             batch_rows: batch_rows.max(1),
             schema,
             props,
+            metrics: ExecutionPlanMetricsSet::new(),
         })
     }
 }
@@ -201,6 +207,10 @@ impl ExecutionPlan for StrataScanExec {
         }
     }
 
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+
     fn execute(
         &self,
         partition: usize,
@@ -226,6 +236,7 @@ impl ExecutionPlan for StrataScanExec {
             shard: 0,
             batches: None,
             sent: 0,
+            paths: PathMetrics::new(&self.metrics, partition),
         };
         if inline {
             // Decode on the consumer's thread (the batch is still in its cache when the
@@ -269,6 +280,45 @@ struct Producer {
     shard: usize,
     batches: Option<ViewBatches>,
     sent: usize,
+    paths: PathMetrics,
+}
+
+/// Rows by the path that produced them (see `strata_engine::ScanPaths`): deep-level rows
+/// handed on as they are, rows resolved row by row, whole rows spliced from the scan
+/// overlay (the upper tiers folded), and rows of chunks merged row by row.
+struct PathMetrics {
+    passed: Count,
+    patched: Count,
+    overlaid: Count,
+    merged: Count,
+}
+
+impl PathMetrics {
+    fn new(set: &ExecutionPlanMetricsSet, partition: usize) -> Self {
+        let count = |name: &'static str| MetricBuilder::new(set).counter(name, partition);
+        Self {
+            passed: count("rows_passed"),
+            patched: count("rows_patched"),
+            overlaid: count("rows_overlaid"),
+            merged: count("rows_merged"),
+        }
+    }
+
+    fn add(&self, b: &ViewBatches) {
+        let p = b.paths();
+        self.passed.add(p.passed as usize);
+        self.patched.add(p.patched as usize);
+        self.overlaid.add(p.overlaid as usize);
+        self.merged.add(p.merged as usize);
+    }
+}
+
+impl Drop for Producer {
+    fn drop(&mut self) {
+        if let Some(b) = &self.batches {
+            self.paths.add(b);
+        }
+    }
 }
 
 impl Producer {
@@ -287,6 +337,7 @@ impl Producer {
                     self.sent += batch.num_rows();
                     return Ok(Some(batch));
                 }
+                self.paths.add(batches);
                 self.batches = None;
             }
             let view = &self.view;
