@@ -1352,6 +1352,25 @@ mod tests {
     use arrow::array::StringArray;
 
     #[test]
+    fn integer_lower_bound_from_is_partition_point() {
+        let v = Int64Array::from((0..500).map(|i| i * 3).collect::<Vec<i64>>());
+        let keys = Keys::Int(&v);
+        for from in [0, 1, 63, 64, 100, 499, 500] {
+            for b in (-2..1505).step_by(7) {
+                for strict in [false, true] {
+                    let want = from
+                        + v.values()[from..].partition_point(|x| *x < b || (strict && *x == b));
+                    assert_eq!(
+                        lower_bound_from(keys, from, &encode_int(b), strict),
+                        want,
+                        "from {from} bound {b} strict {strict}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
     fn gallop_is_partition_point() {
         let v: Vec<i64> = (0..300).map(|i| i * 2).collect();
         for len in [0, 1, 2, 3, 7, 64, 300] {
