@@ -173,15 +173,23 @@ impl Overlay {
         let all_columns: Vec<usize> = (0..table.read_schema.fields().len()).collect();
         let batch = table.to_batch(&whole, &all_columns)?;
         bytes += batch.get_array_memory_size() as u64;
-        if bytes > max_bytes {
-            return Ok(None);
-        }
-        Ok(Some(Self {
+        Ok(Self::within(entries, rows, batch, bytes, max_bytes))
+    }
+
+    /// The overlay, unless it holds more than `max_bytes`.
+    fn within(
+        entries: Vec<Entry>,
+        rows: Vec<u32>,
+        batch: RecordBatch,
+        bytes: u64,
+        max_bytes: u64,
+    ) -> Option<Self> {
+        (bytes <= max_bytes).then_some(Self {
             entries,
             rows,
             batch,
             bytes,
-        }))
+        })
     }
     /// This overlay with `newer` (a fold of the memtables) laid over it: a key of `newer`
     /// that is a whole row or a delete replaces this one's; a partial row is folded over
@@ -287,15 +295,7 @@ impl Overlay {
             .map(|e| (e.key.len() + e.value.len() + 64) as u64)
             .sum::<u64>()
             + batch.get_array_memory_size() as u64;
-        if bytes > max_bytes {
-            return Ok(None);
-        }
-        Ok(Some(Self {
-            entries,
-            rows,
-            batch,
-            bytes,
-        }))
+        Ok(Self::within(entries, rows, batch, bytes, max_bytes))
     }
 }
 

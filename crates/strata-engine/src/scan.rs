@@ -156,6 +156,21 @@ fn decode_int(bound: &[u8]) -> Option<i64> {
     Some((u64::from_be_bytes(b) ^ 0x8000_0000_0000_0000) as i64)
 }
 
+/// The smaller of the next keys of two key-ordered streams (memtables, overlay), and
+/// whether each stream holds it; None when both are done.
+fn smaller<'a>(a: Option<&'a Bytes>, b: Option<&'a Bytes>) -> Option<(&'a Bytes, bool, bool)> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(match a.cmp(b) {
+            Ordering::Less => (a, true, false),
+            Ordering::Equal => (a, true, true),
+            Ordering::Greater => (b, false, true),
+        }),
+        (Some(a), None) => Some((a, true, false)),
+        (None, Some(b)) => Some((b, false, true)),
+        (None, None) => None,
+    }
+}
+
 /// The first index of `items` where `below` turns false (`below` must be true then false,
 /// like `partition_point`'s predicate), searching outward from the start: O(log d) for an
 /// answer d items in. A scan's searches mostly land a short way past the last one.
@@ -636,15 +651,8 @@ impl ViewBatches {
             }
             let mem = self.upper_peek.as_ref().map(|e| &e.key);
             let ov = self.peek_overlay().map(|e| &e.key);
-            let (key, in_mem, in_ov) = match (mem, ov) {
-                (Some(a), Some(b)) => match a.cmp(b) {
-                    Ordering::Less => (a, true, false),
-                    Ordering::Equal => (a, true, true),
-                    Ordering::Greater => (b, false, true),
-                },
-                (Some(a), None) => (a, true, false),
-                (None, Some(b)) => (b, false, true),
-                (None, None) => break,
+            let Some((key, in_mem, in_ov)) = smaller(mem, ov) else {
+                break;
             };
             if key.as_ref() > bound || (!inclusive && key.as_ref() == bound) {
                 break;
@@ -898,15 +906,8 @@ impl ViewBatches {
         loop {
             let mk = upper.get(u).map(|e| &e.key);
             let ok = ov_entries.get(j).map(|e| &e.key);
-            let (key, in_mem, in_ov) = match (mk, ok) {
-                (Some(a), Some(b)) => match a.cmp(b) {
-                    Ordering::Less => (a, true, false),
-                    Ordering::Equal => (a, true, true),
-                    Ordering::Greater => (b, false, true),
-                },
-                (Some(a), None) => (a, true, false),
-                (None, Some(b)) => (b, false, true),
-                (None, None) => break,
+            let Some((key, in_mem, in_ov)) = smaller(mk, ok) else {
+                break;
             };
             let pos = lower_bound_from(keys, from, key, false);
             let hit = pos < n && keys.cmp_at(pos, key) == Ordering::Equal;
