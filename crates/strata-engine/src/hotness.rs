@@ -524,9 +524,10 @@ impl HotnessTracker {
             return self.replace_runs(st, &all);
         }
         let physical_target = ((1.0 - self.config.beta) * st.physical_limit as f64) as u64;
-        if self.config.autotune && physical(&all) > physical_target {
-            // Unstable records go first (Algorithm 1, line 15), only as far as needed: the
-            // old ones (counter run down) all, then those seen only once, oldest first.
+        if self.config.autotune {
+            // Unstable records go first (Algorithm 1, line 15): the old ones (counter run
+            // down, such as the keys of a hotspot that moved) at every eviction, then those
+            // seen only once, oldest first, and only as far as the physical target needs.
             // Dropping every record seen once would give a key a window of one eviction
             // period to be seen again; keeping the newest ones gives it about D_hs of
             // accesses, as §3.7's analysis assumes, so a zipf tail's warmer keys become
@@ -955,6 +956,29 @@ mod tests {
         };
         let r = merged.iter().find(|r| r.key == k.as_bytes()).unwrap();
         assert!(r.repeated && r.score > 1.0, "{r:?}");
+    }
+
+    /// A hot key no longer read goes unstable (its counter runs down within c_max epochs)
+    /// and is evicted, as when a hotspot moves (§4.6).
+    #[test]
+    fn a_key_no_longer_read_is_forgotten() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = TrackerConfig::new(dir.path().join("t"), 100_000);
+        c.buffer_records = 50;
+        let t = HotnessTracker::open(c).unwrap();
+        for _ in 0..50 {
+            t.record_access(b"old-hot", 91).unwrap();
+        }
+        // ~14 epochs of R = 70 000 bytes over 400 other keys, each read again and again
+        // (more than the tracker holds before it evicts).
+        for i in 0..10_000u64 {
+            t.record_access(format!("key{:05}", i % 400).as_bytes(), 91)
+                .unwrap();
+        }
+        let seen = tracked(&t);
+        assert!(t.stats().evictions > 0, "{:?}", t.stats());
+        assert!(!seen.contains_key(b"old-hot".as_slice()), "{:?}", t.stats());
+        assert!(!t.is_hot(b"old-hot"));
     }
 
     /// The share of `accesses` zipf(0.99) reads over `n` keys of `value_len` bytes, with
