@@ -295,18 +295,18 @@ impl ShardView {
         inside.saturating_mul(16) >= total
     }
 
-    /// The overlay of the immutable upper tiers above S3 level `deep`, when one is ready.
-    /// Otherwise, when `build`, starts building it on a blocking thread (`wait`: builds it
-    /// here, or waits for the scan building it).
-    fn overlay(
+    /// What the overlay cache holds under `key`, when ready. Otherwise, when `build`,
+    /// starts `make` (given the most one overlay may hold) on a blocking thread; `wait`:
+    /// runs it here, or waits for the scan running it.
+    fn cached_overlay(
         &self,
-        deep: usize,
+        key: String,
         handle: &tokio::runtime::Handle,
         build: bool,
         wait: bool,
+        make: impl FnOnce(u64) -> Result<Option<crate::overlay::Overlay>> + Send + 'static,
     ) -> Option<Arc<crate::overlay::Overlay>> {
-        use crate::overlay::{Lookup, Overlay};
-        let key = self.overlay_key(deep)?;
+        use crate::overlay::Lookup;
         let cache = self.s3.overlays.clone();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         loop {
@@ -318,33 +318,15 @@ impl ShardView {
                 }
                 Lookup::Building => return None,
                 Lookup::Build => {
-                    let (table, state, store, paths, s3, holds) = (
-                        self.table.clone(),
-                        self.state.clone(),
-                        self.store.clone(),
-                        self.paths.clone(),
-                        self.s3.clone(),
-                        self.holds.clone(),
-                    );
-                    let h = handle.clone();
                     let job = move || {
-                        // The view's pins keep its files while the build reads them, even
-                        // if the scan that started it is done.
-                        let _holds = holds;
-                        let files = BucketFiles {
-                            store: &store,
-                            paths: &paths,
-                            s3: &s3,
-                        };
-                        let max = s3.overlays.max_overlay_bytes();
+                        let max = cache.max_overlay_bytes();
                         // A panic must not leave the slot "being built" forever.
-                        let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            Overlay::build(&table, &state, &files, deep, max, &h)
-                        }))
-                        .unwrap_or_else(|_| {
-                            Err(Error::Internal("building a scan overlay panicked".into()))
-                        });
-                        s3.overlays.finish(&key, built)
+                        let built =
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| make(max)))
+                                .unwrap_or_else(|_| {
+                                    Err(Error::Internal("building a scan overlay panicked".into()))
+                                });
+                        cache.finish(&key, built)
                     };
                     if wait {
                         return job();
@@ -356,21 +338,52 @@ impl ShardView {
         }
     }
 
-    /// `base` (the overlay of the immutable tiers above S3 level `deep`) with this view's
-    /// memtables folded over it, when a ready one matches them exactly: every memtable
-    /// version is visible at the view's sequence number, and the cache key names each
-    /// memtable and its newest sequence number (the writer applies writes in sequence
-    /// order, so that fixes its content). Otherwise, when a scan saw the same memtables
-    /// before, starts building it on a blocking thread (`wait`: builds it here, whether
-    /// seen before or not); a memtable that changes between scans is never folded.
+    /// The overlay of the immutable upper tiers above S3 level `deep`, cached under `key`
+    /// ([`Self::overlay_key`]), when one is ready; otherwise see [`Self::cached_overlay`].
+    fn overlay(
+        &self,
+        key: String,
+        deep: usize,
+        handle: &tokio::runtime::Handle,
+        build: bool,
+        wait: bool,
+    ) -> Option<Arc<crate::overlay::Overlay>> {
+        let (table, state, store, paths, s3, holds) = (
+            self.table.clone(),
+            self.state.clone(),
+            self.store.clone(),
+            self.paths.clone(),
+            self.s3.clone(),
+            self.holds.clone(),
+        );
+        let h = handle.clone();
+        self.cached_overlay(key, handle, build, wait, move |max| {
+            // The view's pins keep its files while the build reads them, even if the scan
+            // that started it is done.
+            let _holds = holds;
+            let files = BucketFiles {
+                store: &store,
+                paths: &paths,
+                s3: &s3,
+            };
+            crate::overlay::Overlay::build(&table, &state, &files, deep, max, &h)
+        })
+    }
+
+    /// `base` (the overlay cached under `base_key`) with this view's memtables folded over
+    /// it, when a ready one matches them exactly: every memtable version is visible at the
+    /// view's sequence number, and the cache key names each memtable and its newest
+    /// sequence number (the writer applies writes in sequence order, so that fixes its
+    /// content). Otherwise, when a scan saw the same memtables before (or `wait`), builds
+    /// it as [`Self::cached_overlay`] does; a memtable that changes between scans is never
+    /// folded.
     fn memtable_overlay(
         &self,
-        deep: usize,
+        base_key: &str,
         base: &Arc<crate::overlay::Overlay>,
         handle: &tokio::runtime::Handle,
         wait: bool,
     ) -> Option<Arc<crate::overlay::Overlay>> {
-        use crate::overlay::{Lookup, Overlay};
         use std::fmt::Write;
         let mems: Vec<Arc<Memtable>> = self
             .state
@@ -381,8 +394,7 @@ impl ShardView {
         if mems.is_empty() {
             return None;
         }
-        let mut key = self.overlay_key(deep)?;
-        key.push_str("|memtables|");
+        let mut key = format!("{base_key}|memtables|");
         let mut max_seq = 0;
         for m in &mems {
             let seq = m.seq_max();
@@ -392,43 +404,18 @@ impl ShardView {
             max_seq = max_seq.max(seq);
             let _ = write!(key, "{}:{seq},", m.id());
         }
-        let cache = self.s3.overlays.clone();
-        let build = cache.seen_before(&key) || wait;
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        let mut lookup = cache.lookup(&key, build);
-        while wait && matches!(lookup, Lookup::Building) && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(10));
-            lookup = cache.lookup(&key, build);
-        }
-        match lookup {
-            Lookup::Ready(o) => Some(o),
-            Lookup::Build => {
-                let (table, base, s3) = (self.table.clone(), base.clone(), self.s3.clone());
-                let job = move || {
-                    let max = s3.overlays.max_overlay_bytes();
-                    let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        let sources = mems
-                            .into_iter()
-                            .map(|m| Box::new(MemtableIter::new(m, &[])) as Box<dyn EntryIter>)
-                            .collect();
-                        match Overlay::fold(&table, sources, max_seq, max)? {
-                            Some(folded) => base.combine(&table, &folded, max),
-                            None => Ok(None),
-                        }
-                    }))
-                    .unwrap_or_else(|_| {
-                        Err(Error::Internal("folding the memtables panicked".into()))
-                    });
-                    s3.overlays.finish(&key, built)
-                };
-                if wait {
-                    return job();
-                }
-                drop(handle.spawn_blocking(job));
-                None
+        let build = self.s3.overlays.seen_before(&key) || wait;
+        let (table, base) = (self.table.clone(), base.clone());
+        self.cached_overlay(key, handle, build, wait, move |max| {
+            let sources = mems
+                .into_iter()
+                .map(|m| Box::new(MemtableIter::new(m, &[])) as Box<dyn EntryIter>)
+                .collect();
+            match crate::overlay::Overlay::fold(&table, sources, max_seq, max)? {
+                Some(folded) => base.combine(&table, &folded, max),
+                None => Ok(None),
             }
-            _ => None,
-        }
+        })
     }
 
     /// Builds (or waits for) the scan overlay of this view's immutable upper tiers (and of
@@ -436,14 +423,17 @@ impl ShardView {
     /// first wide scan of a file set does in the background (see [`crate::overlay`]); true
     /// when scans of this view now use one. Blocking: call it on a blocking thread.
     pub fn warm_overlay(&self, handle: &tokio::runtime::Handle) -> bool {
-        let Some(li) = self.deep_level(&[]) else {
+        let Some((li, key)) = self
+            .deep_level(&[])
+            .and_then(|li| Some((li, self.overlay_key(li)?)))
+        else {
             return false;
         };
-        let Some(base) = self.overlay(li, handle, true, true) else {
+        let Some(base) = self.overlay(key.clone(), li, handle, true, true) else {
             return false;
         };
         // And the memtables over it, when they are all visible.
-        self.memtable_overlay(li, &base, handle, true);
+        self.memtable_overlay(&key, &base, handle, true);
         true
     }
 
@@ -563,10 +553,13 @@ impl ShardView {
         let manifest = &self.state.manifest.value;
         let deep_level = self.deep_level(&needed);
         let wide = deep_level.is_some_and(|li| self.wide(li, start, end));
-        let overlay = deep_level.and_then(|li| self.overlay(li, handle, wide, false));
+        let key = deep_level.and_then(|li| Some((li, self.overlay_key(li)?)));
+        let overlay = key
+            .as_ref()
+            .and_then(|(li, k)| self.overlay(k.clone(), *li, handle, wide, false));
         // With the memtables folded in too, nothing is left for the row path.
-        let combined = match (&overlay, deep_level) {
-            (Some(base), Some(li)) if wide => self.memtable_overlay(li, base, handle, false),
+        let combined = match (&overlay, &key) {
+            (Some(base), Some((_, k))) if wide => self.memtable_overlay(k, base, handle, false),
             _ => None,
         };
         let memtables_folded = combined.is_some();
