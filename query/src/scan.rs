@@ -285,12 +285,14 @@ struct Producer {
 
 /// Rows by the path that produced them (see `strata_engine::ScanPaths`): deep-level rows
 /// handed on as they are, rows resolved row by row, whole rows spliced from the scan
-/// overlay (the upper tiers folded), and rows of chunks merged row by row.
+/// overlay (the upper tiers folded), and rows of chunks merged row by row; and deep-level
+/// rows read by row position (no key column read or searched).
 struct PathMetrics {
     passed: Count,
     patched: Count,
     overlaid: Count,
     merged: Count,
+    positioned: Count,
 }
 
 impl PathMetrics {
@@ -301,6 +303,7 @@ impl PathMetrics {
             patched: count("rows_patched"),
             overlaid: count("rows_overlaid"),
             merged: count("rows_merged"),
+            positioned: count("rows_positioned"),
         }
     }
 
@@ -310,6 +313,7 @@ impl PathMetrics {
         self.patched.add(p.patched as usize);
         self.overlaid.add(p.overlaid as usize);
         self.merged.add(p.merged as usize);
+        self.positioned.add(p.positioned as usize);
     }
 }
 

@@ -27,11 +27,13 @@ use arrow::array::RecordBatch;
 use bytes::Bytes;
 use parking_lot::Mutex;
 
+use crate::columnar::reader::ParquetSource;
 use crate::entry::{Entry, EntryKind, Folded};
 use crate::error::Result;
 use crate::iter::{EntryIter, MergeIter};
 use crate::row::RowValues;
 use crate::s3::BucketFiles;
+use crate::scan::Positions;
 use crate::schema::TableSchema;
 use crate::sst::SstIter;
 use crate::state::ShardState;
@@ -47,6 +49,10 @@ pub struct Overlay {
     pub(crate) rows: Vec<u32>,
     /// Whole rows, every column of the table's read schema.
     pub(crate) batch: RecordBatch,
+    /// Whether any entry is a partial row.
+    pub(crate) partial: bool,
+    /// Where the keys fall in the deep level beneath (see [`Positions`]), when known.
+    pub(crate) positions: Option<Positions>,
     bytes: u64,
 }
 
@@ -104,7 +110,23 @@ impl Overlay {
             true,
             handle,
         ));
-        Self::fold(table, sources, u64::MAX, max_bytes)
+        let Some(folded) = Self::fold(table, sources, u64::MAX, max_bytes)? else {
+            return Ok(None);
+        };
+        let deep_files: Vec<ParquetSource> = state
+            .manifest
+            .value
+            .s3_levels
+            .get(deep)
+            .and_then(|l| l.groups.first())
+            .map(|run| run.files.iter().map(|f| files.parquet_source(f)).collect())
+            .unwrap_or_default();
+        if deep_files.is_empty() {
+            return Ok(Some(folded));
+        }
+        folded
+            .positioned(table, deep, &deep_files, handle)
+            .map(Some)
     }
 
     /// Folds the versions of `sources` (newest first per key) at sequence number `max_seq`
@@ -185,12 +207,31 @@ impl Overlay {
         max_bytes: u64,
     ) -> Option<Self> {
         (bytes <= max_bytes).then_some(Self {
+            partial: entries.iter().any(|e| e.kind == EntryKind::Partial),
             entries,
             rows,
             batch,
+            positions: None,
             bytes,
         })
     }
+
+    /// This overlay with the positions of its keys in deep level `level` (its first
+    /// group's `files`), so scans of the level can splice it in by row number. Blocking.
+    pub(crate) fn positioned(
+        mut self,
+        table: &TableSchema,
+        level: usize,
+        files: &[ParquetSource],
+        handle: &tokio::runtime::Handle,
+    ) -> Result<Self> {
+        let int_key = table.key_types == [arrow::datatypes::DataType::Int64];
+        let p = Positions::compute(&self.entries, level, files, int_key, handle)?;
+        self.bytes += p.bytes();
+        self.positions = Some(p);
+        Ok(self)
+    }
+
     /// This overlay with `newer` (a fold of the memtables) laid over it: a key of `newer`
     /// that is a whole row or a delete replaces this one's; a partial row is folded over
     /// it. Whole rows are gathered column-wise from both batches. None when the result
@@ -458,6 +499,8 @@ mod tests {
             entries: Vec::new(),
             rows: Vec::new(),
             batch: RecordBatch::new_empty(schema),
+            partial: false,
+            positions: None,
             bytes,
         }
     }

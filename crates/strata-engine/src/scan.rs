@@ -64,6 +64,9 @@ pub struct ScanPaths {
     /// Rows spliced straight from the overlay of the immutable upper tiers (whole rows;
     /// see [`crate::overlay`]), and deep rows dropped under its deletes.
     pub overlaid: u64,
+    /// Deep-level rows read by row position: the overlay's keys placed by the positions
+    /// computed with it, without reading or searching the key column.
+    pub positioned: u64,
 }
 
 /// One column group of the deep level, read file by file, cut to the key range.
@@ -79,6 +82,10 @@ struct GroupCursor {
     start: Vec<u8>,
     end: Option<Vec<u8>>,
     done: bool,
+    /// Read by row position instead of by key: rows `from..to` of the level (counted over
+    /// its files in order), and the level row the next file starts at.
+    rows: Option<(u64, u64)>,
+    file_start: u64,
 }
 
 /// The keys of a batch of the deep level (its first column): the encoded `_key`, or, for a
@@ -218,6 +225,42 @@ impl GroupCursor {
             if self.done {
                 return Ok(false);
             }
+            if let Some((from, to)) = self.rows {
+                // By position: each file's rows within `from..to`, already cut.
+                if self.stream.is_none() {
+                    let Some(f) = self.files.pop_front() else {
+                        self.done = true;
+                        return Ok(false);
+                    };
+                    let a = self.file_start;
+                    let b = a + self.handle.block_on(f.num_rows())?;
+                    self.file_start = b;
+                    if a >= to {
+                        self.done = true;
+                        return Ok(false);
+                    }
+                    if b > from {
+                        let s = self.handle.block_on(f.stream_rows(
+                            from.max(a) - a,
+                            to.min(b) - a,
+                            &self.columns,
+                        ))?;
+                        self.stream = Some((f.path.to_string(), s));
+                    }
+                    continue;
+                }
+                let Some((origin, stream)) = self.stream.as_mut() else {
+                    continue;
+                };
+                match self.handle.block_on(stream.next()) {
+                    Some(b) => {
+                        self.front =
+                            Some(b.map_err(|e| Error::Corrupt(format!("parquet {origin}: {e}")))?)
+                    }
+                    None => self.stream = None,
+                }
+                continue;
+            }
             if self.stream.is_none() {
                 let Some(f) = self.files.pop_front() else {
                     self.done = true;
@@ -298,6 +341,9 @@ struct Deep {
     origin: String,
     /// A chunk (or its rest) put back to be taken again.
     pushback: Option<Chunk>,
+    /// Rows `from..to` of the level are read by position, without the key column unless
+    /// it is projected (see [`Positions`]).
+    rows: Option<(u64, u64)>,
 }
 
 /// A chunk of the deep level: the same rows of every group read.
@@ -355,6 +401,13 @@ impl Deep {
             .unwrap_or(0)
             .min(max.max(1));
         let groups: Vec<RecordBatch> = self.cursors.iter_mut().map(|c| c.take(n)).collect();
+        if self.rows.is_some() {
+            // Read by position: every group's files are cut to the same rows.
+            return Ok(Some(Chunk {
+                groups,
+                int_key: self.int_key,
+            }));
+        }
         // The groups must be lined up: same key bounds and, when read, the same versions
         // (sequence numbers). Without version columns every key has one version, so equal
         // bounds over equal row counts mean equal keys.
@@ -512,6 +565,9 @@ pub struct ViewBatches {
     /// Slices of a merged or patched batch larger than `batch_rows`, still to be returned.
     queued: std::collections::VecDeque<RecordBatch>,
     paths: ScanPaths,
+    /// The deep level is read by position (see [`Positions`]): the level row the next
+    /// chunk starts at.
+    next_row: Option<u64>,
 }
 
 impl ViewBatches {
@@ -523,7 +579,7 @@ impl ViewBatches {
         batch_rows: usize,
         start: &[u8],
         end: Option<Vec<u8>>,
-        upper: Box<dyn EntryIter>,
+        mut upper: Box<dyn EntryIter>,
         overlay: Option<Arc<Overlay>>,
         deep: Option<DeepSpec>,
     ) -> Result<Self> {
@@ -533,9 +589,21 @@ impl ViewBatches {
                 .project(&projection)
                 .map_err(|e| Error::Invalid(format!("projection: {e}")))?,
         );
+        let upper_peek = upper
+            .next_entry()?
+            .filter(|e| end.as_deref().is_none_or(|end| e.key.as_ref() < end));
+        // Reading by position splices only whole rows and deletes from the overlay: nothing
+        // may be left for the row path (memtable versions, partial rows).
+        let positional = upper_peek.is_none() && overlay.as_ref().is_some_and(|o| !o.partial);
         let deep = deep
-            .map(|d| d.build(&table, &projection, read_seq))
+            .map(|mut d| {
+                if !positional {
+                    d.by_position = None;
+                }
+                d.build(&table, &projection, read_seq)
+            })
             .transpose()?;
+        let next_row = deep.as_ref().and_then(|d| d.rows).map(|(from, _)| from);
         let (ov_pos, ov_end) = overlay.as_ref().map_or((0, 0), |o| {
             (
                 o.lower_bound(start),
@@ -555,14 +623,15 @@ impl ViewBatches {
             ov_pos,
             ov_end,
             ov_columns,
-            upper_peek: None,
-            upper_done: false,
+            upper_done: upper_peek.is_none(),
+            upper_peek,
             deep,
             carry: Vec::new(),
             decided: None,
             tail: None,
             queued: Default::default(),
             paths: ScanPaths::default(),
+            next_row,
         })
     }
 
@@ -768,6 +837,12 @@ impl ViewBatches {
             if self.tail.is_some() {
                 return self.next_tail();
             }
+            if self.next_row.is_some() {
+                match self.next_positioned()? {
+                    Some(b) => return Ok(Some(b)),
+                    None => continue,
+                }
+            }
             let Some(deep) = self.deep.as_mut() else {
                 self.start_tail()?;
                 continue;
@@ -857,6 +932,60 @@ impl ViewBatches {
         }
     }
 
+    /// The next chunk of a deep level read by position, with the overlay entries that
+    /// fall in its rows spliced in (None when nothing in it is live). After the level, the
+    /// overlay's keys past its last row go to the row path.
+    fn next_positioned(&mut self) -> Result<Option<RecordBatch>> {
+        let (Some(deep), Some(g0)) = (self.deep.as_mut(), self.next_row) else {
+            return Ok(None);
+        };
+        let Some(chunk) = deep.next_chunk(self.batch_rows)? else {
+            self.next_row = None;
+            self.start_tail()?;
+            return Ok(None);
+        };
+        let n = chunk.rows();
+        self.paths.unversioned += n as u64;
+        self.paths.positioned += n as u64;
+        let g1 = g0 + n as u64;
+        self.next_row = Some(g1);
+        let overlay = self
+            .overlay
+            .clone()
+            .expect("positions come with an overlay");
+        let positions = overlay.positions.as_ref().expect("positions");
+        // Entries placed before row g1: replacing one of the chunk's rows, deleting it, or
+        // new keys going in before it.
+        let from = self.ov_pos;
+        let take = gallop(&positions.at[from..self.ov_end], |r| *r < g1);
+        if take == 0 {
+            self.paths.passed += n as u64;
+            let columns = deep.columns(&chunk);
+            return self.batch(columns, n).map(Some);
+        }
+        self.ov_pos += take;
+        let mut ukeys = Vec::with_capacity(take);
+        for i in from..from + take {
+            let src = match overlay.entries[i].kind {
+                EntryKind::Put => From::Overlay(overlay.rows[i] as usize),
+                EntryKind::Delete => From::Gone,
+                EntryKind::Partial => {
+                    return Err(Error::Internal(
+                        "a partial row in an overlay read by position".into(),
+                    ));
+                }
+            };
+            let pos = positions.at[i].checked_sub(g0).ok_or_else(|| {
+                Error::Internal("an overlay entry placed before its chunk".into())
+            })?;
+            ukeys.push((pos as usize, positions.hit[i], src));
+        }
+        let base = deep.columns(&chunk);
+        drop(chunk);
+        let batch = self.assemble(base, n, &ukeys, Vec::new(), &[])?;
+        Ok((batch.num_rows() > 0).then_some(batch))
+    }
+
     /// Resolves versions row by row into a batch (None when no row is live).
     fn merged(&mut self, versions: Vec<Entry>) -> Result<Option<RecordBatch>> {
         let rows = self.resolve(versions)?;
@@ -879,13 +1008,6 @@ impl ViewBatches {
         upper: Vec<Entry>,
         ov: std::ops::Range<usize>,
     ) -> Result<RecordBatch> {
-        /// Where a key's output row comes from.
-        enum From {
-            /// Resolved row by row: the i-th such key.
-            Resolved(usize),
-            Overlay(usize),
-            Gone,
-        }
         let overlay = self.overlay.clone();
         let (ov_entries, ov_rows): (&[Entry], &[u32]) = match &overlay {
             Some(o) => (&o.entries[ov.clone()], &o.rows[ov]),
@@ -950,7 +1072,6 @@ impl ViewBatches {
             ukeys.push((pos, hit, src));
             from = pos;
         }
-        let hits = ukeys.iter().filter(|u| u.1).count();
         deep.versions(
             &self.table,
             &chunk,
@@ -962,6 +1083,27 @@ impl ViewBatches {
         } else {
             self.resolve(versions)?
         };
+        let base = deep.columns(&chunk);
+        // The chunk's own references go, so its freshly decoded columns can be written
+        // in place.
+        drop(chunk);
+        self.assemble(base, n, &ukeys, patched, &resolved_keys)
+    }
+
+    /// Splices a chunk's `n` rows (`base`, its projected columns) with the keys of `ukeys`
+    /// (in key order: position in the chunk, whether they replace the row there, and where
+    /// their row comes from): rows resolved row by row (`patched`, for `resolved_keys`)
+    /// and whole rows of the overlay.
+    fn assemble(
+        &mut self,
+        base: Vec<ArrayRef>,
+        n: usize,
+        ukeys: &[(usize, bool, From)],
+        patched: Vec<(Bytes, RowValues)>,
+        resolved_keys: &[Bytes],
+    ) -> Result<RecordBatch> {
+        let overlay = self.overlay.clone();
+        let hits = ukeys.iter().filter(|u| u.1).count();
         // Segments of the output: (source, start, end); sources: 0 = chunk, 1 = resolved
         // rows, 2 = the overlay's whole rows.
         let mut segments: Vec<(usize, usize, usize)> = Vec::with_capacity(2 * ukeys.len() + 1);
@@ -977,7 +1119,7 @@ impl ViewBatches {
         // When every key replaces a deep row one for one (updates: no new key, no delete),
         // the rows to overwrite in place: (position, source, row).
         let mut writes: Option<Vec<(usize, usize, usize)>> = Some(Vec::with_capacity(ukeys.len()));
-        for (pos, hit, src) in &ukeys {
+        for (pos, hit, src) in ukeys {
             if *pos > at {
                 segments.push((0, at, *pos));
                 at = *pos;
@@ -1017,10 +1159,6 @@ impl ViewBatches {
             segments.push((0, at, n));
         }
         let total: usize = segments.iter().map(|(_, a, b)| b - a).sum();
-        let base = deep.columns(&chunk);
-        // The chunk's own references go, so its freshly decoded columns can be written
-        // in place.
-        drop(chunk);
         self.paths.passed += (n - hits) as u64;
         self.paths.patched += patched.len() as u64;
         self.paths.overlaid += overlaid;
@@ -1107,6 +1245,16 @@ impl ViewBatches {
         self.paths.merged += rows.len() as u64;
         self.rows_batch(&rows).map(Some)
     }
+}
+
+/// Where a key's output row comes from in a patched chunk.
+enum From {
+    /// Resolved row by row: the i-th such key.
+    Resolved(usize),
+    /// A whole row of the overlay (its batch row).
+    Overlay(usize),
+    /// Deleted.
+    Gone,
 }
 
 /// Overwrites rows of a freshly decoded primitive column in place: `writes` are
@@ -1235,6 +1383,10 @@ pub(crate) struct DeepSpec {
     pub(crate) handle: tokio::runtime::Handle,
     pub(crate) start: Vec<u8>,
     pub(crate) end: Option<Vec<u8>>,
+    /// Read by row position when the level allows it (only visible puts, one per key, and
+    /// a range that starts and ends at row-group bounds): the level's rows, as counted
+    /// when the overlay's [`Positions`] were computed.
+    pub(crate) by_position: Option<u64>,
 }
 
 impl DeepSpec {
@@ -1267,13 +1419,25 @@ impl DeepSpec {
                 }
             }
         }
+        let rows = match self.by_position {
+            Some(total) if !versions_needed => {
+                let first = self.groups.first().map_or(&[][..], |(_, f)| f.as_slice());
+                row_bounds(first, &self.start, self.end.as_deref(), total, &self.handle)?
+            }
+            _ => None,
+        };
         let mut cursors = Vec::new();
         let mut formats = Vec::new();
         let mut values = Vec::new();
         let mut meta = Vec::new();
         let mut outputs: Vec<Option<ColumnSource>> = vec![None; projection.len()];
         for (g, (format, files)) in self.groups.into_iter().enumerate() {
-            let mut cols = vec![key_file];
+            // By position the key column is read only when projected (or when nothing
+            // else is, to count rows).
+            let mut cols = Vec::new();
+            if rows.is_none() || projection.is_empty() {
+                cols.push(key_file);
+            }
             if versions_needed {
                 cols.extend([seq_file, kind_file, present_file]);
             }
@@ -1286,6 +1450,9 @@ impl DeepSpec {
                     cols.push(first_value + pos);
                     read.push(pos);
                 }
+            }
+            if cols.is_empty() {
+                cols.push(key_file);
             }
             cols.sort_unstable();
             cols.dedup();
@@ -1315,7 +1482,13 @@ impl DeepSpec {
             });
             cursors.push(GroupCursor {
                 handle: self.handle.clone(),
-                files: files.into_iter().filter(|f| in_range(f)).collect(),
+                files: if rows.is_some() {
+                    files.into()
+                } else {
+                    files.into_iter().filter(|f| in_range(f)).collect()
+                },
+                rows,
+                file_start: 0,
                 stream: None,
                 front: None,
                 start: self.start.clone(),
@@ -1343,7 +1516,116 @@ impl DeepSpec {
                 .collect(),
             origin: self.level.to_string(),
             pushback: None,
+            rows,
         })
+    }
+}
+
+/// The rows of a level (files in key order) with keys in `[start, end)`, as a row range,
+/// when both bounds fall between row groups by their `_key` statistics (a scan split at
+/// row-group starts, or the whole level) and the files hold `total` rows; None otherwise.
+fn row_bounds(
+    files: &[ParquetSource],
+    start: &[u8],
+    end: Option<&[u8]>,
+    total: u64,
+    handle: &tokio::runtime::Handle,
+) -> Result<Option<(u64, u64)>> {
+    let (mut from, mut to) = (None, None);
+    let mut at = 0u64;
+    for f in files {
+        for (n, span) in handle.block_on(f.row_group_spans())? {
+            let Some((lo, hi)) = span else {
+                return Ok(None);
+            };
+            // The first row group not wholly below a bound starts its rows, unless the
+            // bound cuts it.
+            for (bound, slot) in [(Some(start), &mut from), (end, &mut to)] {
+                if let Some(b) = bound
+                    && slot.is_none()
+                {
+                    if b <= lo.as_slice() {
+                        *slot = Some(at);
+                    } else if b <= hi.as_slice() {
+                        return Ok(None);
+                    }
+                }
+            }
+            at += n;
+        }
+    }
+    if at != total {
+        return Ok(None);
+    }
+    Ok(Some((from.unwrap_or(at), to.unwrap_or(at))))
+}
+
+/// Where the keys of an overlay fall in the deep level beneath it, so that a scan can
+/// splice the overlay into the level's chunks by row number without reading or searching
+/// the key column. Computed with the overlay (one pass over the level's key column) and
+/// valid while the level's files are the ones named here.
+#[derive(Debug)]
+pub(crate) struct Positions {
+    /// The deep level, and its first group's files when computed.
+    pub(crate) level: usize,
+    pub(crate) files: Vec<String>,
+    /// Rows of the level.
+    pub(crate) rows: u64,
+    /// Per overlay entry: the level's rows with smaller keys.
+    pub(crate) at: Vec<u64>,
+    /// Per overlay entry: whether the level holds its key (in row `at`).
+    pub(crate) hit: Vec<bool>,
+}
+
+impl Positions {
+    /// Positions of `entries` (in key order) in the level `level` whose first group's
+    /// files are `files` (in key order; `int_key`: the table's key is one `BIGINT`, read
+    /// typed). Blocking.
+    pub(crate) fn compute(
+        entries: &[Entry],
+        level: usize,
+        files: &[ParquetSource],
+        int_key: bool,
+        handle: &tokio::runtime::Handle,
+    ) -> Result<Self> {
+        let key_column = if int_key { 1 } else { 0 };
+        let mut at = Vec::with_capacity(entries.len());
+        let mut hit = Vec::with_capacity(entries.len());
+        let mut rows = 0u64;
+        for f in files {
+            let origin = f.path.to_string();
+            let mut stream = handle.block_on(f.stream(&[], None, Some(&[key_column])))?;
+            while let Some(batch) = handle.block_on(stream.next()) {
+                let batch = batch.map_err(|e| Error::Corrupt(format!("parquet {origin}: {e}")))?;
+                let keys = Keys::of(&batch, int_key, &origin)?;
+                let mut from = 0;
+                while let Some(e) = entries.get(at.len()) {
+                    let p = lower_bound_from(keys, from, &e.key, false);
+                    if p == keys.len() {
+                        // Past this batch: its place is in a later one (or the end).
+                        break;
+                    }
+                    at.push(rows + p as u64);
+                    hit.push(keys.cmp_at(p, &e.key) == Ordering::Equal);
+                    from = p;
+                }
+                rows += keys.len() as u64;
+            }
+        }
+        at.resize(entries.len(), rows);
+        hit.resize(entries.len(), false);
+        Ok(Self {
+            level,
+            files: files.iter().map(|f| f.info.name.clone()).collect(),
+            rows,
+            at,
+            hit,
+        })
+    }
+
+    /// Memory held (bytes).
+    pub(crate) fn bytes(&self) -> u64 {
+        (self.at.len() * 9 + self.files.iter().map(|f| f.len()).sum::<usize>()) as u64
     }
 }
 

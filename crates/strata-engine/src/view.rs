@@ -380,6 +380,7 @@ impl ShardView {
     fn memtable_overlay(
         &self,
         base_key: &str,
+        deep: usize,
         base: &Arc<crate::overlay::Overlay>,
         handle: &tokio::runtime::Handle,
         wait: bool,
@@ -405,17 +406,61 @@ impl ShardView {
             let _ = write!(key, "{}:{seq},", m.id());
         }
         let build = self.s3.overlays.seen_before(&key) || wait;
-        let (table, base) = (self.table.clone(), base.clone());
+        let (table, base, holds) = (self.table.clone(), base.clone(), self.holds.clone());
+        let deep_files = self.deep_files(deep);
+        let h = handle.clone();
         self.cached_overlay(key, handle, build, wait, move |max| {
+            let _holds = holds;
             let sources = mems
                 .into_iter()
                 .map(|m| Box::new(MemtableIter::new(m, &[])) as Box<dyn EntryIter>)
                 .collect();
-            match crate::overlay::Overlay::fold(&table, sources, max_seq, max)? {
-                Some(folded) => base.combine(&table, &folded, max),
-                None => Ok(None),
+            let Some(folded) = crate::overlay::Overlay::fold(&table, sources, max_seq, max)? else {
+                return Ok(None);
+            };
+            let Some(combined) = base.combine(&table, &folded, max)? else {
+                return Ok(None);
+            };
+            if base.positions.is_none() || deep_files.is_empty() {
+                return Ok(Some(combined));
             }
+            combined.positioned(&table, deep, &deep_files, &h).map(Some)
         })
+    }
+
+    /// The files of deep level `deep`'s first group, in key order.
+    fn deep_files(&self, deep: usize) -> Vec<crate::columnar::reader::ParquetSource> {
+        let files = self.files();
+        self.state
+            .manifest
+            .value
+            .s3_levels
+            .get(deep)
+            .and_then(|l| l.groups.first())
+            .map(|run| run.files.iter().map(|f| files.parquet_source(f)).collect())
+            .unwrap_or_default()
+    }
+
+    /// Whether `overlay`'s positions hold for deep level `deep` as this view reads it
+    /// through the groups `groups`: computed on the same files of its first group, and
+    /// every group read holds the same versions as that one.
+    fn positions_hold(
+        &self,
+        overlay: &crate::overlay::Overlay,
+        deep: usize,
+        groups: &[usize],
+    ) -> Option<u64> {
+        let p = overlay.positions.as_ref()?;
+        let runs = &self.state.manifest.value.s3_levels.get(deep)?.groups;
+        let first = runs.first()?;
+        let same_files = p.level == deep
+            && p.files.len() == first.files.len()
+            && p.files.iter().zip(&first.files).all(|(a, b)| *a == b.name);
+        let aligned = groups.iter().all(|g| {
+            runs.get(*g)
+                .is_some_and(|r| run_signature(r) == run_signature(first))
+        });
+        (same_files && aligned).then_some(p.rows)
     }
 
     /// Builds (or waits for) the scan overlay of this view's immutable upper tiers (and of
@@ -433,7 +478,7 @@ impl ShardView {
             return false;
         };
         // And the memtables over it, when they are all visible.
-        self.memtable_overlay(&key, &base, handle, true);
+        self.memtable_overlay(&key, li, &base, handle, true);
         true
     }
 
@@ -559,7 +604,9 @@ impl ShardView {
             .and_then(|(li, k)| self.overlay(k.clone(), *li, handle, wide, false));
         // With the memtables folded in too, nothing is left for the row path.
         let combined = match (&overlay, &key) {
-            (Some(base), Some((_, k))) if wide => self.memtable_overlay(k, base, handle, false),
+            (Some(base), Some((li, k))) if wide => {
+                self.memtable_overlay(k, *li, base, handle, false)
+            }
             _ => None,
         };
         let memtables_folded = combined.is_some();
@@ -587,6 +634,9 @@ impl ShardView {
         };
         let deep = deep_level.map(|li| crate::scan::DeepSpec {
             level: li,
+            by_position: overlay.as_deref().and_then(|o| {
+                self.positions_hold(o, li, &crate::s3::groups_needed(table, li, Some(&needed)))
+            }),
             groups: crate::s3::groups_needed(table, li, Some(&needed))
                 .into_iter()
                 .map(|g| {

@@ -299,6 +299,90 @@ impl ParquetSource {
         }
         builder.build().map_err(|e| corrupt(&self.path, e))
     }
+
+    /// Rows `from..to` of the file (in file order), reading the given columns: the row
+    /// groups holding them, cut to the range by a row selection.
+    pub async fn stream_rows(
+        &self,
+        from: u64,
+        to: u64,
+        columns: &[usize],
+    ) -> Result<ParquetRecordBatchStream<FileReader>> {
+        let fm = self.meta().await?;
+        let md = fm.meta.metadata().clone();
+        let mut groups = Vec::new();
+        let mut selectors = Vec::new();
+        let mut at = 0u64;
+        for (i, rg) in md.row_groups().iter().enumerate() {
+            let (a, b) = (at, at + rg.num_rows() as u64);
+            at = b;
+            if b <= from || a >= to {
+                continue;
+            }
+            groups.push(i);
+            let (lo, hi) = (from.max(a) - a, to.min(b) - a);
+            if lo > 0 {
+                selectors.push(RowSelector::skip(lo as usize));
+            }
+            selectors.push(RowSelector::select((hi - lo) as usize));
+            if b - a > hi {
+                selectors.push(RowSelector::skip((b - a - hi) as usize));
+            }
+        }
+        if to > at {
+            return Err(corrupt(
+                &self.path,
+                format!("rows {from}..{to} asked of a file of {at} rows"),
+            ));
+        }
+        let partial = selectors.iter().any(|s| s.skip);
+        let mask =
+            ProjectionMask::roots(md.file_metadata().schema_descr(), columns.iter().copied());
+        let mut builder = ParquetRecordBatchStreamBuilder::new_with_metadata(
+            self.reader(fm.clone()),
+            fm.meta.clone(),
+        )
+        .with_row_groups(groups)
+        .with_batch_size(4096)
+        .with_projection(mask);
+        if partial {
+            builder = builder.with_row_selection(RowSelection::from(selectors));
+        }
+        builder.build().map_err(|e| corrupt(&self.path, e))
+    }
+
+    /// Rows in the file (from its metadata).
+    pub async fn num_rows(&self) -> Result<u64> {
+        Ok(self
+            .meta()
+            .await?
+            .meta
+            .metadata()
+            .file_metadata()
+            .num_rows() as u64)
+    }
+
+    /// Per row group: its row count and the smallest and largest `_key` by its statistics
+    /// (None when it has none).
+    pub async fn row_group_spans(&self) -> Result<Vec<(u64, Option<(Vec<u8>, Vec<u8>)>)>> {
+        let fm = self.meta().await?;
+        Ok(fm
+            .meta
+            .metadata()
+            .row_groups()
+            .iter()
+            .map(|rg| {
+                let span = match rg.column(0).statistics() {
+                    Some(Statistics::ByteArray(s)) => match (s.min_opt(), s.max_opt()) {
+                        (Some(a), Some(b)) => Some((a.data().to_vec(), b.data().to_vec())),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                (rg.num_rows() as u64, span)
+            })
+            .collect())
+    }
 }
 
 /// Row groups that may hold keys in [start, end) by their `_key` statistics.
