@@ -18,6 +18,11 @@
 //!   deletes, versions newer than the read sequence number): the chunk is decoded into
 //!   versions and resolved with the same fold as point reads. The last key's versions may
 //!   continue in the next chunk, so they are carried over.
+//!
+//! When the overlay of the upper tiers carries its keys' row positions in the deep level
+//! ([`Positions`]) and nothing is left for the row path, the level is read by row number
+//! instead: no key column is read or searched, and each chunk takes the overlay entries
+//! placed before its last row.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -86,6 +91,8 @@ struct GroupCursor {
     /// its files in order), and the level row the next file starts at.
     rows: Option<(u64, u64)>,
     file_start: u64,
+    /// Rows per decoded batch.
+    batch: usize,
 }
 
 /// The keys of a batch of the deep level (its first column): the encoded `_key`, or, for a
@@ -244,6 +251,7 @@ impl GroupCursor {
                             from.max(a) - a,
                             to.min(b) - a,
                             &self.columns,
+                            self.batch,
                         ))?;
                         self.stream = Some((f.path.to_string(), s));
                     }
@@ -270,6 +278,7 @@ impl GroupCursor {
                     &self.start,
                     self.end.as_deref(),
                     Some(&self.columns),
+                    self.batch,
                 ))?;
                 self.stream = Some((f.path.to_string(), s));
             }
@@ -600,7 +609,7 @@ impl ViewBatches {
                 if !positional {
                     d.by_position = None;
                 }
-                d.build(&table, &projection, read_seq)
+                d.build(&table, &projection, read_seq, batch_rows)
             })
             .transpose()?;
         let next_row = deep.as_ref().and_then(|d| d.rows).map(|(from, _)| from);
@@ -1384,13 +1393,22 @@ pub(crate) struct DeepSpec {
     pub(crate) start: Vec<u8>,
     pub(crate) end: Option<Vec<u8>>,
     /// Read by row position when the level allows it (only visible puts, one per key, and
-    /// a range that starts and ends at row-group bounds): the level's rows, as counted
-    /// when the overlay's [`Positions`] were computed.
+    /// row-group statistics): the level's rows, as counted when the overlay's
+    /// [`Positions`] were computed.
     pub(crate) by_position: Option<u64>,
 }
 
 impl DeepSpec {
-    fn build(self, table: &TableSchema, projection: &[usize], read_seq: u64) -> Result<Deep> {
+    /// The level's reader; its files are decoded in batches of about `batch_rows` (the
+    /// scan's batch size, so that a chunk passed through is one output batch).
+    fn build(
+        self,
+        table: &TableSchema,
+        projection: &[usize],
+        read_seq: u64,
+        batch_rows: usize,
+    ) -> Result<Deep> {
+        let batch = batch_rows.clamp(1024, 1 << 16);
         let k = table.key_indices.len();
         let (seq_file, kind_file, present_file) = (1 + k, 2 + k, 3 + k);
         let first_value = 4 + k;
@@ -1422,7 +1440,14 @@ impl DeepSpec {
         let rows = match self.by_position {
             Some(total) if !versions_needed => {
                 let first = self.groups.first().map_or(&[][..], |(_, f)| f.as_slice());
-                row_bounds(first, &self.start, self.end.as_deref(), total, &self.handle)?
+                row_bounds(
+                    first,
+                    &self.start,
+                    self.end.as_deref(),
+                    total,
+                    int_key,
+                    &self.handle,
+                )?
             }
             _ => None,
         };
@@ -1489,6 +1514,7 @@ impl DeepSpec {
                 },
                 rows,
                 file_start: 0,
+                batch,
                 stream: None,
                 front: None,
                 start: self.start.clone(),
@@ -1521,25 +1547,29 @@ impl DeepSpec {
     }
 }
 
-/// The rows of a level (files in key order) with keys in `[start, end)`, as a row range,
-/// when both bounds fall between row groups by their `_key` statistics (a scan split at
-/// row-group starts, or the whole level) and the files hold `total` rows; None otherwise.
+/// The rows of a level (files in key order, one row per key) with keys in `[start, end)`,
+/// as a row range: bounds between row groups (by their `_key` statistics: a whole level,
+/// or a scan split at row-group starts) from the metadata alone, a bound inside a row
+/// group by reading that row group's keys. None when the files do not hold `total` rows
+/// or a row group has no statistics.
 fn row_bounds(
     files: &[ParquetSource],
     start: &[u8],
     end: Option<&[u8]>,
     total: u64,
+    int_key: bool,
     handle: &tokio::runtime::Handle,
 ) -> Result<Option<(u64, u64)>> {
     let (mut from, mut to) = (None, None);
     let mut at = 0u64;
     for f in files {
+        let mut local = 0u64;
         for (n, span) in handle.block_on(f.row_group_spans())? {
             let Some((lo, hi)) = span else {
                 return Ok(None);
             };
-            // The first row group not wholly below a bound starts its rows, unless the
-            // bound cuts it.
+            // The first row group not wholly below a bound starts its rows; a bound that
+            // cuts a row group is placed among its keys.
             for (bound, slot) in [(Some(start), &mut from), (end, &mut to)] {
                 if let Some(b) = bound
                     && slot.is_none()
@@ -1547,17 +1577,43 @@ fn row_bounds(
                     if b <= lo.as_slice() {
                         *slot = Some(at);
                     } else if b <= hi.as_slice() {
-                        return Ok(None);
+                        *slot = Some(at + keys_below(f, local, local + n, b, int_key, handle)?);
                     }
                 }
             }
             at += n;
+            local += n;
         }
     }
     if at != total {
         return Ok(None);
     }
     Ok(Some((from.unwrap_or(at), to.unwrap_or(at))))
+}
+
+/// How many of rows `from..to` of a file (sorted, distinct keys) have keys below `bound`.
+fn keys_below(
+    f: &ParquetSource,
+    from: u64,
+    to: u64,
+    bound: &[u8],
+    int_key: bool,
+    handle: &tokio::runtime::Handle,
+) -> Result<u64> {
+    let origin = f.path.to_string();
+    let key_column = if int_key { 1 } else { 0 };
+    let mut stream = handle.block_on(f.stream_rows(from, to, &[key_column], 8192))?;
+    let mut below = 0u64;
+    while let Some(batch) = handle.block_on(stream.next()) {
+        let batch = batch.map_err(|e| Error::Corrupt(format!("parquet {origin}: {e}")))?;
+        let keys = Keys::of(&batch, int_key, &origin)?;
+        let p = lower_bound(keys, bound, false);
+        below += p as u64;
+        if p < keys.len() {
+            break;
+        }
+    }
+    Ok(below)
 }
 
 /// Where the keys of an overlay fall in the deep level beneath it, so that a scan can
@@ -1594,7 +1650,7 @@ impl Positions {
         let mut rows = 0u64;
         for f in files {
             let origin = f.path.to_string();
-            let mut stream = handle.block_on(f.stream(&[], None, Some(&[key_column])))?;
+            let mut stream = handle.block_on(f.stream(&[], None, Some(&[key_column]), 8192))?;
             while let Some(batch) = handle.block_on(stream.next()) {
                 let batch = batch.map_err(|e| Error::Corrupt(format!("parquet {origin}: {e}")))?;
                 let keys = Keys::of(&batch, int_key, &origin)?;

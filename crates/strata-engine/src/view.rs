@@ -226,7 +226,8 @@ impl ShardView {
     }
 
     /// What identifies the overlay of the immutable upper tiers above S3 level `deep` (see
-    /// [`crate::overlay`]): the shard, the table's schema and every file folded. None when
+    /// [`crate::overlay`]): the shard, the table's schema, every file folded and the deep
+    /// level's first group's files (the overlay's keys are placed among them). None when
     /// there is nothing to fold or the view reads older than the newest version folded.
     fn overlay_key(&self, deep: usize) -> Option<String> {
         use std::fmt::Write;
@@ -270,6 +271,14 @@ impl ShardView {
         key.push('|');
         for f in files {
             let _ = write!(key, "{},", f.name);
+        }
+        // And the deep level's first group, where the overlay's keys are placed (see
+        // `crate::scan::Positions`).
+        key.push('|');
+        if let Some(run) = m.s3_levels.get(deep).and_then(|l| l.groups.first()) {
+            for f in &run.files {
+                let _ = write!(key, "{},", f.name);
+            }
         }
         Some(key)
     }

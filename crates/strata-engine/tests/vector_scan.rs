@@ -416,9 +416,8 @@ async fn each_path_is_taken_and_agrees() {
 }
 
 /// An overlay of whole rows and deletes (in an SST and an upper S3 level, with nothing in
-/// the memtables) is spliced into the deep level by the row positions computed with it:
-/// every range that starts and ends between row groups, and every projection, reads no
-/// key column, and agrees with the row path.
+/// the memtables) is spliced into the deep level by the row positions computed with it,
+/// for every range and projection, and agrees with the row path.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overlay_placed_by_position_agrees() {
     for (layout_n, narrow) in [(0, false), (1, true), (2, false)] {

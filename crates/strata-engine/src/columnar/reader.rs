@@ -274,13 +274,14 @@ impl ParquetSource {
         Ok(out)
     }
 
-    /// A stream of the file's record batches from the row group holding `start`, reading
-    /// the given columns (None = all).
+    /// A stream of the file's record batches (of `batch` rows) from the row group holding
+    /// `start`, reading the given columns (None = all).
     pub async fn stream(
         &self,
         start: &[u8],
         end: Option<&[u8]>,
         columns: Option<&[usize]>,
+        batch: usize,
     ) -> Result<ParquetRecordBatchStream<FileReader>> {
         let fm = self.meta().await?;
         let md = fm.meta.metadata().clone();
@@ -291,7 +292,7 @@ impl ParquetSource {
             fm.meta.clone(),
         )
         .with_row_groups(groups)
-        .with_batch_size(4096);
+        .with_batch_size(batch);
         if let Some(cols) = columns {
             let mask =
                 ProjectionMask::roots(md.file_metadata().schema_descr(), cols.iter().copied());
@@ -300,13 +301,14 @@ impl ParquetSource {
         builder.build().map_err(|e| corrupt(&self.path, e))
     }
 
-    /// Rows `from..to` of the file (in file order), reading the given columns: the row
-    /// groups holding them, cut to the range by a row selection.
+    /// Rows `from..to` of the file (in file order) in batches of `batch` rows, reading the
+    /// given columns: the row groups holding them, cut to the range by a row selection.
     pub async fn stream_rows(
         &self,
         from: u64,
         to: u64,
         columns: &[usize],
+        batch: usize,
     ) -> Result<ParquetRecordBatchStream<FileReader>> {
         let fm = self.meta().await?;
         let md = fm.meta.metadata().clone();
@@ -343,7 +345,7 @@ impl ParquetSource {
             fm.meta.clone(),
         )
         .with_row_groups(groups)
-        .with_batch_size(4096)
+        .with_batch_size(batch)
         .with_projection(mask);
         if partial {
             builder = builder.with_row_selection(RowSelection::from(selectors));
@@ -577,6 +579,7 @@ impl EntryIter for RunIter {
                     &start,
                     self.end.as_deref(),
                     columns.as_deref(),
+                    4096,
                 ))?;
                 self.stream = Some((f.path.to_string(), s));
             }
