@@ -124,9 +124,7 @@ impl Overlay {
         if deep_files.is_empty() {
             return Ok(Some(folded));
         }
-        folded
-            .positioned(table, deep, &deep_files, handle)
-            .map(Some)
+        Ok(Some(folded.positioned(table, deep, &deep_files, handle)))
     }
 
     /// Folds the versions of `sources` (newest first per key) at sequence number `max_seq`
@@ -218,18 +216,24 @@ impl Overlay {
 
     /// This overlay with the positions of its keys in deep level `level` (its first
     /// group's `files`), so scans of the level can splice it in by row number. Blocking.
+    /// Without them when they cannot be computed (a read failed): scans then line the
+    /// overlay up by key.
     pub(crate) fn positioned(
         mut self,
         table: &TableSchema,
         level: usize,
         files: &[ParquetSource],
         handle: &tokio::runtime::Handle,
-    ) -> Result<Self> {
+    ) -> Self {
         let int_key = table.key_types == [arrow::datatypes::DataType::Int64];
-        let p = Positions::compute(&self.entries, level, files, int_key, handle)?;
-        self.bytes += p.bytes();
-        self.positions = Some(p);
-        Ok(self)
+        match Positions::compute(&self.entries, level, files, int_key, handle) {
+            Ok(p) => {
+                self.bytes += p.bytes();
+                self.positions = Some(p);
+            }
+            Err(e) => tracing::debug!("placing a scan overlay's keys failed: {e}"),
+        }
+        self
     }
 
     /// This overlay with `newer` (a fold of the memtables) laid over it: a key of `newer`

@@ -1577,7 +1577,12 @@ fn row_bounds(
                     if b <= lo.as_slice() {
                         *slot = Some(at);
                     } else if b <= hi.as_slice() {
-                        *slot = Some(at + keys_below(f, local, local + n, b, int_key, handle)?);
+                        // A truncated maximum may lie above the row group's last key: a
+                        // bound past every key here belongs to a later row group.
+                        let below = keys_below(f, local, local + n, b, int_key, handle)?;
+                        if below < n {
+                            *slot = Some(at + below);
+                        }
                     }
                 }
             }
@@ -1588,7 +1593,9 @@ fn row_bounds(
     if at != total {
         return Ok(None);
     }
-    Ok(Some((from.unwrap_or(at), to.unwrap_or(at))))
+    let from = from.unwrap_or(at);
+    // An empty range (end before start) reads nothing.
+    Ok(Some((from, to.unwrap_or(at).max(from))))
 }
 
 /// How many of rows `from..to` of a file (sorted, distinct keys) have keys below `bound`.

@@ -433,7 +433,7 @@ impl ShardView {
             if base.positions.is_none() || deep_files.is_empty() {
                 return Ok(Some(combined));
             }
-            combined.positioned(&table, deep, &deep_files, &h).map(Some)
+            Ok(Some(combined.positioned(&table, deep, &deep_files, &h)))
         })
     }
 
