@@ -39,8 +39,11 @@ impl PartialOrd for InternalKey {
 /// A memtable.
 #[derive(Debug)]
 pub struct Memtable {
-    /// Unique in the process (what a cached fold of it is keyed by).
+    /// Unique in the process.
     id: u64,
+    /// What its content is made of, when another memtable built from the same source has
+    /// the same content (a view's WAL tail: the segments read and the replay point).
+    origin: Option<String>,
     map: SkipMap<InternalKey, (EntryKind, Bytes)>,
     bytes: AtomicUsize,
     seq_max: AtomicU64,
@@ -59,6 +62,7 @@ impl Memtable {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         Self {
             id: NEXT.fetch_add(1, Ordering::Relaxed),
+            origin: None,
             map: SkipMap::new(),
             bytes: AtomicUsize::new(0),
             seq_max: AtomicU64::new(0),
@@ -66,9 +70,27 @@ impl Memtable {
         }
     }
 
+    /// An empty memtable to be filled from `origin` (see [`Self::identity`]).
+    pub fn with_origin(origin: String) -> Self {
+        Self {
+            origin: Some(origin),
+            ..Self::new()
+        }
+    }
+
     /// Its identity in this process.
     pub fn id(&self) -> u64 {
         self.id
+    }
+
+    /// What a cached fold of it is keyed by, with its newest sequence number: its origin
+    /// when it has one (memtables filled from the same origin hold the same versions),
+    /// else its id.
+    pub fn identity(&self) -> String {
+        match &self.origin {
+            Some(o) => o.clone(),
+            None => self.id.to_string(),
+        }
     }
 
     /// Adds the versions of one write with sequence number `seq`, logged in WAL segment

@@ -412,7 +412,7 @@ impl ShardView {
                 return None;
             }
             max_seq = max_seq.max(seq);
-            let _ = write!(key, "{}:{seq},", m.id());
+            let _ = write!(key, "{}:{seq},", m.identity());
         }
         let build = self.s3.overlays.seen_before(&key) || wait;
         let (table, base, holds) = (self.table.clone(), base.clone(), self.holds.clone());
@@ -999,7 +999,20 @@ impl RemoteViews {
             let mut cache = self.wal.lock();
             cache.retain(|(d, id), _| d != &dir || *id > m.wal_replay_after);
         }
-        let mem = Memtable::new();
+        // WAL segments are written once and never change (a conditional create), so the
+        // segments read and the replay point fix the tail's content: views of the same
+        // tail share the cached fold of it.
+        use std::fmt::Write;
+        let mut origin = format!("wal:{dir}>{}:", m.seq_flushed);
+        for (id, meta) in &ids {
+            let _ = write!(
+                origin,
+                "{id}/{}/{},",
+                meta.size,
+                meta.e_tag.as_deref().unwrap_or("")
+            );
+        }
+        let mem = Memtable::with_origin(origin);
         let mut seq = m.seq_flushed;
         let mut times = Vec::new();
         for (id, meta) in ids {

@@ -558,6 +558,97 @@ async fn positions_hold_under_truncated_key_statistics() {
     db.close().await;
 }
 
+/// A node that reads a shard it does not write (a query service) builds each view's
+/// memtable from the WAL tail. Views of the same tail share one cached fold of it, so a
+/// fresh view of an unchanged tail reads the deep level by position with nothing left for
+/// the row path; a new write makes a new tail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn views_of_one_wal_tail_share_its_fold() {
+    let store = memory_store();
+    let (dir1, dir2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let writer = open(&store, dir1.path(), config(false)).await;
+    writer
+        .create_table_with_layout("t", table_schema(false), &["id"], layout(0))
+        .await
+        .unwrap();
+    let t = writer.table("t").await.unwrap();
+    for op in [
+        Op::Upsert {
+            start: 0,
+            len: 1200,
+            salt: 7,
+        },
+        Op::Drain,
+        Op::CompactS3 { level: 0, group: 0 },
+        Op::CompactS3 { level: 0, group: 1 },
+        Op::Upsert {
+            start: 100,
+            len: 10,
+            salt: 3,
+        },
+        Op::Flush,
+        // Only in the WAL for the reader: whole rows and deletes.
+        Op::Upsert {
+            start: 105,
+            len: 15,
+            salt: 5,
+        },
+        Op::Delete {
+            start: 200,
+            len: 10,
+            step: 1,
+        },
+    ] {
+        apply(&t, &op, 0).await;
+    }
+    let reader = open(&store, dir2.path(), config(false)).await;
+    let handle = tokio::runtime::Handle::current();
+    let scan = |v: TableView, warm: bool| {
+        let handle = handle.clone();
+        tokio::task::spawn_blocking(move || {
+            let shard = &v.shards[0];
+            if warm {
+                assert!(shard.warm_overlay(&handle));
+            }
+            compare(shard, &v.schema, &[0, 1, 2], (None, None), 1000, &handle)
+        })
+    };
+    let p = scan(reader.view("t", None).await.unwrap(), true)
+        .await
+        .unwrap();
+    assert_eq!(
+        (p.overlaid, p.patched, p.merged, p.positioned),
+        (30, 0, 0, 1200),
+        "{p:?}"
+    );
+    // A new view of the same tail: its fold is already cached.
+    let p = scan(reader.view("t", None).await.unwrap(), false)
+        .await
+        .unwrap();
+    assert_eq!(
+        (p.overlaid, p.patched, p.merged, p.positioned),
+        (30, 0, 0, 1200),
+        "{p:?}"
+    );
+    // A write after it: a new tail, resolved row by row until a fold of it is ready.
+    apply(
+        &t,
+        &Op::Upsert {
+            start: 300,
+            len: 2,
+            salt: 1,
+        },
+        0,
+    )
+    .await;
+    let p = scan(reader.view("t", None).await.unwrap(), false)
+        .await
+        .unwrap();
+    assert_eq!((p.overlaid, p.patched, p.positioned), (5, 17, 0), "{p:?}");
+    reader.close().await;
+    writer.close().await;
+}
+
 /// Memtables every version of which is visible fold into the overlay too (once a scan saw
 /// them unchanged, or `warm_overlay`): a scan then takes no key down the row path. A new
 /// write changes them, and scans fall back to the row path for the memtables until a fold
