@@ -113,14 +113,7 @@ impl Overlay {
         let Some(folded) = Self::fold(table, sources, u64::MAX, max_bytes)? else {
             return Ok(None);
         };
-        let deep_files: Vec<ParquetSource> = state
-            .manifest
-            .value
-            .s3_levels
-            .get(deep)
-            .and_then(|l| l.groups.first())
-            .map(|run| run.files.iter().map(|f| files.parquet_source(f)).collect())
-            .unwrap_or_default();
+        let deep_files = files.first_group(&state.manifest.value, deep);
         if deep_files.is_empty() {
             return Ok(Some(folded));
         }

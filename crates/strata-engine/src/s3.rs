@@ -833,6 +833,16 @@ pub(crate) struct BucketFiles<'a> {
 }
 
 impl BucketFiles<'_> {
+    /// The files of S3 level `level`'s first group in `m`, in key order (none when the
+    /// level has none).
+    pub(crate) fn first_group(&self, m: &Manifest, level: usize) -> Vec<ParquetSource> {
+        m.s3_levels
+            .get(level)
+            .and_then(|l| l.groups.first())
+            .map(|run| run.files.iter().map(|f| self.parquet_source(f)).collect())
+            .unwrap_or_default()
+    }
+
     pub(crate) fn parquet_source(&self, f: &ParquetFileInfo) -> ParquetSource {
         ParquetSource {
             store: self.store.clone(),

@@ -416,7 +416,7 @@ impl ShardView {
         }
         let build = self.s3.overlays.seen_before(&key) || wait;
         let (table, base, holds) = (self.table.clone(), base.clone(), self.holds.clone());
-        let deep_files = self.deep_files(deep);
+        let deep_files = self.files().first_group(&self.state.manifest.value, deep);
         let h = handle.clone();
         self.cached_overlay(key, handle, build, wait, move |max| {
             let _holds = holds;
@@ -435,19 +435,6 @@ impl ShardView {
             }
             Ok(Some(combined.positioned(&table, deep, &deep_files, &h)))
         })
-    }
-
-    /// The files of deep level `deep`'s first group, in key order.
-    fn deep_files(&self, deep: usize) -> Vec<crate::columnar::reader::ParquetSource> {
-        let files = self.files();
-        self.state
-            .manifest
-            .value
-            .s3_levels
-            .get(deep)
-            .and_then(|l| l.groups.first())
-            .map(|run| run.files.iter().map(|f| files.parquet_source(f)).collect())
-            .unwrap_or_default()
     }
 
     /// Whether `overlay`'s positions hold for deep level `deep` as this view reads it

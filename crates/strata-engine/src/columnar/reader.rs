@@ -202,16 +202,11 @@ impl ParquetSource {
 
     /// The smallest key of every row group (from the `_key` statistics).
     pub async fn row_group_starts(&self) -> Result<Vec<Vec<u8>>> {
-        let fm = self.meta().await?;
-        Ok(fm
-            .meta
-            .metadata()
-            .row_groups()
-            .iter()
-            .filter_map(|rg| match rg.column(0).statistics() {
-                Some(Statistics::ByteArray(s)) => s.min_opt().map(|m| m.data().to_vec()),
-                _ => None,
-            })
+        Ok(self
+            .row_group_spans()
+            .await?
+            .into_iter()
+            .filter_map(|(_, span)| span.map(|(min, _)| min))
             .collect())
     }
 
