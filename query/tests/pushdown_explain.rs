@@ -107,6 +107,37 @@ async fn explain_shows_key_range_file_pruning_and_column_groups() {
     assert!(plan.contains("rows_passed=3.00 K"), "{plan}");
     assert_eq!(metric("rows_patched"), 3, "{plan}");
     assert_eq!(metric("rows_merged"), 0, "{plan}");
+    assert_eq!(
+        metric("rows_positioned"),
+        0,
+        "memtable keys: by key: {plan}"
+    );
+    // Flushed, the 3 rows join the cached fold of the immutable tiers (built in the
+    // background by a wide scan); then the deep level is read by row position and the 3
+    // rows spliced from the fold.
+    t.flush().await.expect("flush");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let plan = explain(&q, "ANALYZE SELECT sum(a) FROM w").await;
+        if plan.contains("rows_positioned=3.00 K") {
+            assert!(plan.contains("rows_overlaid=3,"), "{plan}");
+            assert!(plan.contains("rows_patched=0"), "{plan}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never by position: {plan}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        common::sql(
+            &q,
+            "SELECT count(*), sum(a) FROM w WHERE id IN (5, 1500, 2999)"
+        )
+        .await,
+        vec![vec!["3".to_string(), "0".to_string()]]
+    );
     db.close().await;
 }
 
