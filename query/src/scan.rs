@@ -24,7 +24,7 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
     SendableRecordBatchStream,
 };
-use strata_engine::{TableView, ViewBatches};
+use strata_engine::{ScanPaths, TableView, ViewBatches};
 use tokio::runtime::RuntimeFlavor;
 
 use crate::pushdown::{KeyRange, describe};
@@ -286,13 +286,17 @@ struct Producer {
 /// Rows by the path that produced them (see `strata_engine::ScanPaths`): deep-level rows
 /// handed on as they are, rows resolved row by row, whole rows spliced from the scan
 /// overlay (the upper tiers folded), and rows of chunks merged row by row; and deep-level
-/// rows read by row position (no key column read or searched).
+/// rows read by row position (no key column read or searched). Brought up to date after
+/// every batch, so that they are complete when the last batch reaches the consumer
+/// (`EXPLAIN ANALYZE` reads them then), whichever thread decodes.
 struct PathMetrics {
     passed: Count,
     patched: Count,
     overlaid: Count,
     merged: Count,
     positioned: Count,
+    /// What the current shard's scan had counted when last reported.
+    reported: ScanPaths,
 }
 
 impl PathMetrics {
@@ -304,24 +308,19 @@ impl PathMetrics {
             overlaid: count("rows_overlaid"),
             merged: count("rows_merged"),
             positioned: count("rows_positioned"),
+            reported: ScanPaths::default(),
         }
     }
 
-    fn add(&self, b: &ViewBatches) {
-        let p = b.paths();
-        self.passed.add(p.passed as usize);
-        self.patched.add(p.patched as usize);
-        self.overlaid.add(p.overlaid as usize);
-        self.merged.add(p.merged as usize);
-        self.positioned.add(p.positioned as usize);
-    }
-}
-
-impl Drop for Producer {
-    fn drop(&mut self) {
-        if let Some(b) = &self.batches {
-            self.paths.add(b);
-        }
+    /// Adds what `b` counted since the last report.
+    fn update(&mut self, b: &ViewBatches) {
+        let (p, r) = (b.paths(), self.reported);
+        self.passed.add((p.passed - r.passed) as usize);
+        self.patched.add((p.patched - r.patched) as usize);
+        self.overlaid.add((p.overlaid - r.overlaid) as usize);
+        self.merged.add((p.merged - r.merged) as usize);
+        self.positioned.add((p.positioned - r.positioned) as usize);
+        self.reported = p;
     }
 }
 
@@ -334,15 +333,17 @@ impl Producer {
     fn step(&mut self) -> Result<Option<RecordBatch>> {
         while self.sent < self.limit {
             if let Some(batches) = self.batches.as_mut() {
-                if let Some(mut batch) = batches.next_batch().map_err(engine_err)? {
+                let next = batches.next_batch().map_err(engine_err);
+                self.paths.update(batches);
+                if let Some(mut batch) = next? {
                     if self.sent + batch.num_rows() > self.limit {
                         batch = batch.slice(0, self.limit - self.sent);
                     }
                     self.sent += batch.num_rows();
                     return Ok(Some(batch));
                 }
-                self.paths.add(batches);
                 self.batches = None;
+                self.paths.reported = ScanPaths::default();
             }
             let view = &self.view;
             let Some((entry, shard)) = view.entry.shards.iter().zip(&view.shards).nth(self.shard)

@@ -1,5 +1,6 @@
 //! Scans decode on the consuming thread on a multi-thread runtime and on a blocking thread
-//! behind a channel on a current-thread runtime: both give the same rows, LIMIT included.
+//! behind a channel on a current-thread runtime: both give the same rows, LIMIT included,
+//! and the same `EXPLAIN ANALYZE` row counts.
 
 mod common;
 
@@ -53,6 +54,24 @@ async fn scans() -> Vec<Vec<Vec<String>>> {
     for text in QUERIES {
         out.push(common::sql(&q, text).await);
     }
+    // The scan's row counts by path are complete when EXPLAIN ANALYZE reads them, also
+    // when a LIMIT stops the scan early.
+    let mut counts = Vec::new();
+    for text in ["SELECT count(*) FROM t", "SELECT id FROM t LIMIT 7"] {
+        let plan = common::sql(&q, &format!("EXPLAIN ANALYZE {text}"))
+            .await
+            .concat()
+            .join(" ");
+        let metric = |name: &str| -> String {
+            let at = plan.find(&format!("{name}=")).expect(name) + name.len() + 1;
+            plan[at..]
+                .chars()
+                .take_while(|c| *c != ',' && *c != ']')
+                .collect()
+        };
+        counts.push(vec![metric("rows_merged"), metric("rows_passed")]);
+    }
+    out.push(counts);
     db.close().await;
     out
 }
@@ -77,4 +96,10 @@ fn current_thread_and_multi_thread_scans_agree() {
     let sum: i64 = (0..400).sum::<i64>() + 200 * 1000;
     assert_eq!(multi[1], vec![vec!["400".to_string(), sum.to_string()]]);
     assert_eq!(multi[2], vec![vec!["7".to_string()]]);
+    // The limited scan stops after its first batch (all 400 rows here).
+    assert_eq!(
+        multi[3],
+        vec![vec!["400".to_string(), "0".to_string()]; 2],
+        "{current:?}"
+    );
 }
