@@ -558,21 +558,10 @@ async fn positions_hold_under_truncated_key_statistics() {
     db.close().await;
 }
 
-/// A node that reads a shard it does not write (a query service) builds each view's
-/// memtable from the WAL tail. Views of the same tail share one cached fold of it, so a
-/// fresh view of an unchanged tail reads the deep level by position with nothing left for
-/// the row path; a new write makes a new tail.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn views_of_one_wal_tail_share_its_fold() {
-    let store = memory_store();
-    let (dir1, dir2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let writer = open(&store, dir1.path(), config(false)).await;
-    writer
-        .create_table_with_layout("t", table_schema(false), &["id"], layout(0))
-        .await
-        .unwrap();
-    let t = writer.table("t").await.unwrap();
-    for op in [
+/// A deep level of keys 0..1200; keys 100..110 updated in an SST; then whole rows over
+/// the SST's keys and past them (105..120) and deletes (200..210).
+fn fold_ops() -> [Op; 8] {
+    [
         Op::Upsert {
             start: 0,
             len: 1200,
@@ -587,7 +576,6 @@ async fn views_of_one_wal_tail_share_its_fold() {
             salt: 3,
         },
         Op::Flush,
-        // Only in the WAL for the reader: whole rows and deletes.
         Op::Upsert {
             start: 105,
             len: 15,
@@ -598,33 +586,51 @@ async fn views_of_one_wal_tail_share_its_fold() {
             len: 10,
             step: 1,
         },
-    ] {
+    ]
+}
+
+/// A full scan of `v`'s first shard, checked against the row path (`warm`: the overlay,
+/// and the memtables' fold over it, are built first).
+async fn full_scan(v: TableView, warm: bool) -> ScanPaths {
+    let handle = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || {
+        let shard = &v.shards[0];
+        if warm {
+            assert!(shard.warm_overlay(&handle));
+        }
+        compare(shard, &v.schema, &[0, 1, 2], (None, None), 1000, &handle)
+    })
+    .await
+    .unwrap()
+}
+
+/// A node that reads a shard it does not write (a query service) builds each view's
+/// memtable from the WAL tail. Views of the same tail share one cached fold of it, so a
+/// fresh view of an unchanged tail reads the deep level by position with nothing left for
+/// the row path; a new write makes a new tail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn views_of_one_wal_tail_share_its_fold() {
+    let store = memory_store();
+    let (dir1, dir2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let writer = open(&store, dir1.path(), config(false)).await;
+    writer
+        .create_table_with_layout("t", table_schema(false), &["id"], layout(0))
+        .await
+        .unwrap();
+    let t = writer.table("t").await.unwrap();
+    // The memtable (only the WAL for the reader): whole rows and deletes.
+    for op in fold_ops() {
         apply(&t, &op, 0).await;
     }
     let reader = open(&store, dir2.path(), config(false)).await;
-    let handle = tokio::runtime::Handle::current();
-    let scan = |v: TableView, warm: bool| {
-        let handle = handle.clone();
-        tokio::task::spawn_blocking(move || {
-            let shard = &v.shards[0];
-            if warm {
-                assert!(shard.warm_overlay(&handle));
-            }
-            compare(shard, &v.schema, &[0, 1, 2], (None, None), 1000, &handle)
-        })
-    };
-    let p = scan(reader.view("t", None).await.unwrap(), true)
-        .await
-        .unwrap();
+    let p = full_scan(reader.view("t", None).await.unwrap(), true).await;
     assert_eq!(
         (p.overlaid, p.patched, p.merged, p.positioned),
         (30, 0, 0, 1200),
         "{p:?}"
     );
     // A new view of the same tail: its fold is already cached.
-    let p = scan(reader.view("t", None).await.unwrap(), false)
-        .await
-        .unwrap();
+    let p = full_scan(reader.view("t", None).await.unwrap(), false).await;
     assert_eq!(
         (p.overlaid, p.patched, p.merged, p.positioned),
         (30, 0, 0, 1200),
@@ -641,9 +647,7 @@ async fn views_of_one_wal_tail_share_its_fold() {
         0,
     )
     .await;
-    let p = scan(reader.view("t", None).await.unwrap(), false)
-        .await
-        .unwrap();
+    let p = full_scan(reader.view("t", None).await.unwrap(), false).await;
     assert_eq!((p.overlaid, p.patched, p.positioned), (5, 17, 0), "{p:?}");
     reader.close().await;
     writer.close().await;
@@ -656,47 +660,10 @@ async fn views_of_one_wal_tail_share_its_fold() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memtables_fold_into_the_overlay() {
     let (_dir, db, t) = table_t(0, false, false).await;
-    for op in [
-        Op::Upsert {
-            start: 0,
-            len: 1200,
-            salt: 7,
-        },
-        Op::Drain,
-        Op::CompactS3 { level: 0, group: 0 },
-        Op::CompactS3 { level: 0, group: 1 },
-        Op::Upsert {
-            start: 100,
-            len: 10,
-            salt: 3,
-        },
-        Op::Flush,
-        // The memtable: whole rows over the SST's keys and past them, and deletes.
-        Op::Upsert {
-            start: 105,
-            len: 15,
-            salt: 5,
-        },
-        Op::Delete {
-            start: 200,
-            len: 10,
-            step: 1,
-        },
-    ] {
+    for op in fold_ops() {
         apply(&t, &op, 0).await;
     }
-    let handle = tokio::runtime::Handle::current();
-    let full = |v: TableView, warm: bool| {
-        let handle = handle.clone();
-        tokio::task::spawn_blocking(move || {
-            let shard = &v.shards[0];
-            if warm {
-                assert!(shard.warm_overlay(&handle));
-            }
-            compare(shard, &v.schema, &[0, 1, 2], (None, None), 1000, &handle)
-        })
-    };
-    let p = full(db.view("t", None).await.unwrap(), true).await.unwrap();
+    let p = full_scan(db.view("t", None).await.unwrap(), true).await;
     // Keys 100..120 and 200..210: every one from the overlay, none resolved row by row.
     assert_eq!((p.overlaid, p.patched, p.merged), (30, 0, 0), "{p:?}");
     // Nothing left for the row path, whole rows and deletes only: the deep level is read
@@ -713,9 +680,7 @@ async fn memtables_fold_into_the_overlay() {
         0,
     )
     .await;
-    let p = full(db.view("t", None).await.unwrap(), false)
-        .await
-        .unwrap();
+    let p = full_scan(db.view("t", None).await.unwrap(), false).await;
     // The SST's keys 100..105 from the overlay; 105..120 and 300..302 resolved (200..210
     // are deleted there).
     assert_eq!((p.overlaid, p.patched, p.merged), (5, 17, 0), "{p:?}");
@@ -723,9 +688,7 @@ async fn memtables_fold_into_the_overlay() {
     // Seen unchanged by a second scan, the new state is folded in the background.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
-        let p = full(db.view("t", None).await.unwrap(), false)
-            .await
-            .unwrap();
+        let p = full_scan(db.view("t", None).await.unwrap(), false).await;
         if p.patched == 0 {
             assert_eq!((p.overlaid, p.merged, p.positioned), (32, 0, 1200), "{p:?}");
             break;
