@@ -117,7 +117,7 @@ impl Overlay {
         if deep_files.is_empty() {
             return Ok(Some(folded));
         }
-        Ok(Some(folded.positioned(table, deep, &deep_files, handle)))
+        Ok(Some(folded.positioned(table, &deep_files, handle)))
     }
 
     /// Folds the versions of `sources` (newest first per key) at sequence number `max_seq`
@@ -207,19 +207,17 @@ impl Overlay {
         })
     }
 
-    /// This overlay with the positions of its keys in deep level `level` (its first
-    /// group's `files`), so scans of the level can splice it in by row number. Blocking.
+    /// This overlay with the positions of its keys in the deep level whose first group's
+    /// files are `files`, so scans of the level can splice it in by row number. Blocking.
     /// Without them when they cannot be computed (a read failed): scans then line the
     /// overlay up by key.
     pub(crate) fn positioned(
         mut self,
         table: &TableSchema,
-        level: usize,
         files: &[ParquetSource],
         handle: &tokio::runtime::Handle,
     ) -> Self {
-        let int_key = table.key_types == [arrow::datatypes::DataType::Int64];
-        match Positions::compute(&self.entries, level, files, int_key, handle) {
+        match Positions::compute(table, &self.entries, files, handle) {
             Ok(p) => {
                 self.bytes += p.bytes();
                 self.positions = Some(p);

@@ -104,6 +104,13 @@ enum Keys<'a> {
     Int(&'a Int64Array),
 }
 
+/// Whether scans read `table`'s keys from the typed `BIGINT` key column (its key is one
+/// `BIGINT`) rather than the encoded `_key`, and that column's place in a level's files.
+fn key_column(table: &TableSchema) -> (bool, usize) {
+    let int_key = table.key_types == [DataType::Int64];
+    (int_key, if int_key { 1 } else { 0 })
+}
+
 /// The memcomparable encoding of a `BIGINT` key (see `keycodec`).
 fn encode_int(v: i64) -> [u8; 8] {
     ((v as u64) ^ 0x8000_0000_0000_0000).to_be_bytes()
@@ -1413,8 +1420,7 @@ impl DeepSpec {
         let (seq_file, kind_file, present_file) = (1 + k, 2 + k, 3 + k);
         let first_value = 4 + k;
         let wants_keys = projection.iter().any(|c| table.key_indices.contains(c));
-        let int_key = table.key_types == [DataType::Int64];
-        let key_file = if int_key { 1 } else { 0 };
+        let (int_key, key_file) = key_column(table);
         let in_range = |f: &ParquetSource| {
             f.info.key_max.as_slice() >= self.start.as_slice()
                 && self
@@ -1445,7 +1451,7 @@ impl DeepSpec {
                     &self.start,
                     self.end.as_deref(),
                     total,
-                    int_key,
+                    table,
                     &self.handle,
                 )?
             }
@@ -1458,9 +1464,9 @@ impl DeepSpec {
         let mut outputs: Vec<Option<ColumnSource>> = vec![None; projection.len()];
         for (g, (format, files)) in self.groups.into_iter().enumerate() {
             // By position the key column is read only when projected (or when nothing
-            // else is, to count rows).
+            // else is, to count rows: below).
             let mut cols = Vec::new();
-            if rows.is_none() || projection.is_empty() {
+            if rows.is_none() {
                 cols.push(key_file);
             }
             if versions_needed {
@@ -1557,7 +1563,7 @@ fn row_bounds(
     start: &[u8],
     end: Option<&[u8]>,
     total: u64,
-    int_key: bool,
+    table: &TableSchema,
     handle: &tokio::runtime::Handle,
 ) -> Result<Option<(u64, u64)>> {
     let (mut from, mut to) = (None, None);
@@ -1579,7 +1585,7 @@ fn row_bounds(
                     } else if b <= hi.as_slice() {
                         // A truncated maximum may lie above the row group's last key: a
                         // bound past every key here belongs to a later row group.
-                        let below = keys_below(f, local, local + n, b, int_key, handle)?;
+                        let below = keys_below(f, local, local + n, b, table, handle)?;
                         if below < n {
                             *slot = Some(at + below);
                         }
@@ -1604,11 +1610,11 @@ fn keys_below(
     from: u64,
     to: u64,
     bound: &[u8],
-    int_key: bool,
+    table: &TableSchema,
     handle: &tokio::runtime::Handle,
 ) -> Result<u64> {
     let origin = f.path.to_string();
-    let key_column = if int_key { 1 } else { 0 };
+    let (int_key, key_column) = key_column(table);
     let mut stream = handle.block_on(f.stream_rows(from, to, &[key_column], 8192))?;
     let mut below = 0u64;
     while let Some(batch) = handle.block_on(stream.next()) {
@@ -1625,13 +1631,10 @@ fn keys_below(
 
 /// Where the keys of an overlay fall in the deep level beneath it, so that a scan can
 /// splice the overlay into the level's chunks by row number without reading or searching
-/// the key column. Computed with the overlay (one pass over the level's key column) and
-/// valid while the level's files are the ones named here.
+/// the key column. Computed with the overlay (one pass over the level's key column); the
+/// overlay's cache key names the level's files, so they hold while it is used.
 #[derive(Debug)]
 pub(crate) struct Positions {
-    /// The deep level, and its first group's files when computed.
-    pub(crate) level: usize,
-    pub(crate) files: Vec<String>,
     /// Rows of the level.
     pub(crate) rows: u64,
     /// Per overlay entry: the level's rows with smaller keys.
@@ -1641,17 +1644,15 @@ pub(crate) struct Positions {
 }
 
 impl Positions {
-    /// Positions of `entries` (in key order) in the level `level` whose first group's
-    /// files are `files` (in key order; `int_key`: the table's key is one `BIGINT`, read
-    /// typed). Blocking.
+    /// Positions of `entries` (in key order) in the level whose first group's files are
+    /// `files` (in key order). Blocking.
     pub(crate) fn compute(
+        table: &TableSchema,
         entries: &[Entry],
-        level: usize,
         files: &[ParquetSource],
-        int_key: bool,
         handle: &tokio::runtime::Handle,
     ) -> Result<Self> {
-        let key_column = if int_key { 1 } else { 0 };
+        let (int_key, key_column) = key_column(table);
         let mut at = Vec::with_capacity(entries.len());
         let mut hit = Vec::with_capacity(entries.len());
         let mut rows = 0u64;
@@ -1677,18 +1678,12 @@ impl Positions {
         }
         at.resize(entries.len(), rows);
         hit.resize(entries.len(), false);
-        Ok(Self {
-            level,
-            files: files.iter().map(|f| f.info.name.clone()).collect(),
-            rows,
-            at,
-            hit,
-        })
+        Ok(Self { rows, at, hit })
     }
 
     /// Memory held (bytes).
     pub(crate) fn bytes(&self) -> u64 {
-        (self.at.len() * 9 + self.files.iter().map(|f| f.len()).sum::<usize>()) as u64
+        (self.at.len() * 9) as u64
     }
 }
 

@@ -416,7 +416,12 @@ impl ShardView {
         }
         let build = self.s3.overlays.seen_before(&key) || wait;
         let (table, base, holds) = (self.table.clone(), base.clone(), self.holds.clone());
-        let deep_files = self.files().first_group(&self.state.manifest.value, deep);
+        let (state, store, paths, s3) = (
+            self.state.clone(),
+            self.store.clone(),
+            self.paths.clone(),
+            self.s3.clone(),
+        );
         let h = handle.clone();
         self.cached_overlay(key, handle, build, wait, move |max| {
             let _holds = holds;
@@ -430,16 +435,23 @@ impl ShardView {
             let Some(combined) = base.combine(&table, &folded, max)? else {
                 return Ok(None);
             };
-            if base.positions.is_none() || deep_files.is_empty() {
+            if base.positions.is_none() {
                 return Ok(Some(combined));
             }
-            Ok(Some(combined.positioned(&table, deep, &deep_files, &h)))
+            let files = BucketFiles {
+                store: &store,
+                paths: &paths,
+                s3: &s3,
+            };
+            let deep_files = files.first_group(&state.manifest.value, deep);
+            Ok(Some(combined.positioned(&table, &deep_files, &h)))
         })
     }
 
-    /// Whether `overlay`'s positions hold for deep level `deep` as this view reads it
-    /// through the groups `groups`: computed on the same files of its first group, and
-    /// every group read holds the same versions as that one.
+    /// The deep level's rows as `overlay`'s positions count them, when they hold for deep
+    /// level `deep` read through the groups `groups`: they were computed on its first
+    /// group (whose files the overlay's cache key names), and every group read must hold
+    /// the same versions as that one.
     fn positions_hold(
         &self,
         overlay: &crate::overlay::Overlay,
@@ -449,14 +461,13 @@ impl ShardView {
         let p = overlay.positions.as_ref()?;
         let runs = &self.state.manifest.value.s3_levels.get(deep)?.groups;
         let first = runs.first()?;
-        let same_files = p.level == deep
-            && p.files.len() == first.files.len()
-            && p.files.iter().zip(&first.files).all(|(a, b)| *a == b.name);
-        let aligned = groups.iter().all(|g| {
-            runs.get(*g)
-                .is_some_and(|r| run_signature(r) == run_signature(first))
-        });
-        (same_files && aligned).then_some(p.rows)
+        groups
+            .iter()
+            .all(|g| {
+                runs.get(*g)
+                    .is_some_and(|r| run_signature(r) == run_signature(first))
+            })
+            .then_some(p.rows)
     }
 
     /// Builds (or waits for) the scan overlay of this view's immutable upper tiers (and of
@@ -628,25 +639,28 @@ impl ShardView {
             ));
             upper
         };
-        let deep = deep_level.map(|li| crate::scan::DeepSpec {
-            level: li,
-            by_position: overlay.as_deref().and_then(|o| {
-                self.positions_hold(o, li, &crate::s3::groups_needed(table, li, Some(&needed)))
-            }),
-            groups: crate::s3::groups_needed(table, li, Some(&needed))
-                .into_iter()
-                .map(|g| {
-                    let sources = manifest.s3_levels[li].groups[g]
-                        .files
-                        .iter()
-                        .map(|f| files.parquet_source(f))
-                        .collect();
-                    (table.groups[li][g].clone(), sources)
-                })
-                .collect(),
-            handle: handle.clone(),
-            start: start.to_vec(),
-            end: end.map(|e| e.to_vec()),
+        let deep = deep_level.map(|li| {
+            let groups = crate::s3::groups_needed(table, li, Some(&needed));
+            crate::scan::DeepSpec {
+                level: li,
+                by_position: overlay
+                    .as_deref()
+                    .and_then(|o| self.positions_hold(o, li, &groups)),
+                groups: groups
+                    .into_iter()
+                    .map(|g| {
+                        let sources = manifest.s3_levels[li].groups[g]
+                            .files
+                            .iter()
+                            .map(|f| files.parquet_source(f))
+                            .collect();
+                        (table.groups[li][g].clone(), sources)
+                    })
+                    .collect(),
+                handle: handle.clone(),
+                start: start.to_vec(),
+                end: end.map(|e| e.to_vec()),
+            }
         });
         crate::scan::ViewBatches::new(
             table.clone(),

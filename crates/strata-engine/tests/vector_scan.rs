@@ -618,6 +618,13 @@ fn fold_ops() -> [Op; 8] {
     ]
 }
 
+/// A write after [`fold_ops`]: new keys past the memtable's (300..302).
+const LATE_WRITE: Op = Op::Upsert {
+    start: 300,
+    len: 2,
+    salt: 1,
+};
+
 /// A full scan of `v`'s first shard, checked against the row path (`warm`: the overlay,
 /// and the memtables' fold over it, are built first).
 async fn full_scan(v: TableView, warm: bool) -> ScanPaths {
@@ -666,16 +673,7 @@ async fn views_of_one_wal_tail_share_its_fold() {
         "{p:?}"
     );
     // A write after it: a new tail, resolved row by row until a fold of it is ready.
-    apply(
-        &t,
-        &Op::Upsert {
-            start: 300,
-            len: 2,
-            salt: 1,
-        },
-        0,
-    )
-    .await;
+    apply(&t, &LATE_WRITE, 0).await;
     let p = full_scan(reader.view("t", None).await.unwrap(), false).await;
     assert_eq!((p.overlaid, p.patched, p.positioned), (5, 17, 0), "{p:?}");
     reader.close().await;
@@ -699,16 +697,7 @@ async fn memtables_fold_into_the_overlay() {
     // by row position.
     assert_eq!(p.positioned, 1200, "{p:?}");
     // A new write: the folded memtable no longer matches; the row path takes its keys.
-    apply(
-        &t,
-        &Op::Upsert {
-            start: 300,
-            len: 2,
-            salt: 1,
-        },
-        0,
-    )
-    .await;
+    apply(&t, &LATE_WRITE, 0).await;
     let p = full_scan(db.view("t", None).await.unwrap(), false).await;
     // The SST's keys 100..105 from the overlay; 105..120 and 300..302 resolved (200..210
     // are deleted there).
