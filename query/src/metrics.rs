@@ -292,6 +292,38 @@ impl ServiceMetrics {
                 .map_err(internal)?;
             }
         }
+        let (page_bytes, pages, page_hits, page_misses) = self.inner.db.page_cache_stats();
+        for (name, kind, help, v) in [
+            (
+                "strata_page_cache_bytes",
+                "gauge",
+                "Bytes of decoded Parquet pages held for point lookups (at most engine.page_cache_bytes)",
+                page_bytes,
+            ),
+            (
+                "strata_page_cache_pages",
+                "gauge",
+                "Decoded Parquet page spans held for point lookups",
+                pages as u64,
+            ),
+            (
+                "strata_page_cache_hits",
+                "counter",
+                "Point lookups into columnar levels answered from decoded pages",
+                page_hits,
+            ),
+            (
+                "strata_page_cache_misses",
+                "counter",
+                "Point lookups into columnar levels that read and decoded pages",
+                page_misses,
+            ),
+        ] {
+            let suffix = if kind == "counter" { "_total" } else { "" };
+            writeln!(out, "# HELP {name} {help}.").map_err(internal)?;
+            writeln!(out, "# TYPE {name} {kind}").map_err(internal)?;
+            writeln!(out, "{name}{suffix} {v}").map_err(internal)?;
+        }
         if let Some(h) = self.inner.db.hotness_stats() {
             let gauges: [(&str, &str, f64); 7] = [
                 (

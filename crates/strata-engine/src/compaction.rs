@@ -23,43 +23,100 @@ use crate::shard::ShardInner;
 use crate::sst::{SstBuilder, SstIter, SstReader};
 use crate::state::{ShardState, SstHandle};
 
-/// A chosen compaction.
+/// A chosen compaction, over the files of a level (`SstHandle`s in a shard, plain
+/// `SstInfo`s in the picker's tests).
 #[derive(Debug)]
-pub(crate) struct Job {
+pub(crate) struct Job<F = Arc<SstHandle>> {
     upper: usize,
     output: usize,
-    upper_inputs: Vec<Arc<SstHandle>>,
-    lower_inputs: Vec<Arc<SstHandle>>,
+    upper_inputs: Vec<F>,
+    lower_inputs: Vec<F>,
     bottommost: bool,
 }
 
-fn overlapping(level: &[Arc<SstHandle>], lo: &[u8], hi: &[u8]) -> Vec<Arc<SstHandle>> {
+/// A file of a level as the picker sees it.
+pub(crate) trait LevelFile: Clone {
+    /// Its manifest entry.
+    fn info(&self) -> &SstInfo;
+}
+
+impl LevelFile for Arc<SstHandle> {
+    fn info(&self) -> &SstInfo {
+        &self.info
+    }
+}
+
+impl LevelFile for SstInfo {
+    fn info(&self) -> &SstInfo {
+        self
+    }
+}
+
+fn overlapping<F: LevelFile>(level: &[F], lo: &[u8], hi: &[u8]) -> Vec<F> {
     level
         .iter()
-        .filter(|h| h.info.key_max.as_slice() >= lo && h.info.key_min.as_slice() <= hi)
+        .filter(|h| h.info().key_max.as_slice() >= lo && h.info().key_min.as_slice() <= hi)
         .cloned()
         .collect()
 }
 
-fn range_of(files: &[Arc<SstHandle>]) -> (Vec<u8>, Vec<u8>) {
+fn range_of<F: LevelFile>(files: &[F]) -> (Vec<u8>, Vec<u8>) {
     let lo = files
         .iter()
-        .map(|h| h.info.key_min.clone())
+        .map(|h| h.info().key_min.clone())
         .min()
         .unwrap_or_default();
     let hi = files
         .iter()
-        .map(|h| h.info.key_max.clone())
+        .map(|h| h.info().key_max.clone())
         .max()
         .unwrap_or_default();
     (lo, hi)
 }
 
-/// Chooses the next compaction, if any is due.
-pub(crate) fn pick(state: &ShardState, config: &crate::config::EngineConfig) -> Option<Job> {
-    let levels = &state.levels;
-    let last = levels.len() - 1;
-    let job = if levels[0].len() >= config.l0_compaction_trigger.max(1) {
+/// Whether an L0 that last gained a file at `l0_grown_ms` has settled by `now_ms` (see
+/// `EngineConfig::l0_settle_ms`).
+pub(crate) fn l0_settled(
+    config: &crate::config::EngineConfig,
+    l0_grown_ms: u64,
+    now_ms: u64,
+) -> bool {
+    config.l0_settle_ms > 0 && now_ms.saturating_sub(l0_grown_ms) >= config.l0_settle_ms
+}
+
+/// Chooses the next compaction of a shard's row levels, if any is due (see [`pick_in`]).
+pub(crate) fn pick(
+    state: &ShardState,
+    config: &crate::config::EngineConfig,
+    settled: bool,
+) -> Option<Job> {
+    let columnar = |lo: &[u8], hi: &[u8]| {
+        state
+            .manifest
+            .value
+            .parquet_files()
+            .any(|f| f.key_max.as_slice() >= lo && f.key_min.as_slice() <= hi)
+    };
+    pick_in(&state.levels, &columnar, config, settled)
+}
+
+/// The picker on plain values: L0 into L1 at `l0_compaction_trigger` files (at one file
+/// once L0 has `settled`), else the oldest file of the first deeper level over its target.
+/// `columnar_overlaps(lo, hi)` says whether a columnar level holds keys in [lo, hi] (then
+/// the output is not the bottom: older versions may lie below it).
+pub(crate) fn pick_in<F: LevelFile>(
+    levels: &[Vec<F>],
+    columnar_overlaps: &dyn Fn(&[u8], &[u8]) -> bool,
+    config: &crate::config::EngineConfig,
+    settled: bool,
+) -> Option<Job<F>> {
+    let last = levels.len().checked_sub(1).filter(|l| *l > 0)?;
+    let l0_due = if settled {
+        1
+    } else {
+        config.l0_compaction_trigger.max(1)
+    };
+    let job = if levels[0].len() >= l0_due {
         let upper_inputs = levels[0].clone();
         let (lo, hi) = range_of(&upper_inputs);
         Some((0, upper_inputs, lo, hi))
@@ -67,10 +124,10 @@ pub(crate) fn pick(state: &ShardState, config: &crate::config::EngineConfig) -> 
         let mut found = None;
         let mut target = config.level_bytes_base;
         for (li, level) in levels.iter().enumerate().take(last).skip(1) {
-            let size: u64 = level.iter().map(|h| h.info.size_bytes).sum();
+            let size: u64 = level.iter().map(|h| h.info().size_bytes).sum();
             if size > target {
-                let oldest = level.iter().min_by_key(|h| h.info.seq_max)?.clone();
-                let (lo, hi) = (oldest.info.key_min.clone(), oldest.info.key_max.clone());
+                let oldest = level.iter().min_by_key(|h| h.info().seq_max)?.clone();
+                let (lo, hi) = (oldest.info().key_min.clone(), oldest.info().key_max.clone());
                 found = Some((li, vec![oldest], lo, hi));
                 break;
             }
@@ -81,13 +138,11 @@ pub(crate) fn pick(state: &ShardState, config: &crate::config::EngineConfig) -> 
     let (upper, upper_inputs, lo, hi) = job?;
     let output = upper + 1;
     let lower_inputs = overlapping(&levels[output], &lo, &hi);
-    // Bottommost only if no deeper level, NVMe or S3, may hold older versions of the range.
+    // Bottommost only if no deeper level, row or columnar, may hold older versions.
     let bottommost = levels[output + 1..]
         .iter()
         .all(|l| overlapping(l, &lo, &hi).is_empty())
-        && !state.manifest.value.parquet_files().any(|f| {
-            f.key_max.as_slice() >= lo.as_slice() && f.key_min.as_slice() <= hi.as_slice()
-        });
+        && !columnar_overlaps(&lo, &hi);
     Some(Job {
         upper,
         output,
@@ -129,7 +184,15 @@ fn touches_locked(inner: &ShardInner, job: &Job) -> bool {
 /// Runs compactions until none is due.
 pub(crate) async fn compact_until_idle(inner: &Arc<ShardInner>) -> Result<()> {
     let _one_at_a_time = inner.compaction_lock.lock().await;
-    while let Some(job) = pick(&inner.current(), &inner.config) {
+    loop {
+        let settled = l0_settled(
+            &inner.config,
+            inner.l0_grown_ms.load(std::sync::atomic::Ordering::Acquire),
+            inner.clock.now_ms(),
+        );
+        let Some(job) = pick(&inner.current(), &inner.config, settled) else {
+            break;
+        };
         if touches_locked(inner, &job) {
             break; // retried when the cross-tier job settles
         }
@@ -424,6 +487,136 @@ mod tests {
                 Bytes::from(c.encode(&row).unwrap())
             },
         }
+    }
+
+    fn sst(n: u64, lo: &[u8], hi: &[u8], seq_max: u64, bytes: u64) -> SstInfo {
+        SstInfo {
+            id: strata_manifest::SstId { epoch: 1, n },
+            key_min: lo.to_vec(),
+            key_max: hi.to_vec(),
+            seq_min: seq_max.saturating_sub(10),
+            seq_max,
+            entries: 10,
+            size_bytes: bytes,
+        }
+    }
+
+    fn ids(files: &[SstInfo]) -> Vec<u64> {
+        files.iter().map(|f| f.id.n).collect()
+    }
+
+    #[test]
+    fn picker_table() {
+        let config = crate::config::EngineConfig {
+            levels: 3,
+            l0_compaction_trigger: 4,
+            level_bytes_base: 100,
+            level_size_multiplier: 10,
+            ..Default::default()
+        };
+        let none = |_: &[u8], _: &[u8]| false;
+        let all = |_: &[u8], _: &[u8]| true;
+        let l0 = |n: usize| -> Vec<SstInfo> {
+            (0..n as u64)
+                .map(|i| sst(10 + i, b"c", b"p", 100 - i, 10))
+                .collect()
+        };
+        let l1 = vec![sst(1, b"a", b"d", 5, 60), sst(2, b"e", b"z", 6, 30)];
+        struct Case {
+            name: &'static str,
+            levels: Vec<Vec<SstInfo>>,
+            settled: bool,
+            columnar: bool,
+            // (upper, upper inputs, lower inputs, bottommost) or None
+            want: Option<(usize, Vec<u64>, Vec<u64>, bool)>,
+        }
+        let cases = vec![
+            Case {
+                name: "nothing to do",
+                levels: vec![vec![], l1.clone(), vec![]],
+                settled: false,
+                columnar: false,
+                want: None,
+            },
+            Case {
+                name: "L0 below its trigger waits",
+                levels: vec![l0(3), l1.clone(), vec![]],
+                settled: false,
+                columnar: false,
+                want: None,
+            },
+            Case {
+                name: "L0 at its trigger: all of L0 and the overlapping L1 files",
+                levels: vec![l0(4), l1.clone(), vec![]],
+                settled: false,
+                columnar: false,
+                want: Some((0, vec![10, 11, 12, 13], vec![1, 2], true)),
+            },
+            Case {
+                name: "a settled L0 is compacted at one file",
+                levels: vec![l0(1), l1.clone(), vec![]],
+                settled: true,
+                columnar: false,
+                want: Some((0, vec![10], vec![1, 2], true)),
+            },
+            Case {
+                name: "settled, but L0 is empty",
+                levels: vec![vec![], vec![], vec![]],
+                settled: true,
+                columnar: false,
+                want: None,
+            },
+            Case {
+                name: "columnar data below: not the bottom",
+                levels: vec![l0(4), l1.clone(), vec![]],
+                settled: false,
+                columnar: true,
+                want: Some((0, vec![10, 11, 12, 13], vec![1, 2], false)),
+            },
+            Case {
+                name: "L1 over its target: its oldest file into L2",
+                levels: vec![
+                    vec![],
+                    vec![sst(1, b"a", b"d", 5, 80), sst(2, b"e", b"z", 3, 80)],
+                    vec![sst(3, b"f", b"g", 1, 10)],
+                ],
+                settled: false,
+                columnar: false,
+                want: Some((1, vec![2], vec![3], true)),
+            },
+        ];
+        for c in cases {
+            let cols: &dyn Fn(&[u8], &[u8]) -> bool = if c.columnar { &all } else { &none };
+            let got = pick_in(&c.levels, cols, &config, c.settled).map(|j| {
+                (
+                    j.upper,
+                    ids(&j.upper_inputs),
+                    ids(&j.lower_inputs),
+                    j.bottommost,
+                )
+            });
+            assert_eq!(got, c.want, "{}", c.name);
+        }
+        // Two row levels (the default): L1 is the last and never compacted into a row
+        // level below; cross-tier jobs move it into the columnar levels.
+        let two = vec![vec![], vec![sst(1, b"a", b"z", 5, 1 << 40)]];
+        assert!(pick_in(&two, &none, &config, false).is_none());
+        // A single level has nothing to compact into.
+        assert!(pick_in(&[l0(8)], &none, &config, true).is_none());
+    }
+
+    #[test]
+    fn l0_settles_after_its_quiet_period() {
+        let mut config = crate::config::EngineConfig::default();
+        assert_eq!(config.l0_settle_ms, 10_000);
+        assert!(!l0_settled(&config, 1_000, 10_999));
+        assert!(l0_settled(&config, 1_000, 11_000));
+        assert!(
+            !l0_settled(&config, 5_000, 1_000),
+            "a clock behind the stamp never settles"
+        );
+        config.l0_settle_ms = 0;
+        assert!(!l0_settled(&config, 0, u64::MAX), "0 turns settling off");
     }
 
     #[test]

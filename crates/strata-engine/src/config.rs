@@ -35,11 +35,21 @@ pub struct EngineConfig {
     pub wal_segment_bytes_max: usize,
     /// Writes queued per shard before callers wait.
     pub write_queue_max: usize,
-    /// NVMe-tier levels including L0.
+    /// Row-oriented levels including L0 (LASER: the format follows the level). Everything
+    /// below the last of them is columnar (Parquet in the table's column-group layout), so
+    /// the row-oriented part of a shard stays bounded by these levels' targets, whatever
+    /// the data size. Applies to shards created from now on (a shard keeps its levels).
     pub levels: usize,
     /// L0 SST count that triggers an L0 -> L1 compaction.
     pub l0_compaction_trigger: usize,
-    /// Target size of L1; each deeper level is `level_size_multiplier` times larger.
+    /// An L0 that has not grown for this long is compacted into L1 even below
+    /// `l0_compaction_trigger`, so that after a burst of writes the tree settles into its
+    /// columnar levels instead of keeping up to `l0_compaction_trigger - 1` row-oriented
+    /// memtable flushes indefinitely (0: only the trigger compacts L0).
+    pub l0_settle_ms: u64,
+    /// Target size of L1; each deeper level is `level_size_multiplier` times larger. With
+    /// the default two row levels, L1's target bounds the row-oriented files of a shard;
+    /// beyond it, cross-tier jobs move L1 into the first columnar level.
     pub level_bytes_base: u64,
     /// Growth factor between levels.
     pub level_size_multiplier: u64,
@@ -80,6 +90,9 @@ pub struct EngineConfig {
     pub scan_overlay_bytes: u64,
     /// Bytes of S3-level data blocks cached in the local directory.
     pub cache_bytes_max: u64,
+    /// Bytes of memory for decoded Parquet pages that point lookups read (per process), so
+    /// a repeated lookup into a columnar level costs no read and no decode; 0 turns it off.
+    pub page_cache_bytes: u64,
     /// Sorted runs (frozen memtables, L0 files, non-empty deeper NVMe levels and S3 group
     /// runs) above which writes are refused with a retryable "overloaded" error (Luo ch. 5:
     /// no throttling below the limit, no unbounded queue above it).
@@ -173,9 +186,10 @@ impl Default for EngineConfig {
             memtables_frozen_max: 4,
             wal_segment_bytes_max: 8 << 20,
             write_queue_max: 4096,
-            levels: 4,
+            levels: 2,
             l0_compaction_trigger: 4,
-            level_bytes_base: 256 << 20,
+            l0_settle_ms: 10_000,
+            level_bytes_base: 64 << 20,
             level_size_multiplier: 10,
             sst_bytes_target: 64 << 20,
             sst_block_bytes: 4096,
@@ -192,6 +206,7 @@ impl Default for EngineConfig {
             parquet_dictionary_page_bytes: 1 << 20,
             cache_block_bytes: 256 << 10,
             cache_bytes_max: 4 << 30,
+            page_cache_bytes: 256 << 20,
             scan_overlay_bytes: 256 << 20,
             sorted_runs_max: 24,
             jobs: JobsConfig::default(),

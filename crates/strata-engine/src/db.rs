@@ -140,7 +140,7 @@ impl Db {
         let s3 = crate::s3::S3Context {
             hotness,
             cache,
-            metas: Arc::new(crate::columnar::MetaCache::default()),
+            metas: Arc::new(crate::columnar::MetaCache::new(config.page_cache_bytes)),
             layout: layout.clone(),
             overlays: Arc::new(crate::overlay::OverlayCache::new(config.scan_overlay_bytes)),
         };
@@ -680,6 +680,12 @@ impl Db {
             .get()
             .map(|c| c.live())
             .unwrap_or_default()
+    }
+
+    /// The decoded-page cache of point lookups into columnar levels: (bytes held, pages
+    /// held, hits, misses). Its bytes stay within `page_cache_bytes`.
+    pub fn page_cache_stats(&self) -> (u64, usize, u64, u64) {
+        self.inner.s3.metas.page_stats()
     }
 
     /// The hotness tracker's sizes and counters, when it is enabled.

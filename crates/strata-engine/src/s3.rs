@@ -784,6 +784,18 @@ pub(crate) async fn job_loop(inner: Arc<ShardInner>) {
         if let Err(e) = inner.publish_due(false).await {
             tracing::warn!(shard = %inner.name, error = %e, "publishing compaction jobs failed");
         }
+        // An L0 below its trigger that stopped growing settles into L1 (and from there into
+        // the columnar levels): nothing else would wake the compaction task for it.
+        let l0_waiting = !inner.current().levels[0].is_empty();
+        if l0_waiting
+            && crate::compaction::l0_settled(
+                &inner.config,
+                inner.l0_grown_ms.load(Ordering::Acquire),
+                inner.clock.now_ms(),
+            )
+        {
+            inner.compaction_wanted.notify_one();
+        }
     }
 }
 

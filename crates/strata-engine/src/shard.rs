@@ -105,6 +105,8 @@ pub(crate) struct ShardInner {
     pub(crate) stats: crate::metrics::ShardStats,
     /// When sequence numbers were acknowledged since the last manifest commit.
     pub(crate) time_index: Mutex<Vec<SeqTime>>,
+    /// When L0 last gained a file (clock ms): an L0 unchanged for `l0_settle_ms` settles.
+    pub(crate) l0_grown_ms: AtomicU64,
 }
 
 /// A handle to an open shard.
@@ -449,6 +451,7 @@ impl Shard {
             manifest: Arc::new(manifest),
         };
         let (tx, rx) = mpsc::channel(config.write_queue_max.max(1));
+        let opened_ms = clock.now_ms();
         let inner = Arc::new(ShardInner {
             name,
             table,
@@ -483,6 +486,7 @@ impl Shard {
             readers: Mutex::new(BTreeMap::new()),
             overloaded_since: Mutex::new(None),
             time_index: Mutex::new(Vec::new()),
+            l0_grown_ms: AtomicU64::new(opened_ms),
         });
         crate::s3::clear_stale_jobs(&inner).await?;
         tokio::spawn(crate::s3::job_loop(inner.clone()));
@@ -1221,6 +1225,9 @@ async fn flush_one(inner: &Arc<ShardInner>, mem: Arc<Memtable>) -> Result<()> {
     next.frozen.retain(|m| !Arc::ptr_eq(m, &mem));
     if let Some(h) = handle {
         next.levels[0].insert(0, h);
+        inner
+            .l0_grown_ms
+            .store(inner.clock.now_ms(), Ordering::Release);
     }
     next.manifest = manifest;
     *guard = Arc::new(next);
@@ -1330,6 +1337,9 @@ pub(crate) async fn promote_by_flush(inner: &Arc<ShardInner>) -> Result<()> {
     next.manifest = manifest;
     *guard = Arc::new(next);
     drop(guard);
+    inner
+        .l0_grown_ms
+        .store(inner.clock.now_ms(), Ordering::Release);
     inner.stats.record_promoted(true, bytes);
     // A read-only workload flushes no memtable: L0 grows by promotions alone, and they
     // must start compactions as flushes do.

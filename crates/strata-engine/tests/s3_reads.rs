@@ -39,6 +39,7 @@ async fn cold_point_lookup_costs_at_most_two_reads_per_file() {
     config.cache_block_bytes = 16 << 10;
     // No background compaction: only the lookups below read Parquet files.
     config.level_bytes_base = 1 << 40;
+    config.l0_settle_ms = 0;
     config.s3_level_bytes_base = 1 << 40;
     let open = |dir: std::path::PathBuf| {
         Db::open_with_store(

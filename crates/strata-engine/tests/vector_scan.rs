@@ -216,6 +216,7 @@ fn config(history: bool) -> strata_engine::EngineConfig {
     c.parquet_row_group_rows = 200;
     c.parquet_file_bytes = 32 << 10;
     c.level_bytes_base = 1 << 40; // compaction only when the test asks
+    c.l0_settle_ms = 0;
     c.s3_level_bytes_base = 1 << 40;
     if history {
         c.history_retention_ms = 3_600_000;

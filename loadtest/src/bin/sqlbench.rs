@@ -101,6 +101,7 @@ async fn open(args: &Args, dir: &Path) -> Result<Db, BoxError> {
     // column-only layout has 30 runs per S3 level: allow them.
     let mut engine = EngineConfig {
         s3_level_bytes_base: 1 << 50,
+        l0_settle_ms: 0,
         sorted_runs_max: 1000,
         ..Default::default()
     };

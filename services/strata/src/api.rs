@@ -1309,7 +1309,8 @@ async fn admin_table(
             "backlog": {
                 "memtables_frozen": stats.memtables_frozen,
                 "sorted_runs": stats.sorted_runs,
-                "s3_jobs_outstanding": stats.s3_jobs,
+                "s3_jobs_outstanding": stats.jobs_outstanding,
+                "s3_jobs_committed": stats.s3_jobs,
                 "stalls": stats.stalls,
             },
             "manifest_versions": versions,

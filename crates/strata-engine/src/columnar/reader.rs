@@ -2,16 +2,16 @@
 //! the Bloom filter and page index, and ordered scans, all over the object-store seam with
 //! the `parquet` crate's async reader.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::Arc;
 
+use arrow::array::{Array, AsArray, BinaryArray, RecordBatch};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use object_store::ObjectStoreExt;
 use object_store::path::Path;
-use parking_lot::Mutex;
 use parquet::arrow::ParquetRecordBatchStreamBuilder;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{
@@ -76,17 +76,82 @@ impl ChunkReader for Tail {
     }
 }
 
-/// Open files' metadata, shared by a process (bounded by count).
-#[derive(Default)]
+/// Open files' metadata and the decoded pages point lookups read, shared by a process.
+///
+/// Both are bounded: metadata by file count, pages by the bytes of their decoded Arrow
+/// arrays (`page_cache_bytes`). Files never change once written (names are never reused),
+/// so nothing is ever invalidated; entries of deleted files age out.
 pub struct MetaCache {
-    files: Mutex<HashMap<String, Arc<FileMeta>>>,
+    files: quick_cache::sync::Cache<String, Arc<FileMeta>>,
+    pages: Option<quick_cache::sync::Cache<PageKey, RecordBatch, BatchWeighter>>,
+    page_hits: std::sync::atomic::AtomicU64,
+    page_misses: std::sync::atomic::AtomicU64,
+}
+
+/// A decoded page span: file name, row group, first row of the span in the row group.
+type PageKey = (String, usize, usize);
+
+/// Weighs a cached batch by the memory of its arrays.
+#[derive(Clone)]
+struct BatchWeighter;
+
+impl quick_cache::Weighter<PageKey, RecordBatch> for BatchWeighter {
+    fn weight(&self, key: &PageKey, batch: &RecordBatch) -> u64 {
+        (batch.get_array_memory_size() + key.0.len() + 64) as u64
+    }
 }
 
 const META_CACHE_FILES: usize = 4096;
 
+/// Decoded bytes of a typical cached page span, for sizing the cache's table.
+const PAGE_BYTES_TYPICAL: u64 = 256 << 10;
+
+impl Default for MetaCache {
+    /// Metadata only: no page cache (compaction workers read each page once).
+    fn default() -> Self {
+        Self::new(0)
+    }
+}
+
+impl MetaCache {
+    /// A cache keeping up to `page_cache_bytes` of decoded pages for point lookups (0: none).
+    pub fn new(page_cache_bytes: u64) -> Self {
+        let pages = (page_cache_bytes > 0).then(|| {
+            let items = (page_cache_bytes / PAGE_BYTES_TYPICAL).clamp(16, 1 << 20) as usize;
+            quick_cache::sync::Cache::with_weighter(items, page_cache_bytes, BatchWeighter)
+        });
+        Self {
+            files: quick_cache::sync::Cache::new(META_CACHE_FILES),
+            pages,
+            page_hits: Default::default(),
+            page_misses: Default::default(),
+        }
+    }
+
+    /// Decoded-page cache figures: (bytes held, entries, hits, misses).
+    pub fn page_stats(&self) -> (u64, usize, u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let (bytes, len) = self
+            .pages
+            .as_ref()
+            .map_or((0, 0), |p| (p.weight(), p.len()));
+        (
+            bytes,
+            len,
+            self.page_hits.load(Relaxed),
+            self.page_misses.load(Relaxed),
+        )
+    }
+}
+
 impl std::fmt::Debug for MetaCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "MetaCache({} files)", self.files.lock().len())
+        let (bytes, pages, _, _) = self.page_stats();
+        write!(
+            f,
+            "MetaCache({} files, {pages} pages, {bytes} bytes)",
+            self.files.len()
+        )
     }
 }
 
@@ -112,8 +177,8 @@ fn corrupt(path: &Path, e: impl std::fmt::Display) -> Error {
 impl ParquetSource {
     /// The file's metadata: from memory, the local tail cache, or one ranged GET.
     pub async fn meta(&self) -> Result<Arc<FileMeta>> {
-        if let Some(m) = self.metas.files.lock().get(&self.info.name) {
-            return Ok(m.clone());
+        if let Some(m) = self.metas.files.get(&self.info.name) {
+            return Ok(m);
         }
         let (offset, size) = (self.info.tail_offset, self.info.size_bytes);
         if offset >= size {
@@ -151,11 +216,7 @@ impl ParquetSource {
         let meta = ArrowReaderMetadata::try_new(Arc::new(parsed), ArrowReaderOptions::new())
             .map_err(|e| corrupt(&self.path, e))?;
         let fm = Arc::new(FileMeta { meta, blooms });
-        let mut files = self.metas.files.lock();
-        if files.len() >= META_CACHE_FILES {
-            files.clear();
-        }
-        files.insert(self.info.name.clone(), fm.clone());
+        self.metas.files.insert(self.info.name.clone(), fm.clone());
         Ok(fm)
     }
 
@@ -217,6 +278,60 @@ impl ParquetSource {
         }
     }
 
+    /// Every column of rows `first..first + n` of row group `rgi`, decoded: from the page
+    /// cache, or read (through the block cache) and decoded once, then cached.
+    async fn decoded_span(
+        &self,
+        fm: &Arc<FileMeta>,
+        rgi: usize,
+        first: usize,
+        n: usize,
+        rows: usize,
+    ) -> Result<RecordBatch> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let cache_key = (self.info.name.clone(), rgi, first);
+        if let Some(pages) = &self.metas.pages
+            && let Some(batch) = pages.get(&cache_key)
+            && batch.num_rows() == n
+        {
+            self.metas.page_hits.fetch_add(1, Relaxed);
+            return Ok(batch);
+        }
+        let mut builder = ParquetRecordBatchStreamBuilder::new_with_metadata(
+            self.reader(fm.clone()),
+            fm.meta.clone(),
+        )
+        .with_row_groups(vec![rgi])
+        .with_batch_size(n.max(1));
+        if (first, n) != (0, rows) {
+            let mut selectors = Vec::with_capacity(3);
+            if first > 0 {
+                selectors.push(RowSelector::skip(first));
+            }
+            selectors.push(RowSelector::select(n));
+            if first + n < rows {
+                selectors.push(RowSelector::skip(rows - first - n));
+            }
+            builder = builder.with_row_selection(RowSelection::from(selectors));
+        }
+        let schema = builder.schema().clone();
+        let mut stream = builder.build().map_err(|e| corrupt(&self.path, e))?;
+        let mut batches = Vec::new();
+        while let Some(batch) = stream.next().await {
+            batches.push(batch.map_err(|e| corrupt(&self.path, e))?);
+        }
+        let batch = match batches.len() {
+            1 => batches.pop().expect("one batch"),
+            _ => arrow::compute::concat_batches(&schema, &batches)
+                .map_err(|e| corrupt(&self.path, e))?,
+        };
+        if let Some(pages) = &self.metas.pages {
+            self.metas.page_misses.fetch_add(1, Relaxed);
+            pages.insert(cache_key, batch.clone());
+        }
+        Ok(batch)
+    }
+
     /// Every version of `key` in the file with sequence number at most `seq`, newest first,
     /// as group-local entries.
     pub async fn lookup(&self, format: &GroupFormat, key: &[u8], seq: u64) -> Result<Vec<Entry>> {
@@ -239,31 +354,35 @@ impl ParquetSource {
             {
                 continue;
             }
-            let selection = page_selection(&md, rgi, key);
-            if selection.as_ref().is_some_and(|s| !s.selects_any()) {
+            let rows = rg.num_rows() as usize;
+            let (first, n) = page_span(&md, rgi, key).unwrap_or((0, rows));
+            if n == 0 {
                 continue;
             }
-            let mut builder = ParquetRecordBatchStreamBuilder::new_with_metadata(
-                self.reader(fm.clone()),
-                fm.meta.clone(),
-            )
-            .with_row_groups(vec![rgi])
-            .with_batch_size(8192);
-            if let Some(sel) = selection {
-                builder = builder.with_row_selection(sel);
+            let batch = self.decoded_span(&fm, rgi, first, n, rows).await?;
+            // The span is sorted by key (then sequence number, newest first): the versions
+            // of `key` are one run of it.
+            let keys: &BinaryArray = batch
+                .column(0)
+                .as_binary_opt::<i32>()
+                .ok_or_else(|| corrupt(&self.path, "_key is not binary"))?;
+            let lo = partition_point(keys, |k| k < key);
+            let hi = lo + partition_point_from(keys, lo, |k| k == key);
+            if hi == lo {
+                continue;
             }
-            let mut stream = builder.build().map_err(|e| corrupt(&self.path, e))?;
             let origin = self.path.to_string();
-            let end = next_key(key);
-            while let Some(batch) = stream.next().await {
-                let batch = batch.map_err(|e| corrupt(&self.path, e))?;
-                out.extend(
-                    format
-                        .from_batch(&batch, &origin, key, Some(&end))?
-                        .into_iter()
-                        .filter(|e| e.seq <= seq),
-                );
-            }
+            out.extend(
+                format
+                    .from_batch(
+                        &batch.slice(lo, hi - lo),
+                        &origin,
+                        key,
+                        Some(&next_key(key)),
+                    )?
+                    .into_iter()
+                    .filter(|e| e.seq <= seq),
+            );
         }
         out.sort_by_key(|e| std::cmp::Reverse(e.seq));
         Ok(out)
@@ -405,9 +524,10 @@ fn next_key(key: &[u8]) -> Vec<u8> {
     k
 }
 
-/// Rows of row group `rgi` in pages whose `_key` range may hold `key` (page index), or None
-/// when the file has no page index.
-fn page_selection(md: &ParquetMetaData, rgi: usize, key: &[u8]) -> Option<RowSelection> {
+/// The rows of row group `rgi` in pages whose `_key` range may hold `key` (page index), as
+/// (first row, row count), or None when the file has no page index. Keys are sorted, so
+/// those pages are contiguous; a count of 0 means no page may hold the key.
+fn page_span(md: &ParquetMetaData, rgi: usize, key: &[u8]) -> Option<(usize, usize)> {
     let ci = md.column_index()?.get(rgi)?.first()?;
     let oi = md.offset_index()?.get(rgi)?.first()?;
     let ColumnIndexMetaData::BYTE_ARRAY(idx) = ci else {
@@ -415,7 +535,7 @@ fn page_selection(md: &ParquetMetaData, rgi: usize, key: &[u8]) -> Option<RowSel
     };
     let pages = oi.page_locations();
     let rows = md.row_group(rgi).num_rows() as usize;
-    let mut selectors = Vec::with_capacity(pages.len());
+    let mut span: Option<(usize, usize)> = None;
     for (p, loc) in pages.iter().enumerate() {
         let first = loc.first_row_index as usize;
         let end = pages
@@ -423,14 +543,33 @@ fn page_selection(md: &ParquetMetaData, rgi: usize, key: &[u8]) -> Option<RowSel
             .map_or(rows, |n| n.first_row_index as usize);
         let hit =
             idx.min_value(p).is_none_or(|m| m <= key) && idx.max_value(p).is_none_or(|m| key <= m);
-        let n = end - first;
-        selectors.push(if hit {
-            RowSelector::select(n)
-        } else {
-            RowSelector::skip(n)
-        });
+        if hit {
+            span = Some(span.map_or((first, end), |(s, _)| (s, end)));
+        } else if span.is_some() {
+            break;
+        }
     }
-    Some(RowSelection::from(selectors))
+    Some(span.map_or((0, 0), |(s, e)| (s, e - s)))
+}
+
+/// How many leading values of `keys` satisfy `below` (which holds for a prefix).
+fn partition_point(keys: &BinaryArray, below: impl Fn(&[u8]) -> bool) -> usize {
+    partition_point_from(keys, 0, below)
+}
+
+/// How many values of `keys` from `start` on satisfy `pred` (which holds for a prefix of
+/// them).
+fn partition_point_from(keys: &BinaryArray, start: usize, pred: impl Fn(&[u8]) -> bool) -> usize {
+    let (mut lo, mut hi) = (start, keys.len());
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if pred(keys.value(mid)) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo - start
 }
 
 /// The async reader handed to the `parquet` crate: data ranges through the block cache

@@ -77,11 +77,9 @@ module "ingest" {
   auth_keys_parameter_name   = var.auth_keys_parameter_name
   metrics_key_parameter_name = var.metrics_key_parameter_name
 
-  # NVMe tier sized for i4i.2xlarge (1,875 GB instance store): L1 1 GiB, L2 10 GiB,
-  # L3 100 GiB, L4 1 TiB; see docs/deployment.md.
-  levels           = 5
-  level_bytes_base = 1073741824
-  cache_bytes_max  = 137438953472
+  # i4i.2xlarge (1,875 GB instance store): the default row levels (L0, a 64 MiB L1) and a
+  # 1 TiB cache of the columnar levels; see docs/deployment.md.
+  cache_bytes_max = 1099511627776
 
   strata_environment = {
     STRATA_ENGINE_HISTORY_RETENTION_MS = "900000"

@@ -200,9 +200,9 @@ variable "memtable_bytes_max" {
 }
 
 variable "level_bytes_base" {
-  description = "engine.level_bytes_base: target size of NVMe L1; levels below grow 10x, and data past the last NVMe level moves to S3. This is how the NVMe tier is sized to the instance store (docs/deployment.md)."
+  description = "engine.level_bytes_base: target size of the row-oriented L1; data past the last row level moves into the columnar levels (Parquet), which the instance store caches (cache_bytes_max; docs/deployment.md)."
   type        = number
-  default     = 268435456
+  default     = 67108864
 
   validation {
     condition     = var.level_bytes_base >= 16777216
@@ -211,9 +211,9 @@ variable "level_bytes_base" {
 }
 
 variable "levels" {
-  description = "engine.levels: NVMe-tier levels including L0."
+  description = "engine.levels: row-oriented levels including L0; everything below is columnar (LASER: the format follows the level)."
   type        = number
-  default     = 4
+  default     = 2
 
   validation {
     condition     = var.levels >= 2 && var.levels <= 7
