@@ -86,7 +86,9 @@ pub struct EngineConfig {
     pub cache_block_bytes: u64,
     /// Bytes of memory for scans' merged, columnar copies of the immutable upper tiers
     /// (NVMe-tier SSTs and shallower S3 levels), one per shard and file set, reused until a
-    /// flush or compaction changes the files; 0 turns them off.
+    /// flush or compaction changes the files; 0 turns them off. One overlay holds at most a
+    /// quarter of it, so the default (1 GiB) covers the row-oriented top of a shard at the
+    /// default row levels (memtables, L0, a 64 MiB L1) decoded as Arrow.
     pub scan_overlay_bytes: u64,
     /// Bytes of S3-level data blocks cached in the local directory.
     pub cache_bytes_max: u64,
@@ -207,7 +209,7 @@ impl Default for EngineConfig {
             cache_block_bytes: 256 << 10,
             cache_bytes_max: 4 << 30,
             page_cache_bytes: 256 << 20,
-            scan_overlay_bytes: 256 << 20,
+            scan_overlay_bytes: 1 << 30,
             sorted_runs_max: 24,
             jobs: JobsConfig::default(),
             gc: GcConfig::default(),

@@ -578,6 +578,9 @@ pub struct ViewBatches {
     decided: Option<Bytes>,
     /// After the deep level: the remaining versions, resolved row by row.
     tail: Option<RowIter>,
+    /// After a deep level read by position: the overlay's keys past its last row, spliced
+    /// from the overlay's columns (nothing else is left for the row path).
+    ov_tail: bool,
     /// Slices of a merged or patched batch larger than `batch_rows`, still to be returned.
     queued: std::collections::VecDeque<RecordBatch>,
     paths: ScanPaths,
@@ -645,6 +648,7 @@ impl ViewBatches {
             carry: Vec::new(),
             decided: None,
             tail: None,
+            ov_tail: false,
             queued: Default::default(),
             paths: ScanPaths::default(),
             next_row,
@@ -853,6 +857,12 @@ impl ViewBatches {
             if self.tail.is_some() {
                 return self.next_tail();
             }
+            if self.ov_tail {
+                match self.next_overlay_tail()? {
+                    Some(b) => return Ok(Some(b)),
+                    None => continue,
+                }
+            }
             if self.next_row.is_some() {
                 match self.next_positioned()? {
                     Some(b) => return Ok(Some(b)),
@@ -957,7 +967,12 @@ impl ViewBatches {
         };
         let Some(chunk) = deep.next_chunk(self.batch_rows)? else {
             self.next_row = None;
-            self.start_tail()?;
+            if self.overlay_tail_only()? {
+                self.deep = None;
+                self.ov_tail = true;
+            } else {
+                self.start_tail()?;
+            }
             return Ok(None);
         };
         let n = chunk.rows();
@@ -1213,6 +1228,65 @@ impl ViewBatches {
             columns.push(splice([&b, &p, &o], &segments, total)?);
         }
         self.batch(columns, total)
+    }
+
+    /// Whether all that is left after a deep level read by position is the overlay's
+    /// entries (no carried versions, no memtable versions): then its keys past the level's
+    /// last row, new keys appended since (an append-only load's fresh rows), are copied
+    /// from its columns instead of resolved row by row.
+    fn overlay_tail_only(&mut self) -> Result<bool> {
+        if !self.carry.is_empty() || self.peek_upper()?.is_some() {
+            return Ok(false);
+        }
+        Ok(self.overlay.as_ref().is_some_and(|o| !o.partial))
+    }
+
+    /// The next run of the overlay's keys past the deep level (see
+    /// [`Self::overlay_tail_only`]): whole rows copied in key order; a delete there has
+    /// nothing beneath it. Hands over to the (empty) row path when they are done.
+    fn next_overlay_tail(&mut self) -> Result<Option<RecordBatch>> {
+        let overlay = self
+            .overlay
+            .clone()
+            .expect("an overlay tail comes with an overlay");
+        while self.ov_pos < self.ov_end {
+            let to = (self.ov_pos + self.batch_rows).min(self.ov_end);
+            let mut ukeys = Vec::with_capacity(to - self.ov_pos);
+            for i in self.ov_pos..to {
+                match overlay.entries[i].kind {
+                    EntryKind::Put => {
+                        ukeys.push((0, false, From::Overlay(overlay.rows[i] as usize)))
+                    }
+                    EntryKind::Delete => {}
+                    EntryKind::Partial => {
+                        return Err(Error::Internal(
+                            "a partial row in an overlay read by position".into(),
+                        ));
+                    }
+                }
+            }
+            self.ov_pos = to;
+            if ukeys.is_empty() {
+                continue;
+            }
+            // No deep rows: an empty base of the types the overlay's columns are spliced as.
+            let base: Vec<ArrayRef> = (0..self.projection.len())
+                .map(|c| {
+                    let t = match &self.ov_columns[c] {
+                        Some(a) => a.data_type().clone(),
+                        None => overlay.batch.column(self.projection[c]).data_type().clone(),
+                    };
+                    arrow::array::new_empty_array(&t)
+                })
+                .collect();
+            let batch = self.assemble(base, 0, &ukeys, Vec::new(), &[])?;
+            if batch.num_rows() > 0 {
+                return Ok(Some(batch));
+            }
+        }
+        self.ov_tail = false;
+        self.start_tail()?;
+        Ok(None)
     }
 
     fn start_tail(&mut self) -> Result<()> {
