@@ -88,6 +88,10 @@ pub const SMALL_LEVELS: &[&str] = &[
     "engine.l0_compaction_trigger=2",
     "--set",
     "engine.jobs.poll_ms=50",
+    // 32 KiB memtables fill faster than a busy machine flushes them; tests that do not
+    // exercise overload keep writing (as the engine's small_config does).
+    "--set",
+    "engine.memtables_frozen_max=64",
 ];
 
 /// A minimal HTTP/1.1 request (Connection: close): status and body (not chunked: the
