@@ -213,6 +213,9 @@ struct Report {
     samples: Vec<Sample>,
     /// The hotness tracker at the end (with `hotness.enabled`).
     tracker: Option<String>,
+    /// The decoded-page cache of point lookups into columnar levels: (bytes, spans, hits,
+    /// misses).
+    page_cache: (u64, usize, u64, u64),
 }
 
 #[derive(Serialize, Debug, Clone, Copy, Default)]
@@ -624,6 +627,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         throughput_final,
         samples,
         tracker: db.hotness_stats().map(|t| format!("{t:?}")),
+        page_cache: db.page_cache_stats(),
         args: args.clone(),
     };
     println!(
@@ -659,6 +663,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         report.reads_by_source.s3,
         100.0 * report.nvme_hit_rate_final,
         report.throughput_final
+    );
+    let (bytes, pages, hits, misses) = report.page_cache;
+    println!(
+        "decoded-page cache: {:.0} MB in {pages} spans, {hits} hits, {misses} misses",
+        bytes as f64 / 1e6
     );
     println!(
         "{:<18} {:>9} {:>10} {:>10} {:>10} {:>10}",

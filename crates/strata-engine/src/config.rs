@@ -208,7 +208,7 @@ impl Default for EngineConfig {
             parquet_dictionary_page_bytes: 1 << 20,
             cache_block_bytes: 256 << 10,
             cache_bytes_max: 4 << 30,
-            page_cache_bytes: 256 << 20,
+            page_cache_bytes: 1 << 30,
             scan_overlay_bytes: 1 << 30,
             sorted_runs_max: 24,
             jobs: JobsConfig::default(),

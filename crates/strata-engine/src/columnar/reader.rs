@@ -88,8 +88,9 @@ pub struct MetaCache {
     page_misses: std::sync::atomic::AtomicU64,
 }
 
-/// A decoded page span: file name, row group, first row of the span in the row group.
-type PageKey = (String, usize, usize);
+/// A decoded page span: file name, row group, first row of the span in the row group, and
+/// whether it holds the key column only.
+type PageKey = (String, usize, usize, bool);
 
 /// Weighs a cached batch by the memory of its arrays.
 #[derive(Clone)]
@@ -278,18 +279,19 @@ impl ParquetSource {
         }
     }
 
-    /// Every column of rows `first..first + n` of row group `rgi`, decoded: from the page
-    /// cache, or read (through the block cache) and decoded once, then cached.
+    /// Rows `first..first + n` of row group `rgi`, decoded (every column, or the key column
+    /// only): from the page cache, or read (through the block cache) and decoded once, then
+    /// cached.
     async fn decoded_span(
         &self,
         fm: &Arc<FileMeta>,
         rgi: usize,
-        first: usize,
-        n: usize,
+        (first, n): (usize, usize),
         rows: usize,
+        keys_only: bool,
     ) -> Result<RecordBatch> {
         use std::sync::atomic::Ordering::Relaxed;
-        let cache_key = (self.info.name.clone(), rgi, first);
+        let cache_key = (self.info.name.clone(), rgi, first, keys_only);
         if let Some(pages) = &self.metas.pages
             && let Some(batch) = pages.get(&cache_key)
             && batch.num_rows() == n
@@ -303,6 +305,10 @@ impl ParquetSource {
         )
         .with_row_groups(vec![rgi])
         .with_batch_size(n.max(1));
+        if keys_only {
+            let mask = ProjectionMask::leaves(fm.meta.parquet_schema(), [0]);
+            builder = builder.with_projection(mask);
+        }
         if (first, n) != (0, rows) {
             let mut selectors = Vec::with_capacity(3);
             if first > 0 {
@@ -327,7 +333,12 @@ impl ParquetSource {
         };
         if let Some(pages) = &self.metas.pages {
             self.metas.page_misses.fetch_add(1, Relaxed);
-            pages.insert(cache_key, batch.clone());
+            // Copied into buffers of exactly its size: decoding grows them as it goes (up
+            // to twice what they hold), which would halve what the budget keeps.
+            let indices = arrow::array::UInt32Array::from_iter_values(0..batch.num_rows() as u32);
+            let compact = arrow::compute::take_record_batch(&batch, &indices)
+                .map_err(|e| corrupt(&self.path, e))?;
+            pages.insert(cache_key, compact);
         }
         Ok(batch)
     }
@@ -354,14 +365,16 @@ impl ParquetSource {
             {
                 continue;
             }
+            // Two steps, each decoding as little as the page index allows: the key column's
+            // pages that may hold the key say which rows hold its versions (the span is
+            // sorted by key, then sequence number, newest first: they are one run of it);
+            // then every column is decoded over just the pages holding those rows.
             let rows = rg.num_rows() as usize;
-            let (first, n) = page_span(&md, rgi, key).unwrap_or((0, rows));
-            if n == 0 {
+            let key_span = page_span(&md, rgi, key).unwrap_or((0, rows));
+            if key_span.1 == 0 {
                 continue;
             }
-            let batch = self.decoded_span(&fm, rgi, first, n, rows).await?;
-            // The span is sorted by key (then sequence number, newest first): the versions
-            // of `key` are one run of it.
+            let batch = self.decoded_span(&fm, rgi, key_span, rows, true).await?;
             let keys: &BinaryArray = batch
                 .column(0)
                 .as_binary_opt::<i32>()
@@ -371,15 +384,18 @@ impl ParquetSource {
             if hi == lo {
                 continue;
             }
+            let (lo, hi) = (key_span.0 + lo, key_span.0 + hi);
+            let span = row_span(&md, rgi, lo..hi);
+            let batch = self.decoded_span(&fm, rgi, span, rows, false).await?;
+            let versions = batch.slice(lo - span.0, hi - lo);
+            let keys = versions.column(0).as_binary_opt::<i32>();
+            if keys.is_none_or(|k| k.value(0) != key || k.value(k.len() - 1) != key) {
+                return Err(corrupt(&self.path, "the key column's pages disagree"));
+            }
             let origin = self.path.to_string();
             out.extend(
                 format
-                    .from_batch(
-                        &batch.slice(lo, hi - lo),
-                        &origin,
-                        key,
-                        Some(&next_key(key)),
-                    )?
+                    .from_batch(&versions, &origin, key, Some(&next_key(key)))?
                     .into_iter()
                     .filter(|e| e.seq <= seq),
             );
@@ -550,6 +566,30 @@ fn page_span(md: &ParquetMetaData, rgi: usize, key: &[u8]) -> Option<(usize, usi
         }
     }
     Some(span.map_or((0, 0), |(s, e)| (s, e - s)))
+}
+
+/// The rows of row group `rgi` to decode for rows `want`: the rows every column's pages
+/// holding `want` have in common (one page per column when `want` fits in one), as (first
+/// row, row count); `want` itself without an offset index.
+fn row_span(md: &ParquetMetaData, rgi: usize, want: Range<usize>) -> (usize, usize) {
+    let rows = md.row_group(rgi).num_rows() as usize;
+    let Some(columns) = md.offset_index().and_then(|o| o.get(rgi)) else {
+        return (want.start, want.len());
+    };
+    let (mut first, mut end) = (0, rows);
+    for column in columns {
+        let pages = column.page_locations();
+        let page_of = |row: usize| pages.partition_point(|p| p.first_row_index as usize <= row);
+        // The page holding the first wanted row starts at or before it ...
+        if let Some(p) = page_of(want.start).checked_sub(1) {
+            first = first.max(pages[p].first_row_index as usize);
+        }
+        // ... and the one holding the last ends after it.
+        if let Some(next) = pages.get(page_of(want.end - 1)) {
+            end = end.min(next.first_row_index as usize);
+        }
+    }
+    (first, end - first)
 }
 
 /// How many leading values of `keys` satisfy `below` (which holds for a prefix).

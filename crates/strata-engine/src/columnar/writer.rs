@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use arrow::datatypes::DataType;
 use object_store::ObjectStoreExt;
 use object_store::buffered::BufWriter;
 use object_store::path::Path;
@@ -37,6 +38,22 @@ pub struct FileShape {
 }
 
 fn properties(format: &GroupFormat, shape: &FileShape) -> WriterProperties {
+    // The writer checks a page's size after each batch of this many rows: with wide
+    // variable-width values (200-byte strings, say) 1024-row batches made 200 KiB pages of a
+    // 64 KiB limit, and a point lookup decodes a whole page per column.
+    let variable_width: Vec<&str> = format
+        .schema
+        .fields()
+        .iter()
+        .filter(|f| {
+            matches!(
+                f.data_type(),
+                DataType::Utf8 | DataType::LargeUtf8 | DataType::Binary | DataType::LargeBinary
+            ) && f.name() != KEY_COLUMN
+        })
+        .map(|f| f.name().as_str())
+        .collect();
+    let write_batch = if variable_width.is_empty() { 1024 } else { 64 };
     let mut b = WriterProperties::builder()
         // Format 2: integer columns that are not dictionary-encoded use delta encoding
         // (sorted keys and sequence numbers shrink to a few bits a row), byte arrays
@@ -47,12 +64,22 @@ fn properties(format: &GroupFormat, shape: &FileShape) -> WriterProperties {
         .set_data_page_size_limit(shape.page_bytes.max(1024))
         .set_data_page_row_count_limit(shape.page_rows.max(64))
         .set_dictionary_page_size_limit(shape.dictionary_page_bytes.max(1024))
-        .set_write_batch_size(shape.page_rows.clamp(64, 1024))
+        .set_write_batch_size(shape.page_rows.clamp(64, write_batch))
         .set_statistics_enabled(EnabledStatistics::Page)
         .set_column_bloom_filter_enabled(ColumnPath::from(KEY_COLUMN), true)
         .set_bloom_filter_position(BloomFilterPosition::End)
         .set_column_dictionary_enabled(ColumnPath::from(KEY_COLUMN), false)
         .set_column_dictionary_enabled(ColumnPath::from(SEQ_COLUMN), false);
+    // A reader decodes a column chunk's dictionary page before any of its data pages, so a
+    // point lookup pays for the whole dictionary: a megabyte of distinct strings (which fall
+    // back to plain encoding anyway) made every cold lookup into such a column cost
+    // milliseconds. Low-cardinality strings still fit in 64 KiB.
+    for name in variable_width {
+        b = b.set_column_dictionary_page_size_limit(
+            ColumnPath::from(name),
+            shape.dictionary_page_bytes.clamp(1024, 64 << 10),
+        );
+    }
     // Keys are distinct or nearly: a dictionary of them would only be thrown away.
     for f in format
         .schema
