@@ -26,7 +26,7 @@ use strata_engine::schema::TableSchema;
 use strata_engine::{AsOf, Db, Mutation, TableView, WriteOptions};
 use tokio::sync::OnceCell;
 
-use crate::pushdown::{is_key_filter, key_range};
+use crate::pushdown::{is_exact_key_filter, is_key_filter, key_range};
 use crate::scan::StrataScanExec;
 
 /// Settings shared by every table of a query.
@@ -153,12 +153,14 @@ impl TableProvider for StrataTable {
         &self,
         filters: &[&Expr],
     ) -> Result<Vec<TableProviderFilterPushDown>> {
-        // Key predicates narrow the key range (DataFusion re-applies them); everything else
-        // runs after reconciliation, above the scan.
+        // Key predicates narrow the key range; DataFusion re-applies those the range does
+        // not express exactly. Everything else runs after reconciliation, above the scan.
         Ok(filters
             .iter()
             .map(|f| {
-                if is_key_filter(&self.table, f) {
+                if is_exact_key_filter(&self.table, f) {
+                    TableProviderFilterPushDown::Exact
+                } else if is_key_filter(&self.table, f) {
                     TableProviderFilterPushDown::Inexact
                 } else {
                     TableProviderFilterPushDown::Unsupported

@@ -68,9 +68,46 @@ pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
-/// Whether `filter` can narrow the key range (DataFusion still applies it: `Inexact`).
+/// Whether `filter` can narrow the key range.
 pub fn is_key_filter(table: &TableSchema, filter: &Expr) -> bool {
     range_of(table, filter).is_some()
+}
+
+/// Whether the key range of `filter` holds exactly the rows it matches, so DataFusion need
+/// not apply it again (`Exact`) and the scan need not return the key column for it: an
+/// `AND` of comparisons and `BETWEEN`s of the first key column with literals of its own
+/// type, when that type is a fixed-width integer (whose encoding makes a prefix range of a
+/// value exactly the keys with that value, whatever key columns follow).
+pub fn is_exact_key_filter(table: &TableSchema, filter: &Expr) -> bool {
+    use datafusion::arrow::datatypes::DataType as T;
+    let dt = &table.key_types[0];
+    if !matches!(
+        dt,
+        T::Int8 | T::Int16 | T::Int32 | T::Int64 | T::UInt8 | T::UInt16 | T::UInt32 | T::UInt64
+    ) {
+        return false;
+    }
+    let typed = |e: &Expr| literal(e).is_some_and(|v| !v.is_null() && &v.data_type() == dt);
+    fn exact(table: &TableSchema, e: &Expr, typed: &dyn Fn(&Expr) -> bool) -> bool {
+        match e {
+            Expr::BinaryExpr(BinaryExpr { left, op, right }) => match op {
+                Operator::And => exact(table, left, typed) && exact(table, right, typed),
+                Operator::Eq | Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq => {
+                    (is_first_key(table, left) && typed(right))
+                        || (is_first_key(table, right) && typed(left))
+                }
+                _ => false,
+            },
+            Expr::Between(Between {
+                expr,
+                negated: false,
+                low,
+                high,
+            }) => is_first_key(table, expr) && typed(low) && typed(high),
+            _ => false,
+        }
+    }
+    exact(table, filter, &typed) && range_of(table, filter).is_some()
 }
 
 /// The key range every row matching all `filters` lies in.

@@ -67,6 +67,43 @@ async fn explain_shows_key_range_file_pruning_and_column_groups() {
         vec![vec!["2468".to_string()]]
     );
 
+    // Comparisons of an integer key with literals are answered by the key range alone: no
+    // filter above the scan, and the key column is not read for them.
+    assert!(!plan.contains("FilterExec"), "{plan}");
+    let plan = explain(&q, "SELECT sum(b) FROM w WHERE id >= 500 AND id < 2500").await;
+    assert!(!plan.contains("FilterExec"), "{plan}");
+    assert!(plan.contains("projection=[b]"), "{plan}");
+    assert_eq!(
+        common::sql(
+            &q,
+            "SELECT count(*), sum(b) FROM w WHERE id >= 500 AND id < 2500"
+        )
+        .await,
+        vec![vec![
+            "2000".to_string(),
+            (3 * (500..2500).sum::<i64>()).to_string()
+        ]]
+    );
+    for (sql, want) in [
+        ("SELECT count(*) FROM w WHERE id > 999 AND id <= 1000", "1"),
+        ("SELECT count(*) FROM w WHERE id BETWEEN 10 AND 19", "10"),
+        ("SELECT count(*) FROM w WHERE id > 2999", "0"),
+        ("SELECT count(*) FROM w WHERE 1000 > id", "1000"),
+    ] {
+        assert_eq!(
+            common::sql(&q, sql).await,
+            vec![vec![want.to_string()]],
+            "{sql}"
+        );
+    }
+    // An IN list is narrowed to its hull and filtered again above the scan.
+    let plan = explain(&q, "SELECT a FROM w WHERE id IN (5, 2000)").await;
+    assert!(plan.contains("FilterExec"), "{plan}");
+    assert_eq!(
+        common::sql(&q, "SELECT count(*) FROM w WHERE id IN (5, 2000)").await,
+        vec![vec!["2".to_string()]]
+    );
+
     // A non-key predicate is not pushed: every file of the needed groups is read and the
     // filter runs above the scan.
     let plan = explain(&q, "SELECT id FROM w WHERE b = 9").await;
