@@ -120,6 +120,7 @@ def main() -> int:
     ap.add_argument("--dir", required=True, help="scratch directory for the plain Parquet file")
     ap.add_argument("--settle-s", type=float, default=120.0, help="longest wait for the tree to settle after the load")
     ap.add_argument("--explain", action="store_true")
+    ap.add_argument("--expect", help="write the answers a replacement node must give (replace.py) here")
     args = ap.parse_args()
     n = args.rows
 
@@ -207,6 +208,13 @@ def main() -> int:
                 if "Strata" in line or "rows_" in line:
                     print("  " + line.strip()[:400])
     print(f"\ntree at the end: {tree(args.http)}")
+    if args.expect:
+        answers = {
+            "point": strata_query(conn, f"SELECT * FROM {TABLE} WHERE a0 = {n // 3}").to_pylist(),
+            "max": strata_query(conn, queries(n)[0][1]).to_pylist(),
+        }
+        with open(args.expect, "w") as f:
+            json.dump(answers, f)
     conn.close()
     return 0
 

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::{ObjectStoreExt, PutMode, PutOptions};
 use parking_lot::{Mutex, RwLock};
 use strata_common::clock::ClockRef;
@@ -425,14 +425,24 @@ impl Shard {
         tokio::fs::create_dir_all(&local_dir)
             .await
             .map_err(Error::io(format!("create {}", local_dir.display())))?;
+        // Several at once: a replacement node's time to first read is this download (the
+        // row levels are small and bounded at default settings, so it is too).
         let mut levels = Vec::with_capacity(manifest.value.levels.len());
         let mut referenced = HashSet::new();
         for level in &manifest.value.levels {
-            let mut handles = Vec::with_capacity(level.ssts.len());
             for info in &level.ssts {
                 referenced.insert(local_dir.join(format!("{}.sst", info.id)));
-                handles.push(crate::view::fetch_sst(&store, &paths, info, &local_dir).await?);
             }
+            // The futures are made first: a stream holding the closure that makes them is
+            // not `Send` for every lifetime, which the spawned open needs.
+            let mut downloads = Vec::with_capacity(level.ssts.len());
+            for info in &level.ssts {
+                downloads.push(crate::view::fetch_sst(&store, &paths, info, &local_dir));
+            }
+            let handles: Vec<_> = futures::stream::iter(downloads)
+                .buffered(SST_DOWNLOADS_CONCURRENT)
+                .try_collect()
+                .await?;
             levels.push(handles);
         }
         // Local files no manifest references are leftovers of a previous process.
@@ -1384,3 +1394,6 @@ pub(crate) fn merge_seq_times(old: &[SeqTime], new: &[SeqTime], cutoff_ms: u64) 
 
 /// Bound on a manifest's seq-time entries (about 30 bytes each in JSON).
 pub(crate) const SEQ_TIMES_MAX: usize = 4096;
+
+/// SSTs a shard's open downloads at once (a replacement node with an empty directory).
+const SST_DOWNLOADS_CONCURRENT: usize = 8;
