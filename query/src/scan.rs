@@ -9,12 +9,14 @@
 use std::fmt;
 use std::sync::Arc;
 
+use arrow::compute::SortOptions;
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
-use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr, PhysicalSortExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::metrics::{
     Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
@@ -74,7 +76,10 @@ impl StrataScanExec {
             split(cuts, &range, partitions.max(1))
         };
         let props = Arc::new(PlanProperties::new(
-            EquivalenceProperties::new(schema.clone()),
+            EquivalenceProperties::new_with_orderings(
+                schema.clone(),
+                key_ordering(table, &projection),
+            ),
             Partitioning::UnknownPartitioning(ranges.len().max(1)),
             EmissionType::Incremental,
             Boundedness::Bounded,
@@ -91,6 +96,57 @@ impl StrataScanExec {
             props,
             metrics: ExecutionPlanMetricsSet::new(),
         })
+    }
+}
+
+/// The order each partition's rows come in, as DataFusion sees it: by the leading key
+/// columns the projection holds (a partition yields its key range in encoded-key order,
+/// shard after shard, and the key encoding keeps the order of these types), so that an
+/// `ORDER BY` on the key merges the partitions' streams instead of sorting every row.
+/// Float keys are left out: their encoded order puts -0 before +0 and NaN by its bits,
+/// which a sort on the column need not agree with.
+fn key_ordering(
+    table: &strata_engine::schema::TableSchema,
+    projection: &[usize],
+) -> Vec<Vec<PhysicalSortExpr>> {
+    use arrow::datatypes::DataType as T;
+    let mut ordering = Vec::new();
+    for &k in &table.key_indices {
+        let Some(at) = projection.iter().position(|c| *c == k) else {
+            break;
+        };
+        let field = table.read_schema.field(k);
+        let ordered = matches!(
+            field.data_type(),
+            T::Boolean
+                | T::Int8
+                | T::Int16
+                | T::Int32
+                | T::Int64
+                | T::UInt8
+                | T::UInt16
+                | T::UInt32
+                | T::UInt64
+                | T::Date32
+                | T::Date64
+                | T::Timestamp(_, _)
+                | T::Utf8
+                | T::LargeUtf8
+                | T::Binary
+                | T::LargeBinary
+        );
+        if !ordered {
+            break;
+        }
+        ordering.push(PhysicalSortExpr::new(
+            Arc::new(Column::new(field.name(), at)),
+            SortOptions::default(),
+        ));
+    }
+    if ordering.is_empty() {
+        Vec::new()
+    } else {
+        vec![ordering]
     }
 }
 

@@ -111,6 +111,18 @@ async fn explain_shows_key_range_file_pruning_and_column_groups() {
     assert!(plan.contains("FilterExec"), "{plan}");
     assert!(plan.contains("projection=[id, b]"), "{plan}");
 
+    // Each partition yields its rows in key order: ORDER BY the key merges the partitions'
+    // streams instead of sorting every row (a sort of a large table ran out of memory).
+    let plan = explain(&q, "SELECT id, b FROM w ORDER BY id").await;
+    assert!(plan.contains("SortPreservingMergeExec"), "{plan}");
+    assert!(!plan.contains("SortExec"), "{plan}");
+    let sorted = common::sql(&q, "SELECT id FROM w WHERE id >= 990 ORDER BY id LIMIT 20").await;
+    let want: Vec<Vec<String>> = (990..1010).map(|i: i64| vec![i.to_string()]).collect();
+    assert_eq!(sorted, want);
+    // Descending: a sort (the order is ascending only).
+    let plan = explain(&q, "SELECT id FROM w ORDER BY id DESC").await;
+    assert!(plan.contains("SortExec"), "{plan}");
+
     // LIMIT without predicates reaches the scan.
     let plan = explain(&q, "SELECT id FROM w LIMIT 3").await;
     assert!(plan.contains("limit=3"), "{plan}");

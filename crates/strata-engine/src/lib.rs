@@ -16,6 +16,7 @@ pub mod columnar;
 pub mod compaction;
 pub mod config;
 pub mod db;
+mod deep_run;
 pub mod entry;
 pub mod error;
 pub mod gc;

@@ -28,6 +28,7 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 
 use crate::columnar::reader::ParquetSource;
+use crate::deep_run::DeepRun;
 use crate::entry::{Entry, EntryKind, Folded};
 use crate::error::Result;
 use crate::iter::{EntryIter, MergeIter};
@@ -84,13 +85,14 @@ impl Overlay {
         self.entries.partition_point(|e| e.key.as_ref() < key)
     }
 
-    /// Folds the SSTs of `state` and its S3 levels above `deep` (exclusive); None when the
-    /// result would hold more than `max_bytes`. Blocking.
+    /// Folds the SSTs of `state` and the files of its S3 levels above the deep run `run`
+    /// that the run does not hold; None when the result would hold more than `max_bytes`.
+    /// Blocking.
     pub(crate) fn build(
         table: &TableSchema,
         state: &ShardState,
         files: &BucketFiles<'_>,
-        deep: usize,
+        run: &DeepRun,
         max_bytes: u64,
         handle: &tokio::runtime::Handle,
     ) -> Result<Option<Self>> {
@@ -103,7 +105,8 @@ impl Overlay {
             table,
             files,
             &state.manifest.value,
-            0..deep,
+            0..run.level,
+            &run.joined,
             &[],
             None,
             Some(&all),
@@ -113,7 +116,13 @@ impl Overlay {
         let Some(folded) = Self::fold(table, sources, u64::MAX, max_bytes)? else {
             return Ok(None);
         };
-        let deep_files = files.first_group(&state.manifest.value, deep);
+        let deep_files: Vec<ParquetSource> = run
+            .groups
+            .first()
+            .into_iter()
+            .flatten()
+            .map(|f| files.parquet_source(f))
+            .collect();
         if deep_files.is_empty() {
             return Ok(Some(folded));
         }

@@ -829,6 +829,7 @@ pub(crate) fn s3_iters(
         &files,
         &state.manifest.value,
         0..usize::MAX,
+        &std::collections::HashSet::new(),
         start,
         end,
         needed,
@@ -845,16 +846,6 @@ pub(crate) struct BucketFiles<'a> {
 }
 
 impl BucketFiles<'_> {
-    /// The files of S3 level `level`'s first group in `m`, in key order (none when the
-    /// level has none).
-    pub(crate) fn first_group(&self, m: &Manifest, level: usize) -> Vec<ParquetSource> {
-        m.s3_levels
-            .get(level)
-            .and_then(|l| l.groups.first())
-            .map(|run| run.files.iter().map(|f| self.parquet_source(f)).collect())
-            .unwrap_or_default()
-    }
-
     pub(crate) fn parquet_source(&self, f: &ParquetFileInfo) -> ParquetSource {
         ParquetSource {
             store: self.store.clone(),
@@ -886,13 +877,14 @@ pub fn groups_needed(table: &TableSchema, level: usize, needed: Option<&[usize]>
 }
 
 /// One iterator per (S3 level in `levels`, group needed) over the files overlapping
-/// `[start, end)`.
+/// `[start, end)`, leaving out the files named in `skip`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run_iters(
     table: &TableSchema,
     files: &BucketFiles<'_>,
     manifest: &Manifest,
     levels: std::ops::Range<usize>,
+    skip: &std::collections::HashSet<String>,
     start: &[u8],
     end: Option<&[u8]>,
     needed: Option<&[usize]>,
@@ -911,6 +903,7 @@ pub(crate) fn run_iters(
             let sources: Vec<ParquetSource> = level.groups[g]
                 .files
                 .iter()
+                .filter(|f| !skip.contains(&f.name))
                 .map(|f| files.parquet_source(f))
                 .collect();
             if sources.is_empty() {

@@ -1537,8 +1537,7 @@ impl DeepSpec {
         let mut meta = Vec::new();
         let mut outputs: Vec<Option<ColumnSource>> = vec![None; projection.len()];
         for (g, (format, files)) in self.groups.into_iter().enumerate() {
-            // By position the key column is read only when projected (or when nothing
-            // else is, to count rows: below).
+            // By position the key column is read only when projected.
             let mut cols = Vec::new();
             if rows.is_none() {
                 cols.push(key_file);
@@ -1556,7 +1555,9 @@ impl DeepSpec {
                     read.push(pos);
                 }
             }
-            if cols.is_empty() {
+            // Nothing to read but row counts: by position (rows known from the metadata)
+            // the files' batches carry counts alone; by key the key column bounds them.
+            if cols.is_empty() && rows.is_none() {
                 cols.push(key_file);
             }
             cols.sort_unstable();

@@ -34,6 +34,7 @@ use strata_manifest::{Manifest, SeqTime, ShardPaths, SstId, SstInfo, Versioned, 
 use strata_objstore::StoreRef;
 use tokio_util::sync::CancellationToken;
 
+use crate::deep_run::DeepRun;
 use crate::error::{Error, Result};
 use crate::iter::{EntryIter, MergeIter, RowIter};
 use crate::memtable::{Memtable, MemtableIter};
@@ -225,13 +226,14 @@ impl ShardView {
             .collect()
     }
 
-    /// What identifies the overlay of the immutable upper tiers above S3 level `deep` (see
-    /// [`crate::overlay`]): the shard, the table's schema, every file folded and the deep
-    /// level's first group's files (the overlay's keys are placed among them). None when
+    /// What identifies the overlay of the immutable upper tiers above the deep run `run`
+    /// (see [`crate::overlay`]): the shard, the table's schema, every file folded and the
+    /// run's first group's files (the overlay's keys are placed among them). None when
     /// there is nothing to fold or the view reads older than the newest version folded.
-    fn overlay_key(&self, deep: usize) -> Option<String> {
+    fn overlay_key(&self, run: &DeepRun) -> Option<String> {
         use std::fmt::Write;
         let m = &self.state.manifest.value;
+        let deep = run.level;
         let ssts: Vec<&SstInfo> = self
             .state
             .levels
@@ -243,6 +245,7 @@ impl ShardView {
             [..deep.min(m.s3_levels.len())]
             .iter()
             .flat_map(|l| l.groups.iter().flat_map(|g| g.files.iter()))
+            .filter(|f| !run.holds(&f.name))
             .collect();
         let newest = ssts
             .iter()
@@ -272,29 +275,23 @@ impl ShardView {
         for f in files {
             let _ = write!(key, "{},", f.name);
         }
-        // And the deep level's first group, where the overlay's keys are placed (see
+        // And the run's first group, where the overlay's keys are placed (see
         // `crate::scan::Positions`).
         key.push('|');
-        if let Some(run) = m.s3_levels.get(deep).and_then(|l| l.groups.first()) {
-            for f in &run.files {
-                let _ = write!(key, "{},", f.name);
-            }
+        for f in run.groups.first().into_iter().flatten() {
+            let _ = write!(key, "{},", f.name);
         }
         Some(key)
     }
 
-    /// Whether `[start, end)` spans enough of deep level `deep` (a sixteenth of its rows)
-    /// for a scan of it to be worth building an overlay for.
-    fn wide(&self, deep: usize, start: &[u8], end: Option<&[u8]>) -> bool {
-        let Some(level) = self.state.manifest.value.s3_levels.get(deep) else {
+    /// Whether `[start, end)` spans enough of the deep run (a sixteenth of its rows) for a
+    /// scan of it to be worth building an overlay for.
+    fn wide(&self, run: &DeepRun, start: &[u8], end: Option<&[u8]>) -> bool {
+        let Some(files) = run.groups.first() else {
             return false;
         };
-        let Some(run) = level.groups.first() else {
-            return false;
-        };
-        let total: u64 = run.files.iter().map(|f| f.rows).sum();
-        let inside: u64 = run
-            .files
+        let total: u64 = files.iter().map(|f| f.rows).sum();
+        let inside: u64 = files
             .iter()
             .filter(|f| {
                 f.key_max.as_slice() >= start && end.is_none_or(|e| f.key_min.as_slice() < e)
@@ -347,12 +344,12 @@ impl ShardView {
         }
     }
 
-    /// The overlay of the immutable upper tiers above S3 level `deep`, cached under `key`
+    /// The overlay of the immutable upper tiers above the deep run `run`, cached under `key`
     /// ([`Self::overlay_key`]), when one is ready; otherwise see [`Self::cached_overlay`].
     fn overlay(
         &self,
         key: String,
-        deep: usize,
+        run: &DeepRun,
         handle: &tokio::runtime::Handle,
         build: bool,
         wait: bool,
@@ -366,6 +363,7 @@ impl ShardView {
             self.holds.clone(),
         );
         let h = handle.clone();
+        let run = run.clone();
         self.cached_overlay(key, handle, build, wait, move |max| {
             // The view's pins keep its files while the build reads them, even if the scan
             // that started it is done.
@@ -375,7 +373,7 @@ impl ShardView {
                 paths: &paths,
                 s3: &s3,
             };
-            crate::overlay::Overlay::build(&table, &state, &files, deep, max, &h)
+            crate::overlay::Overlay::build(&table, &state, &files, &run, max, &h)
         })
     }
 
@@ -389,7 +387,7 @@ impl ShardView {
     fn memtable_overlay(
         &self,
         base_key: &str,
-        deep: usize,
+        run: &DeepRun,
         base: &Arc<crate::overlay::Overlay>,
         handle: &tokio::runtime::Handle,
         wait: bool,
@@ -416,13 +414,9 @@ impl ShardView {
         }
         let build = self.s3.overlays.seen_before(&key) || wait;
         let (table, base, holds) = (self.table.clone(), base.clone(), self.holds.clone());
-        let (state, store, paths, s3) = (
-            self.state.clone(),
-            self.store.clone(),
-            self.paths.clone(),
-            self.s3.clone(),
-        );
+        let (store, paths, s3) = (self.store.clone(), self.paths.clone(), self.s3.clone());
         let h = handle.clone();
+        let first = run.groups.first().cloned().unwrap_or_default();
         self.cached_overlay(key, handle, build, wait, move |max| {
             let _holds = holds;
             let sources = mems
@@ -443,30 +437,26 @@ impl ShardView {
                 paths: &paths,
                 s3: &s3,
             };
-            let deep_files = files.first_group(&state.manifest.value, deep);
+            let deep_files: Vec<_> = first.iter().map(|f| files.parquet_source(f)).collect();
             Ok(Some(combined.positioned(&table, &deep_files, &h)))
         })
     }
 
-    /// The deep level's rows as `overlay`'s positions count them, when they hold for deep
-    /// level `deep` read through the groups `groups`: they were computed on its first
-    /// group (whose files the overlay's cache key names), and every group read must hold
-    /// the same versions as that one.
+    /// The deep run's rows as `overlay`'s positions count them, when they hold for the run
+    /// read through the groups `groups`: they were computed on its first group (whose files
+    /// the overlay's cache key names), and every group read must hold the same versions as
+    /// that one.
     fn positions_hold(
         &self,
         overlay: &crate::overlay::Overlay,
-        deep: usize,
+        run: &DeepRun,
         groups: &[usize],
     ) -> Option<u64> {
         let p = overlay.positions.as_ref()?;
-        let runs = &self.state.manifest.value.s3_levels.get(deep)?.groups;
-        let first = runs.first()?;
+        let first = run.signature(0)?;
         groups
             .iter()
-            .all(|g| {
-                runs.get(*g)
-                    .is_some_and(|r| run_signature(r) == run_signature(first))
-            })
+            .all(|g| run.signature(*g).is_some_and(|s| s == first))
             .then_some(p.rows)
     }
 
@@ -475,17 +465,17 @@ impl ShardView {
     /// first wide scan of a file set does in the background (see [`crate::overlay`]); true
     /// when scans of this view now use one. Blocking: call it on a blocking thread.
     pub fn warm_overlay(&self, handle: &tokio::runtime::Handle) -> bool {
-        let Some((li, key)) = self
-            .deep_level(&[])
-            .and_then(|li| Some((li, self.overlay_key(li)?)))
+        let Some((run, key)) = self
+            .deep_run(&[])
+            .and_then(|run| Some((run.clone(), self.overlay_key(&run)?)))
         else {
             return false;
         };
-        let Some(base) = self.overlay(key.clone(), li, handle, true, true) else {
+        let Some(base) = self.overlay(key.clone(), &run, handle, true, true) else {
             return false;
         };
         // And the memtables over it, when they are all visible.
-        self.memtable_overlay(&key, li, &base, handle, true);
+        self.memtable_overlay(&key, &run, &base, handle, true);
         true
     }
 
@@ -550,6 +540,7 @@ impl ShardView {
             &files,
             &self.state.manifest.value,
             0..usize::MAX,
+            &std::collections::HashSet::new(),
             start,
             end,
             needed,
@@ -603,16 +594,17 @@ impl ShardView {
             .filter_map(|c| table.value_indices.iter().position(|v| v == c))
             .collect();
         let manifest = &self.state.manifest.value;
-        let deep_level = self.deep_level(&needed);
-        let wide = deep_level.is_some_and(|li| self.wide(li, start, end));
-        let key = deep_level.and_then(|li| Some((li, self.overlay_key(li)?)));
-        let overlay = key
+        let run = self.deep_run(&needed);
+        let wide = run.as_ref().is_some_and(|r| self.wide(r, start, end));
+        let key = run.as_ref().and_then(|r| self.overlay_key(r));
+        let overlay = run
             .as_ref()
-            .and_then(|(li, k)| self.overlay(k.clone(), *li, handle, wide, false));
+            .zip(key.as_ref())
+            .and_then(|(r, k)| self.overlay(k.clone(), r, handle, wide, false));
         // With the memtables folded in too, nothing is left for the row path.
-        let combined = match (&overlay, &key) {
-            (Some(base), Some((li, k))) if wide => {
-                self.memtable_overlay(k, *li, base, handle, false)
+        let combined = match (&overlay, &key, &run) {
+            (Some(base), Some(k), Some(r)) if wide => {
+                self.memtable_overlay(k, r, base, handle, false)
             }
             _ => None,
         };
@@ -626,11 +618,13 @@ impl ShardView {
         } else {
             let mut upper =
                 MergeIter::with_parts(self.row_sources(start, end), table.codec.clone());
+            let none = std::collections::HashSet::new();
             upper.add_sources(crate::s3::run_iters(
                 table,
                 &files,
                 manifest,
-                0..deep_level.unwrap_or(usize::MAX),
+                0..run.as_ref().map_or(usize::MAX, |r| r.level),
+                run.as_ref().map_or(&none, |r| &r.joined),
                 start,
                 end,
                 Some(&needed),
@@ -639,18 +633,18 @@ impl ShardView {
             ));
             upper
         };
-        let deep = deep_level.map(|li| {
+        let deep = run.map(|run| {
+            let li = run.level;
             let groups = crate::s3::groups_needed(table, li, Some(&needed));
             crate::scan::DeepSpec {
                 level: li,
                 by_position: overlay
                     .as_deref()
-                    .and_then(|o| self.positions_hold(o, li, &groups)),
+                    .and_then(|o| self.positions_hold(o, &run, &groups)),
                 groups: groups
                     .into_iter()
                     .map(|g| {
-                        let sources = manifest.s3_levels[li].groups[g]
-                            .files
+                        let sources = run.groups[g]
                             .iter()
                             .map(|f| files.parquet_source(f))
                             .collect();
@@ -675,54 +669,24 @@ impl ShardView {
         )
     }
 
-    /// The deep level a scan needing the non-key columns `needed` reads column-wise: the
-    /// deepest S3 level holding files, when its groups are known and line up.
-    fn deep_level(&self, needed: &[usize]) -> Option<usize> {
-        let table = &self.table;
-        let manifest = &self.state.manifest.value;
-        // The deep level: the deepest S3 level holding files, when its groups are known.
-        let deep_level = manifest
-            .s3_levels
-            .iter()
-            .rposition(|l| l.groups.iter().any(|g| !g.files.is_empty()))
-            .filter(|li| {
-                table
-                    .groups
-                    .get(*li)
-                    .is_some_and(|f| f.len() == manifest.s3_levels[*li].groups.len())
-            });
+    /// The run a scan needing the non-key columns `needed` reads column-wise (see
+    /// [`DeepRun`]), when its groups are known and line up.
+    fn deep_run(&self, needed: &[usize]) -> Option<DeepRun> {
+        let run = DeepRun::of(&self.table, &self.state.manifest.value)?;
         // Its needed groups must hold the same versions to be read side by side; groups
         // compacted separately may not (their runs then differ in rows or sequence span).
-        deep_level.filter(|li| {
-            let runs = &manifest.s3_levels[*li].groups;
-            let groups = crate::s3::groups_needed(table, *li, Some(needed));
-            groups
-                .iter()
-                .all(|g| run_signature(&runs[*g]) == run_signature(&runs[groups[0]]))
-        })
+        let groups = crate::s3::groups_needed(&self.table, run.level, Some(needed));
+        let first = run.signature(groups[0]);
+        groups
+            .iter()
+            .all(|g| run.signature(*g) == first)
+            .then_some(run)
     }
 }
 
-type RunSignature<'a> = (
-    u64,
-    Option<u64>,
-    Option<u64>,
-    Option<&'a [u8]>,
-    Option<&'a [u8]>,
-);
-
-/// What a group's run holds: rows, sequence span and key span. Runs of one level with the
-/// same signature hold the same versions (every drain writes all groups of a version; a
-/// compaction of one group moves only that group's part of them).
-fn run_signature(run: &strata_manifest::GroupRun) -> RunSignature<'_> {
-    let files = &run.files;
-    (
-        files.iter().map(|f| f.rows).sum::<u64>(),
-        files.iter().map(|f| f.seq_min).min(),
-        files.iter().map(|f| f.seq_max).max(),
-        files.first().map(|f| f.key_min.as_slice()),
-        files.last().map(|f| f.key_max.as_slice()),
-    )
+/// What a group's run holds (see [`crate::deep_run::signature`]).
+fn run_signature(run: &strata_manifest::GroupRun) -> crate::deep_run::Signature<'_> {
+    crate::deep_run::signature(&run.files.iter().collect::<Vec<_>>())
 }
 
 /// Live rows of a view, in key order.

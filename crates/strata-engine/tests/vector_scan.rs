@@ -460,7 +460,16 @@ async fn each_path_is_taken_and_agrees() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overlay_placed_by_position_agrees() {
     for (layout_n, narrow) in [(0, false), (1, true), (2, false)] {
-        let (_dir, db, t) = table_t(layout_n, false, narrow).await;
+        // Files of a few hundred rows, so a level holds several.
+        let store = memory_store();
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = config(false);
+        c.parquet_file_bytes = 2 << 10;
+        let db = open(&store, dir.path(), c).await;
+        db.create_table_with_layout("t", table_schema(narrow), &["id"], layout(layout_n))
+            .await
+            .unwrap();
+        let t = db.table("t").await.unwrap();
         for op in [
             Op::Upsert {
                 start: 0,
@@ -716,4 +725,127 @@ async fn memtables_fold_into_the_overlay() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     db.close().await;
+}
+
+/// A load in key order leaves the newest keys in the first columnar level and the oldest in
+/// the level below, their key ranges apart. A scan reads both as one run by row position
+/// (none of the first level's rows folded into the overlay or merged row by row); a file
+/// of the first level that does overlap the level below stays above the run and lines up
+/// by key; and a first level laid out differently from the level below is never joined.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disjoint_columnar_levels_read_as_one_run() {
+    for (layout_n, narrow) in [(0, false), (2, true), (1, false)] {
+        let same_layout = layout_n != 1;
+        // Files of a few hundred rows, so a level holds several.
+        let store = memory_store();
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = config(false);
+        c.parquet_file_bytes = 2 << 10;
+        let db = open(&store, dir.path(), c).await;
+        db.create_table_with_layout("t", table_schema(narrow), &["id"], layout(layout_n))
+            .await
+            .unwrap();
+        let t = db.table("t").await.unwrap();
+        for op in [
+            Op::Upsert {
+                start: 0,
+                len: 1200,
+                salt: 7,
+            },
+            Op::Drain,
+            Op::CompactS3 { level: 0, group: 0 },
+            Op::CompactS3 { level: 0, group: 1 },
+            // The newest keys, drained into the first columnar level.
+            Op::Upsert {
+                start: 1200,
+                len: 1200,
+                salt: 9,
+            },
+            Op::Drain,
+            // Updates and deletes above, in both levels' key ranges and past them.
+            Op::Upsert {
+                start: 50,
+                len: 10,
+                salt: 3,
+            },
+            Op::Delete {
+                start: 1500,
+                len: 40,
+                step: 3,
+            },
+            Op::Upsert {
+                start: 2390,
+                len: 60,
+                salt: 5,
+            },
+            Op::Flush,
+        ] {
+            apply(&t, &op, layout_n).await;
+        }
+        let v = db.view("t", None).await.unwrap();
+        let levels = &v.shards[0].manifest().value.s3_levels;
+        let rows_in = |l: usize| -> u64 { levels[l].groups[0].files.iter().map(|f| f.rows).sum() };
+        assert_eq!((rows_in(0), rows_in(1)), (1200, 1200), "layout {layout_n}");
+        let p = full_scan(v, true).await;
+        if same_layout {
+            // 10 + 60 upserts spliced, 14 deep rows dropped under deletes; all 2,400 deep
+            // rows (both levels) read by position.
+            assert_eq!(
+                (p.overlaid, p.patched, p.merged, p.positioned),
+                (84, 0, 0, 2400),
+                "layout {layout_n}: {p:?}"
+            );
+        } else {
+            // The first level folds into the overlay; only the level below is positioned.
+            assert_eq!(
+                (p.merged, p.positioned),
+                (0, 1200),
+                "layout {layout_n}: {p:?}"
+            );
+        }
+        check_all(&db, &[]).await;
+        // Rewrites across the levels' boundary: the first level's file holding them now
+        // overlaps the level below and folds into the overlay; its other files stay in the
+        // run, read by position like the level below.
+        for op in [
+            Op::Upsert {
+                start: 1150,
+                len: 100,
+                salt: 11,
+            },
+            Op::Drain,
+        ] {
+            apply(&t, &op, layout_n).await;
+        }
+        let v = db.view("t", None).await.unwrap();
+        let levels = &v.shards[0].manifest().value.s3_levels;
+        let below_max = levels[1].groups[0]
+            .files
+            .iter()
+            .map(|f| f.key_max.clone())
+            .max();
+        let joined: u64 = levels[0].groups[0]
+            .files
+            .iter()
+            .filter(|f| Some(&f.key_min) > below_max.as_ref())
+            .map(|f| f.rows)
+            .sum();
+        assert!(
+            levels[0].groups[0].files.len() > 1
+                && joined > 0
+                && joined
+                    < levels[0].groups[0]
+                        .files
+                        .iter()
+                        .map(|f| f.rows)
+                        .sum::<u64>(),
+            "layout {layout_n}: the first level's files should straddle the boundary"
+        );
+        let p = full_scan(v, true).await;
+        assert_eq!(p.merged, 0, "layout {layout_n}: {p:?}");
+        let want = if same_layout { 1200 + joined } else { 1200 };
+        assert_eq!(p.positioned, want, "layout {layout_n}: {p:?}");
+        check_all(&db, &[]).await;
+        db.close().await;
+    }
 }

@@ -187,7 +187,9 @@ impl RunWriter {
             o.distinct &= versions.len() == 1;
         }
         self.pending.extend(versions);
-        if self.pending.len() >= BATCH_ROWS {
+        // Row groups smaller than a batch are written as they fill, so the file size a
+        // split is decided on keeps up with them.
+        if self.pending.len() >= BATCH_ROWS.min(self.shape.row_group_rows.max(1)) {
             self.write_pending().await?;
         }
         Ok(())
