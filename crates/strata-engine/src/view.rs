@@ -155,6 +155,12 @@ impl ShardView {
         self.state.manifest.value.compaction_floor_seq
     }
 
+    /// Whether two views read the very same memtable (two views of one writer's state, or
+    /// of one WAL tail, which a reader folds once and shares).
+    pub fn shares_memtable_with(&self, other: &ShardView) -> bool {
+        Arc::ptr_eq(&self.state.active, &other.state.active)
+    }
+
     /// The table read.
     pub fn table(&self) -> &Arc<TableSchema> {
         &self.table
@@ -861,6 +867,18 @@ pub(crate) struct RemoteViews {
     pub(crate) pin_lease_ms: u64,
     ssts: Mutex<HashMap<(String, SstId), Weak<SstHandle>>>,
     wal: Mutex<HashMap<(String, u64), Arc<Segment>>>,
+    /// Each shard's last folded WAL tail, reused while the tail's segments are unchanged
+    /// (a query service answering many queries between two flushes folds the tail once).
+    tails: Mutex<HashMap<String, Arc<Tail>>>,
+}
+
+/// A shard's WAL tail folded into a memtable: its identity (`origin`), its newest sequence
+/// number and when its segments were written.
+struct Tail {
+    origin: String,
+    mem: Arc<Memtable>,
+    seq: u64,
+    times: Vec<SeqTime>,
 }
 
 impl RemoteViews {
@@ -879,6 +897,7 @@ impl RemoteViews {
             pin_lease_ms,
             ssts: Mutex::new(HashMap::new()),
             wal: Mutex::new(HashMap::new()),
+            tails: Mutex::new(HashMap::new()),
         }
     }
 
@@ -905,12 +924,13 @@ impl RemoteViews {
             )
             .await?;
             match self.tail(&paths, &manifest.value).await {
-                Ok((mem, seq, tail_times)) => {
+                Ok(tail) => {
                     let levels = self.levels(&paths, &manifest.value).await?;
                     let mut seq_times = manifest.value.seq_times.clone();
-                    seq_times.extend(tail_times);
+                    seq_times.extend(tail.times.iter().cloned());
+                    let seq = tail.seq;
                     let state = ShardState {
-                        active: Arc::new(mem),
+                        active: tail.mem.clone(),
                         frozen: Vec::new(),
                         levels,
                         manifest: Arc::new(manifest),
@@ -942,11 +962,7 @@ impl RemoteViews {
 
     /// The WAL tail after the manifest's replay point, as a memtable; its newest sequence
     /// number; and when its segments were written.
-    async fn tail(
-        &self,
-        paths: &ShardPaths,
-        m: &Manifest,
-    ) -> Result<(Memtable, u64, Vec<SeqTime>)> {
+    async fn tail(&self, paths: &ShardPaths, m: &Manifest) -> Result<Arc<Tail>> {
         let mut ids: Vec<(u64, object_store::ObjectMeta)> = self
             .store
             .list(Some(&paths.wal_dir()))
@@ -977,7 +993,12 @@ impl RemoteViews {
                 meta.e_tag.as_deref().unwrap_or("")
             );
         }
-        let mem = Memtable::with_origin(origin);
+        if let Some(t) = self.tails.lock().get(&dir)
+            && t.origin == origin
+        {
+            return Ok(t.clone());
+        }
+        let mem = Memtable::with_origin(origin.clone());
         let mut seq = m.seq_flushed;
         let mut times = Vec::new();
         for (id, meta) in ids {
@@ -1013,7 +1034,14 @@ impl RemoteViews {
                 });
             }
         }
-        Ok((mem, seq, times))
+        let tail = Arc::new(Tail {
+            origin,
+            mem: Arc::new(mem),
+            seq,
+            times,
+        });
+        self.tails.lock().insert(dir, tail.clone());
+        Ok(tail)
     }
 
     /// Open handles of the SSTs `m` lists, downloading what the local directory lacks.

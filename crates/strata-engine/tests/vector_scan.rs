@@ -669,6 +669,13 @@ async fn views_of_one_wal_tail_share_its_fold() {
         apply(&t, &op, 0).await;
     }
     let reader = open(&store, dir2.path(), config(false)).await;
+    // The tail is decoded and folded into a memtable once, not once per view.
+    let (a, b) = (
+        reader.view("t", None).await.unwrap(),
+        reader.view("t", None).await.unwrap(),
+    );
+    assert!(a.shards[0].shares_memtable_with(&b.shards[0]));
+    drop(b);
     let p = full_scan(reader.view("t", None).await.unwrap(), true).await;
     assert_eq!(
         (p.overlaid, p.patched, p.merged, p.positioned),
@@ -684,8 +691,13 @@ async fn views_of_one_wal_tail_share_its_fold() {
     );
     // A write after it: a new tail, resolved row by row until a fold of it is ready.
     apply(&t, &LATE_WRITE, 0).await;
+    let before = reader.view("t", None).await.unwrap();
     let p = full_scan(reader.view("t", None).await.unwrap(), false).await;
     assert_eq!((p.overlaid, p.patched, p.positioned), (5, 17, 0), "{p:?}");
+    let after = reader.view("t", None).await.unwrap();
+    assert!(before.shards[0].shares_memtable_with(&after.shards[0]));
+    assert!(!a.shards[0].shares_memtable_with(&after.shards[0]));
+    drop((a, before, after));
     reader.close().await;
     writer.close().await;
 }

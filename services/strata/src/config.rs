@@ -66,9 +66,18 @@ impl Default for Config {
             compactor: CompactorSettings::default(),
             cluster: ClusterSettings::default(),
             query: QueryConfig::default(),
-            engine: EngineConfig::default(),
+            engine: default_engine(),
         }
     }
+}
+
+/// The engine's settings as a service runs them: as the engine's defaults, except that the
+/// hotness tracker (HotRAP) is on, so that the records point reads keep coming back to stay
+/// on, or return to, the node's local disk when their files move to the bucket.
+fn default_engine() -> EngineConfig {
+    let mut e = EngineConfig::default();
+    e.hotness.enabled = true;
+    e
 }
 
 /// Which object store holds the bucket.
@@ -583,6 +592,9 @@ mod tests {
         assert_ne!(q.http, Config::default().http);
         let i = role_defaults(Role::Ingest);
         assert_eq!(i.engine.jobs.inprocess_workers, 0);
+        // Nodes that own shards track hot records (and retain and promote them).
+        assert!(i.engine.hotness.enabled && role_defaults(Role::Serve).engine.hotness.enabled);
+        assert!(i.engine.hotness.retention && i.engine.hotness.promotion);
         assert!(i.cluster.enabled && !Config::default().cluster.enabled);
     }
 
