@@ -7,7 +7,9 @@
 //! counted). Workload W is write-only (100% updates), for Luo ch. 5's open-loop write test.
 //! Writes refused as overloaded (too many sorted runs) are retried after a short sleep;
 //! their latency includes the wait, and the report counts the refusals and the longest
-//! stall. Reports throughput and p50/p99/p99.9 per operation as JSON and a table.
+//! stall. Reports throughput and p50/p99/p99.9 per operation as JSON and a table, with
+//! samples over time of throughput, read sources and the tree (sorted runs, stalls, bytes
+//! per tier) for plots (`plot_hits.py`, `plot_sustained.py`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -252,6 +254,35 @@ struct Sample {
     seconds: f64,
     ops: u64,
     reads: ReadSources,
+    /// The tree at this moment: sorted runs (the most of any shard), write stalls so far,
+    /// bytes in the row levels (SSTs) and in the columnar levels (Parquet), compaction debt.
+    tree: TreeSample,
+}
+
+#[derive(Serialize, Debug, Clone, Copy, Default)]
+struct TreeSample {
+    sorted_runs: usize,
+    stalls: u64,
+    stall_us_max: u64,
+    row_level_bytes: u64,
+    columnar_level_bytes: u64,
+    pending_compaction_bytes: u64,
+}
+
+impl TreeSample {
+    fn of(t: &Table) -> Self {
+        let mut r = TreeSample::default();
+        for s in t.shards() {
+            let s = s.stats();
+            r.sorted_runs = r.sorted_runs.max(s.sorted_runs);
+            r.stalls += s.stalls;
+            r.stall_us_max = r.stall_us_max.max(s.stall_us_max);
+            r.row_level_bytes += s.bytes_per_level.iter().sum::<u64>();
+            r.columnar_level_bytes += s.s3_bytes.iter().flatten().sum::<u64>();
+            r.pending_compaction_bytes += s.pending_compaction_bytes;
+        }
+        r
+    }
 }
 
 fn merge(base: &mut serde_json::Value, over: serde_json::Value) {
@@ -501,6 +532,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 seconds: 0.0,
                 ops: 0,
                 reads: ReadSources::of(&table),
+                tree: TreeSample::of(&table),
             }];
             loop {
                 tokio::time::sleep(every).await;
@@ -511,6 +543,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                     seconds: run_started.elapsed().as_secs_f64(),
                     ops,
                     reads: ReadSources::of(&table),
+                    tree: TreeSample::of(&table),
                 });
                 if ops >= ops_total {
                     return samples;
@@ -568,6 +601,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         seconds: run_seconds,
         ops: args.ops,
         reads: ReadSources::of(&table),
+        tree: TreeSample::of(&table),
     };
     samples.push(end);
     // The last tenth of the run: from the last sample at or before 90% of its time.
