@@ -399,9 +399,8 @@ mod tests {
             .await
             .unwrap();
         let size = body.len() as u64;
-        let whole = [0..size];
         let got = cache
-            .read_ranges(&store, &path, size, &whole)
+            .read_ranges(&store, &path, size, std::slice::from_ref(&(0..size)))
             .await
             .unwrap();
         assert_eq!(&got[0][..], &body[..]);
