@@ -293,7 +293,32 @@ impl ServiceMetrics {
             }
         }
         let (page_bytes, pages, page_hits, page_misses) = self.inner.db.page_cache_stats();
+        let (col_bytes, cols, col_hits, col_misses) = self.inner.db.scan_cache_stats();
         for (name, kind, help, v) in [
+            (
+                "strata_scan_cache_bytes",
+                "gauge",
+                "Bytes of decoded column chunks held for scans (at most engine.scan_cache_bytes)",
+                col_bytes,
+            ),
+            (
+                "strata_scan_cache_chunks",
+                "gauge",
+                "Decoded column chunks (one column of one row group) held for scans",
+                cols as u64,
+            ),
+            (
+                "strata_scan_cache_hits",
+                "counter",
+                "Column chunks scans took decoded from memory",
+                col_hits,
+            ),
+            (
+                "strata_scan_cache_misses",
+                "counter",
+                "Column chunks scans read and decoded",
+                col_misses,
+            ),
             (
                 "strata_page_cache_bytes",
                 "gauge",

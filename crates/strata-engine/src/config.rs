@@ -95,6 +95,11 @@ pub struct EngineConfig {
     /// Bytes of memory for decoded Parquet pages that point lookups read (per process), so
     /// a repeated lookup into a columnar level costs no read and no decode; 0 turns it off.
     pub page_cache_bytes: u64,
+    /// Bytes of memory for the decoded columns of columnar files that wide scans read (per
+    /// process, whole row groups of one column each), so a repeated scan of the same
+    /// columns costs no read and no decode, as in-memory column stores serve analytics;
+    /// 0 turns it off.
+    pub scan_cache_bytes: u64,
     /// Sorted runs (frozen memtables, L0 files, non-empty deeper NVMe levels and S3 group
     /// runs) above which writes are refused with a retryable "overloaded" error (Luo ch. 5:
     /// no throttling below the limit, no unbounded queue above it).
@@ -209,6 +214,7 @@ impl Default for EngineConfig {
             cache_block_bytes: 256 << 10,
             cache_bytes_max: 4 << 30,
             page_cache_bytes: 1 << 30,
+            scan_cache_bytes: 2 << 30,
             scan_overlay_bytes: 1 << 30,
             sorted_runs_max: 24,
             jobs: JobsConfig::default(),

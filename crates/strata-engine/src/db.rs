@@ -140,7 +140,10 @@ impl Db {
         let s3 = crate::s3::S3Context {
             hotness,
             cache,
-            metas: Arc::new(crate::columnar::MetaCache::new(config.page_cache_bytes)),
+            metas: Arc::new(crate::columnar::MetaCache::with_scan_cache(
+                config.page_cache_bytes,
+                config.scan_cache_bytes,
+            )),
             layout: layout.clone(),
             overlays: Arc::new(crate::overlay::OverlayCache::new(config.scan_overlay_bytes)),
         };
@@ -686,6 +689,12 @@ impl Db {
     /// held, hits, misses). Its bytes stay within `page_cache_bytes`.
     pub fn page_cache_stats(&self) -> (u64, usize, u64, u64) {
         self.inner.s3.metas.page_stats()
+    }
+
+    /// The decoded-column cache of scans over columnar levels: (bytes held, column chunks
+    /// held, hits, misses). Its bytes stay within `scan_cache_bytes`.
+    pub fn scan_cache_stats(&self) -> (u64, usize, u64, u64) {
+        self.inner.s3.metas.column_stats()
     }
 
     /// The hotness tracker's sizes and counters, when it is enabled.

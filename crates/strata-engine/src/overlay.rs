@@ -15,7 +15,8 @@
 //! number in those files; older reads (time travel) do not use it.
 //!
 //! Overlays are kept per process in an [`OverlayCache`] under a byte budget, keyed by the
-//! shard, the table's schema and the exact files folded. A scan that finds none starts
+//! shard, the table's schema, the newest sequence number in its row-oriented levels (a
+//! compaction within them keeps the overlay) and the exact columnar files folded. A scan that finds none starts
 //! building one on a blocking thread and reads without it; later scans of the same file
 //! set use it. A file set whose overlay would outgrow its share of the budget is
 //! remembered as too large and read the old way.
@@ -113,9 +114,15 @@ impl Overlay {
             true,
             handle,
         ));
+        let started = std::time::Instant::now();
         let Some(folded) = Self::fold(table, sources, u64::MAX, max_bytes)? else {
             return Ok(None);
         };
+        tracing::debug!(
+            keys = folded.keys(),
+            ms = started.elapsed().as_millis() as u64,
+            "scan overlay: upper tiers folded"
+        );
         let deep_files: Vec<ParquetSource> = run
             .groups
             .first()
@@ -142,27 +149,34 @@ impl Overlay {
         let mut merged = MergeIter::with_parts(sources, codec.clone());
         let mut entries: Vec<Entry> = Vec::new();
         let mut rows: Vec<u32> = Vec::new();
-        let mut whole: Vec<(Bytes, RowValues)> = Vec::new();
+        // Whole rows, encoded: decoded column by column at the end.
+        let mut whole: Vec<(Bytes, Bytes)> = Vec::new();
         let mut bytes = 0u64;
-        // The key being folded: its newest version and the fold so far.
-        let mut current: Option<(Entry, Folded, bool)> = None;
-        let finish = |(first, f, _): (Entry, Folded, bool),
+        // The key being folded: its newest version, and the fold so far when that version
+        // is a partial row (a whole row or a delete needs no fold: older versions are
+        // skipped without being decoded).
+        let mut current: Option<(Entry, Option<Folded>)> = None;
+        let finish = |(first, f): (Entry, Option<Folded>),
                       entries: &mut Vec<Entry>,
                       rows: &mut Vec<u32>,
-                      whole: &mut Vec<(Bytes, RowValues)>|
+                      whole: &mut Vec<(Bytes, Bytes)>|
          -> Result<u64> {
-            let value = f.encode(codec)?;
+            let (kind, value) = match f {
+                Some(f) => (f.kind, f.encode(codec)?),
+                // Copied: the version may share a block with versions the fold skipped.
+                None => (first.kind, Bytes::copy_from_slice(&first.value)),
+            };
             let size = (first.key.len() + value.len() + 64) as u64;
-            if f.kind == EntryKind::Put {
+            if kind == EntryKind::Put {
                 rows.push(whole.len() as u32);
-                whole.push((first.key.clone(), f.values));
+                whole.push((first.key.clone(), value.clone()));
             } else {
                 rows.push(NO_ROW);
             }
             entries.push(Entry {
                 key: first.key,
                 seq: first.seq,
-                kind: f.kind,
+                kind,
                 value,
             });
             Ok(size)
@@ -172,15 +186,20 @@ impl Overlay {
                 continue;
             }
             match &mut current {
-                Some((first, f, full)) if first.key == e.key => {
-                    if !*full {
-                        *full = f.merge_older(codec, e.kind, &e.value)?;
+                Some((first, f)) if first.key == e.key => {
+                    if let Some(f) = f
+                        && !f.kind.is_full()
+                    {
+                        f.merge_older(codec, e.kind, &e.value)?;
                     }
                 }
                 _ => {
-                    let f = Folded::from_entry(codec, e.kind, &e.value)?;
-                    let full = f.kind.is_full();
-                    if let Some(done) = current.replace((e, f, full)) {
+                    let f = if e.kind.is_full() {
+                        None
+                    } else {
+                        Some(Folded::from_entry(codec, e.kind, &e.value)?)
+                    };
+                    if let Some(done) = current.replace((e, f)) {
                         bytes += finish(done, &mut entries, &mut rows, &mut whole)?;
                         if bytes > max_bytes {
                             return Ok(None);
@@ -193,7 +212,7 @@ impl Overlay {
             bytes += finish(done, &mut entries, &mut rows, &mut whole)?;
         }
         let all_columns: Vec<usize> = (0..table.read_schema.fields().len()).collect();
-        let batch = table.to_batch(&whole, &all_columns)?;
+        let batch = table.encoded_to_batch(&whole, &all_columns)?;
         bytes += batch.get_array_memory_size() as u64;
         Ok(Self::within(entries, rows, batch, bytes, max_bytes))
     }
@@ -226,8 +245,15 @@ impl Overlay {
         files: &[ParquetSource],
         handle: &tokio::runtime::Handle,
     ) -> Self {
+        let started = std::time::Instant::now();
         match Positions::compute(table, &self.entries, files, handle) {
             Ok(p) => {
+                tracing::debug!(
+                    keys = self.entries.len(),
+                    rows = p.rows,
+                    ms = started.elapsed().as_millis() as u64,
+                    "scan overlay: keys placed in the deep run"
+                );
                 self.bytes += p.bytes();
                 self.positions = Some(p);
             }

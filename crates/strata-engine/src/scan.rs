@@ -41,10 +41,9 @@ use arrow::compute::cast;
 use arrow::datatypes::{DataType, Int64Type, SchemaRef, UInt8Type, UInt64Type};
 use bytes::Bytes;
 use futures::StreamExt;
-use parquet::arrow::async_reader::ParquetRecordBatchStream;
 
 use crate::columnar::format::{GroupFormat, carries};
-use crate::columnar::reader::{FileReader, ParquetSource};
+use crate::columnar::reader::{BatchStream, ParquetSource};
 use crate::entry::{Entry, EntryKind};
 use crate::error::{Error, Result};
 use crate::iter::{EntryIter, MergeIter, RowIter, VecIter};
@@ -78,7 +77,7 @@ pub struct ScanPaths {
 struct GroupCursor {
     handle: tokio::runtime::Handle,
     files: VecDeque<ParquetSource>,
-    stream: Option<(String, ParquetRecordBatchStream<FileReader>)>,
+    stream: Option<(String, BatchStream)>,
     /// File columns read (ascending).
     columns: Vec<usize>,
     /// The first column read is the typed `BIGINT` key rather than `_key`.
@@ -254,7 +253,7 @@ impl GroupCursor {
                         return Ok(false);
                     }
                     if b > from {
-                        let s = self.handle.block_on(f.stream_rows(
+                        let s = self.handle.block_on(f.rows_cached(
                             from.max(a) - a,
                             to.min(b) - a,
                             &self.columns,
@@ -287,7 +286,7 @@ impl GroupCursor {
                     Some(&self.columns),
                     self.batch,
                 ))?;
-                self.stream = Some((f.path.to_string(), s));
+                self.stream = Some((f.path.to_string(), s.boxed()));
             }
             let Some((origin, stream)) = self.stream.as_mut() else {
                 continue;

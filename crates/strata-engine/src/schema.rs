@@ -542,4 +542,57 @@ impl TableSchema {
         RecordBatch::try_new_with_options(schema, arrays, &options)
             .map_err(|e| Error::Internal(format!("building result batch: {e}")))
     }
+
+    /// Whole rows as [`Self::to_batch`] builds them, from their encoded keys and values
+    /// (see [`crate::row::RowCodec`]): the values decoded in bulk, column by column, not
+    /// one value at a time.
+    pub fn encoded_to_batch(
+        &self,
+        rows: &[(Bytes, Bytes)],
+        projection: &[usize],
+    ) -> Result<RecordBatch> {
+        let fields: Vec<Field> = projection
+            .iter()
+            .map(|&i| self.read_schema.field(i).clone())
+            .collect();
+        let schema = Arc::new(Schema::new(fields));
+        let mut values = self
+            .codec
+            .decode_columns(rows.iter().map(|(_, v)| v.as_ref()))?
+            .into_iter()
+            .map(Some)
+            .collect::<Vec<_>>();
+        let keys: Vec<Vec<Value>> = if projection.iter().any(|c| self.key_indices.contains(c)) {
+            rows.iter()
+                .map(|(k, _)| keycodec::decode_key(&self.key_types, k))
+                .collect::<Result<_>>()?
+        } else {
+            Vec::new()
+        };
+        let mut arrays: Vec<ArrayRef> = Vec::with_capacity(projection.len());
+        for &ci in projection {
+            if let Some(ki) = self.key_indices.iter().position(|&k| k == ci) {
+                let column: Vec<Value> = keys.iter().map(|k| k[ki].clone()).collect();
+                arrays.push(value::build_array(
+                    self.schema.field(ci).data_type(),
+                    &column,
+                )?);
+            } else {
+                let vi = self
+                    .value_indices
+                    .iter()
+                    .position(|&v| v == ci)
+                    .ok_or_else(|| Error::Internal("column neither key nor value".into()))?;
+                // A column projected twice is decoded once and shared.
+                let a = match values[vi].take() {
+                    Some(a) => a,
+                    None => arrays[projection.iter().position(|&c| c == ci).expect("seen")].clone(),
+                };
+                arrays.push(a);
+            }
+        }
+        let options = arrow::array::RecordBatchOptions::new().with_row_count(Some(rows.len()));
+        RecordBatch::try_new_with_options(schema, arrays, &options)
+            .map_err(|e| Error::Internal(format!("building result batch: {e}")))
+    }
 }

@@ -273,9 +273,20 @@ impl ShardView {
             return None;
         }
         let schema = xxhash_rust::xxh3::xxh3_64(format!("{:?}", self.table.read_schema).as_bytes());
+        // The row-oriented levels are named by the newest sequence number they hold, not
+        // by their files: what a fold of them yields at its newest version changes only
+        // when a flush brings newer writes (memtables flush oldest first, so every write
+        // up to that number is then in them or deeper) or a cross-tier job moves rows into
+        // the columnar levels (whose files are named below). A compaction within the row
+        // levels merges versions without changing the newest one of any key, so the
+        // overlay built before it still holds (it was rebuilt from scratch after every L0
+        // compaction); records promoted into L0 are copies of versions already beneath.
         let mut key = format!("{}|{deep}|{schema:016x}|", self.paths.dir());
-        for i in ssts {
-            let _ = write!(key, "{:?},", i.id);
+        match ssts.iter().map(|i| i.seq_max).max() {
+            Some(seq) => {
+                let _ = write!(key, "rows<={seq}");
+            }
+            None => key.push_str("no rows"),
         }
         key.push('|');
         for f in files {
@@ -429,12 +440,20 @@ impl ShardView {
                 .into_iter()
                 .map(|m| Box::new(MemtableIter::new(m, &[])) as Box<dyn EntryIter>)
                 .collect();
+            let started = std::time::Instant::now();
             let Some(folded) = crate::overlay::Overlay::fold(&table, sources, max_seq, max)? else {
                 return Ok(None);
             };
+            let fold_ms = started.elapsed().as_millis() as u64;
             let Some(combined) = base.combine(&table, &folded, max)? else {
                 return Ok(None);
             };
+            tracing::debug!(
+                keys = folded.keys(),
+                fold_ms,
+                combine_ms = started.elapsed().as_millis() as u64 - fold_ms,
+                "scan overlay: memtables folded over the upper tiers"
+            );
             if base.positions.is_none() {
                 return Ok(Some(combined));
             }

@@ -861,3 +861,67 @@ async fn disjoint_columnar_levels_read_as_one_run() {
         db.close().await;
     }
 }
+
+/// The overlay is named by what the row-oriented levels hold (their newest sequence
+/// number), not by their files: a compaction of L0 into L1 merges versions without changing
+/// any key's newest one, so the overlay built before it serves the first scan after it
+/// (it used to be rebuilt from scratch after every L0 compaction, the scans in between
+/// resolving the row levels row by row).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overlay_outlives_compactions_within_the_row_levels() {
+    let store = memory_store();
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = config(false);
+    // L0 settles into L1 two seconds after it last grew (and only then).
+    c.l0_compaction_trigger = 100;
+    c.l0_settle_ms = 2_000;
+    let db = open(&store, dir.path(), c).await;
+    db.create_table_with_layout("t", table_schema(false), &["id"], layout(0))
+        .await
+        .unwrap();
+    let t = db.table("t").await.unwrap();
+    for op in fold_ops() {
+        apply(&t, &op, 0).await;
+    }
+    t.flush().await.unwrap();
+    let l0 = |t: &strata_engine::Table| -> (usize, usize) {
+        let m = t.shards().next().unwrap().manifest();
+        (m.value.levels[0].ssts.len(), m.value.levels[1].ssts.len())
+    };
+    assert_eq!(l0(&t), (2, 0), "both flushes in L0");
+    let p = full_scan(db.view("t", None).await.unwrap(), true).await;
+    assert_eq!(
+        (p.overlaid, p.patched, p.merged, p.positioned),
+        (30, 0, 0, 1200),
+        "{p:?}"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while l0(&t) != (0, 1) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "L0 never settled: {:?}",
+            l0(&t)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let (_, _, hits_before, misses_before) = db.scan_cache_stats();
+    assert!(
+        misses_before > 0,
+        "the first positioned scan decodes its columns"
+    );
+    // The first scan after the compaction: the overlay is ready, nothing goes row by row.
+    let p = full_scan(db.view("t", None).await.unwrap(), false).await;
+    assert_eq!(
+        (p.overlaid, p.patched, p.merged, p.positioned),
+        (30, 0, 0, 1200),
+        "{p:?}"
+    );
+    // And the deep level's columns come decoded from memory (the same files).
+    let (bytes, chunks, hits, misses) = db.scan_cache_stats();
+    assert!(
+        hits > hits_before && misses == misses_before && bytes > 0 && chunks > 0,
+        "{:?}",
+        db.scan_cache_stats()
+    );
+    db.close().await;
+}

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray, BinaryArray, RecordBatch};
+use arrow::array::{Array, ArrayRef, AsArray, BinaryArray, RecordBatch};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
@@ -19,6 +19,7 @@ use parquet::arrow::arrow_reader::{
 };
 use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStream};
 use parquet::bloom_filter::Sbbf;
+use parquet::errors::ParquetError;
 use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
 use parquet::file::page_index::column_index::ColumnIndexMetaData;
 use parquet::file::reader::{ChunkReader, Length};
@@ -86,7 +87,31 @@ pub struct MetaCache {
     pages: Option<quick_cache::sync::Cache<PageKey, RecordBatch, BatchWeighter>>,
     page_hits: std::sync::atomic::AtomicU64,
     page_misses: std::sync::atomic::AtomicU64,
+    /// Whole row groups of single columns, decoded, that scans read by row position.
+    columns: Option<quick_cache::sync::Cache<ColumnKey, ArrayRef, ArrayWeighter>>,
+    column_hits: std::sync::atomic::AtomicU64,
+    column_misses: std::sync::atomic::AtomicU64,
 }
+
+/// A decoded column chunk: file name, row group, column (a root column of the file).
+type ColumnKey = (String, usize, usize);
+
+/// Weighs a cached column chunk by the memory of its array.
+#[derive(Clone)]
+struct ArrayWeighter;
+
+impl quick_cache::Weighter<ColumnKey, ArrayRef> for ArrayWeighter {
+    fn weight(&self, key: &ColumnKey, array: &ArrayRef) -> u64 {
+        (array.get_array_memory_size() + key.0.len() + 64) as u64
+    }
+}
+
+/// Decoded bytes of a typical cached column chunk (a 128K-row row group of 4-byte values).
+const COLUMN_BYTES_TYPICAL: u64 = 512 << 10;
+
+/// Batches of a file's rows, as a scan reads them.
+pub type BatchStream =
+    futures::stream::BoxStream<'static, std::result::Result<RecordBatch, ParquetError>>;
 
 /// A decoded page span: file name, row group, first row of the span in the row group, and
 /// whether it holds the key column only.
@@ -117,16 +142,43 @@ impl Default for MetaCache {
 impl MetaCache {
     /// A cache keeping up to `page_cache_bytes` of decoded pages for point lookups (0: none).
     pub fn new(page_cache_bytes: u64) -> Self {
+        Self::with_scan_cache(page_cache_bytes, 0)
+    }
+
+    /// And up to `scan_cache_bytes` of decoded column chunks for scans (0: none).
+    pub fn with_scan_cache(page_cache_bytes: u64, scan_cache_bytes: u64) -> Self {
         let pages = (page_cache_bytes > 0).then(|| {
             let items = (page_cache_bytes / PAGE_BYTES_TYPICAL).clamp(16, 1 << 20) as usize;
             quick_cache::sync::Cache::with_weighter(items, page_cache_bytes, BatchWeighter)
+        });
+        let columns = (scan_cache_bytes > 0).then(|| {
+            let items = (scan_cache_bytes / COLUMN_BYTES_TYPICAL).clamp(16, 1 << 20) as usize;
+            quick_cache::sync::Cache::with_weighter(items, scan_cache_bytes, ArrayWeighter)
         });
         Self {
             files: quick_cache::sync::Cache::new(META_CACHE_FILES),
             pages,
             page_hits: Default::default(),
             page_misses: Default::default(),
+            columns,
+            column_hits: Default::default(),
+            column_misses: Default::default(),
         }
+    }
+
+    /// Decoded-column cache figures: (bytes held, column chunks, hits, misses).
+    pub fn column_stats(&self) -> (u64, usize, u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let (bytes, len) = self
+            .columns
+            .as_ref()
+            .map_or((0, 0), |c| (c.weight(), c.len()));
+        (
+            bytes,
+            len,
+            self.column_hits.load(Relaxed),
+            self.column_misses.load(Relaxed),
+        )
     }
 
     /// Decoded-page cache figures: (bytes held, entries, hits, misses).
@@ -481,6 +533,149 @@ impl ParquetSource {
             builder = builder.with_row_selection(RowSelection::from(selectors));
         }
         builder.build().map_err(|e| corrupt(&self.path, e))
+    }
+
+    /// Rows `from..to` (of the whole file) of the root columns `columns` (ascending), as
+    /// [`Self::stream_rows`] yields them, through the decoded-column cache when there is
+    /// one: each row group's columns are decoded whole once, kept, and sliced for every
+    /// later read, so a scan repeated over the same columns reads and decodes nothing.
+    pub async fn rows_cached(
+        &self,
+        from: u64,
+        to: u64,
+        columns: &[usize],
+        batch: usize,
+    ) -> Result<BatchStream> {
+        if self.metas.columns.is_none() || columns.is_empty() {
+            return Ok(self.stream_rows(from, to, columns, batch).await?.boxed());
+        }
+        let fm = self.meta().await?;
+        let md = fm.meta.metadata().clone();
+        let schema = Arc::new(
+            fm.meta
+                .schema()
+                .project(columns)
+                .map_err(|e| corrupt(&self.path, e))?,
+        );
+        // (row group, its first row in the file, rows of it wanted).
+        let mut parts: Vec<(usize, u64, Range<u64>)> = Vec::new();
+        let mut at = 0u64;
+        for (i, rg) in md.row_groups().iter().enumerate() {
+            let (a, b) = (at, at + rg.num_rows() as u64);
+            at = b;
+            if b > from && a < to {
+                parts.push((i, a, from.max(a) - a..to.min(b) - a));
+            }
+        }
+        if to > at {
+            return Err(corrupt(
+                &self.path,
+                format!("rows {from}..{to} asked of a file of {at} rows"),
+            ));
+        }
+        let (me, columns) = (self.clone(), columns.to_vec());
+        let batch = batch.max(1);
+        let stream = futures::stream::iter(parts)
+            .then(move |(rg, _, rows)| {
+                let (me, columns, schema) = (me.clone(), columns.clone(), schema.clone());
+                async move {
+                    let arrays = me
+                        .row_group_columns(rg, &columns)
+                        .await
+                        .map_err(|e| ParquetError::General(e.to_string()))?;
+                    let whole = RecordBatch::try_new(schema, arrays)?;
+                    let (lo, hi) = (rows.start as usize, rows.end as usize);
+                    // Zero-copy slices of the cached arrays, `batch` rows at a time.
+                    Ok::<_, ParquetError>(
+                        (lo..hi)
+                            .step_by(batch)
+                            .map(|s| Ok(whole.slice(s, batch.min(hi - s))))
+                            .collect::<Vec<_>>(),
+                    )
+                }
+            })
+            .flat_map(|r| match r {
+                Ok(batches) => futures::stream::iter(batches),
+                Err(e) => futures::stream::iter(vec![Err(e)]),
+            });
+        Ok(stream.boxed())
+    }
+
+    /// Row group `rg`'s root columns `columns` (ascending), decoded whole: from the
+    /// decoded-column cache, the missing ones read (through the block cache) and cached.
+    async fn row_group_columns(&self, rg: usize, columns: &[usize]) -> Result<Vec<ArrayRef>> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let cache = self.metas.columns.as_ref().expect("a column cache");
+        let name = &self.info.name;
+        let mut out: Vec<Option<ArrayRef>> = columns
+            .iter()
+            .map(|c| cache.get(&(name.clone(), rg, *c)))
+            .collect();
+        let missing: Vec<usize> = columns
+            .iter()
+            .zip(&out)
+            .filter(|(_, a)| a.is_none())
+            .map(|(c, _)| *c)
+            .collect();
+        self.metas
+            .column_hits
+            .fetch_add((columns.len() - missing.len()) as u64, Relaxed);
+        if !missing.is_empty() {
+            self.metas
+                .column_misses
+                .fetch_add(missing.len() as u64, Relaxed);
+            let fm = self.meta().await?;
+            let md = fm.meta.metadata().clone();
+            let rows = md.row_group(rg).num_rows() as usize;
+            let mask =
+                ProjectionMask::roots(md.file_metadata().schema_descr(), missing.iter().copied());
+            let stream = ParquetRecordBatchStreamBuilder::new_with_metadata(
+                self.reader(fm.clone()),
+                fm.meta.clone(),
+            )
+            .with_row_groups(vec![rg])
+            .with_batch_size(rows.max(1))
+            .with_projection(mask)
+            .build()
+            .map_err(|e| corrupt(&self.path, e))?;
+            let batches: Vec<RecordBatch> = stream
+                .collect::<Vec<_>>()
+                .await
+                .into_iter()
+                .collect::<std::result::Result<_, _>>()
+                .map_err(|e| corrupt(&self.path, e))?;
+            let read = match batches.len() {
+                1 => batches.into_iter().next().expect("one"),
+                _ => {
+                    let schema = Arc::new(
+                        fm.meta
+                            .schema()
+                            .project(&missing)
+                            .map_err(|e| corrupt(&self.path, e))?,
+                    );
+                    arrow::compute::concat_batches(&schema, &batches)
+                        .map_err(|e| corrupt(&self.path, e))?
+                }
+            };
+            if read.num_rows() != rows || read.num_columns() != missing.len() {
+                return Err(corrupt(
+                    &self.path,
+                    format!(
+                        "row group {rg} decoded to {} rows x {} columns, expected {rows} x {}",
+                        read.num_rows(),
+                        read.num_columns(),
+                        missing.len()
+                    ),
+                ));
+            }
+            for (j, c) in missing.iter().enumerate() {
+                let array = read.column(j).clone();
+                cache.insert((name.clone(), rg, *c), array.clone());
+                let i = columns.iter().position(|x| x == c).expect("asked");
+                out[i] = Some(array);
+            }
+        }
+        Ok(out.into_iter().map(|a| a.expect("filled")).collect())
     }
 
     /// Rows in the file (from its metadata).
