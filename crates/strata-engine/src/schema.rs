@@ -511,36 +511,18 @@ impl TableSchema {
         rows: &[(Bytes, RowValues)],
         projection: &[usize],
     ) -> Result<RecordBatch> {
-        let fields: Vec<Field> = projection
-            .iter()
-            .map(|&i| self.read_schema.field(i).clone())
-            .collect();
-        let schema = Arc::new(Schema::new(fields));
-        let keys: Vec<Vec<Value>> = rows
-            .iter()
-            .map(|(k, _)| keycodec::decode_key(&self.key_types, k))
-            .collect::<Result<_>>()?;
-        let mut arrays: Vec<ArrayRef> = Vec::with_capacity(projection.len());
-        for &ci in projection {
-            let dt = self.schema.field(ci).data_type();
-            let column: Vec<Value> =
-                if let Some(ki) = self.key_indices.iter().position(|&k| k == ci) {
-                    keys.iter().map(|k| k[ki].clone()).collect()
-                } else {
-                    let vi = self
-                        .value_indices
-                        .iter()
-                        .position(|&v| v == ci)
-                        .ok_or_else(|| Error::Internal("column neither key nor value".into()))?;
-                    rows.iter()
-                        .map(|(_, vals)| vals[vi].clone().unwrap_or(Value::Null))
-                        .collect()
-                };
-            arrays.push(value::build_array(dt, &column)?);
-        }
-        let options = arrow::array::RecordBatchOptions::new().with_row_count(Some(rows.len()));
-        RecordBatch::try_new_with_options(schema, arrays, &options)
-            .map_err(|e| Error::Internal(format!("building result batch: {e}")))
+        self.build_batch(
+            rows.iter().map(|(k, _)| k),
+            rows.len(),
+            projection,
+            |vi, dt| {
+                let column: Vec<Value> = rows
+                    .iter()
+                    .map(|(_, vals)| vals[vi].clone().unwrap_or(Value::Null))
+                    .collect();
+                value::build_array(dt, &column)
+            },
+        )
     }
 
     /// Whole rows as [`Self::to_batch`] builds them, from their encoded keys and values
@@ -551,47 +533,50 @@ impl TableSchema {
         rows: &[(Bytes, Bytes)],
         projection: &[usize],
     ) -> Result<RecordBatch> {
+        let values = self
+            .codec
+            .decode_columns(rows.iter().map(|(_, v)| v.as_ref()))?;
+        self.build_batch(
+            rows.iter().map(|(k, _)| k),
+            rows.len(),
+            projection,
+            |vi, _| Ok(values[vi].clone()),
+        )
+    }
+
+    /// A batch of `n` rows with the columns `projection`: key columns decoded from `keys`,
+    /// value column `vi` (of type `dt`) from `value_column(vi, dt)`.
+    fn build_batch<'a>(
+        &self,
+        keys: impl Iterator<Item = &'a Bytes>,
+        n: usize,
+        projection: &[usize],
+        mut value_column: impl FnMut(usize, &DataType) -> Result<ArrayRef>,
+    ) -> Result<RecordBatch> {
         let fields: Vec<Field> = projection
             .iter()
             .map(|&i| self.read_schema.field(i).clone())
             .collect();
         let schema = Arc::new(Schema::new(fields));
-        let mut values = self
-            .codec
-            .decode_columns(rows.iter().map(|(_, v)| v.as_ref()))?
-            .into_iter()
-            .map(Some)
-            .collect::<Vec<_>>();
-        let keys: Vec<Vec<Value>> = if projection.iter().any(|c| self.key_indices.contains(c)) {
-            rows.iter()
-                .map(|(k, _)| keycodec::decode_key(&self.key_types, k))
-                .collect::<Result<_>>()?
-        } else {
-            Vec::new()
-        };
+        let keys: Vec<Vec<Value>> = keys
+            .map(|k| keycodec::decode_key(&self.key_types, k))
+            .collect::<Result<_>>()?;
         let mut arrays: Vec<ArrayRef> = Vec::with_capacity(projection.len());
         for &ci in projection {
+            let dt = self.schema.field(ci).data_type();
             if let Some(ki) = self.key_indices.iter().position(|&k| k == ci) {
                 let column: Vec<Value> = keys.iter().map(|k| k[ki].clone()).collect();
-                arrays.push(value::build_array(
-                    self.schema.field(ci).data_type(),
-                    &column,
-                )?);
+                arrays.push(value::build_array(dt, &column)?);
             } else {
                 let vi = self
                     .value_indices
                     .iter()
                     .position(|&v| v == ci)
                     .ok_or_else(|| Error::Internal("column neither key nor value".into()))?;
-                // A column projected twice is decoded once and shared.
-                let a = match values[vi].take() {
-                    Some(a) => a,
-                    None => arrays[projection.iter().position(|&c| c == ci).expect("seen")].clone(),
-                };
-                arrays.push(a);
+                arrays.push(value_column(vi, dt)?);
             }
         }
-        let options = arrow::array::RecordBatchOptions::new().with_row_count(Some(rows.len()));
+        let options = arrow::array::RecordBatchOptions::new().with_row_count(Some(n));
         RecordBatch::try_new_with_options(schema, arrays, &options)
             .map_err(|e| Error::Internal(format!("building result batch: {e}")))
     }
