@@ -939,21 +939,11 @@ pub(crate) fn run_iters(
     out
 }
 
-impl ShardInner {
-    pub(crate) fn parquet_source(&self, f: &ParquetFileInfo) -> ParquetSource {
-        BucketFiles {
-            store: &self.store,
-            paths: &self.paths,
-            s3: &self.s3,
-        }
-        .parquet_source(f)
-    }
-}
-
 /// Adds the S3 levels' versions of `key` (at most `seq`) to `out`, level by level, until
 /// the versions gathered decide the row.
 pub(crate) fn s3_point_versions(
-    inner: &ShardInner,
+    table: &TableSchema,
+    files: &BucketFiles<'_>,
     state: &ShardState,
     key: &[u8],
     seq: u64,
@@ -961,7 +951,7 @@ pub(crate) fn s3_point_versions(
     handle: &tokio::runtime::Handle,
 ) -> Result<()> {
     for (li, level) in state.manifest.value.s3_levels.iter().enumerate() {
-        let Some(formats) = inner.table.groups.get(li) else {
+        let Some(formats) = table.groups.get(li) else {
             continue;
         };
         for (g, run) in level.groups.iter().enumerate() {
@@ -969,13 +959,13 @@ pub(crate) fn s3_point_versions(
             let Some(f) = run.files.get(i).filter(|f| f.key_min.as_slice() <= key) else {
                 continue;
             };
-            let source = inner.parquet_source(f);
+            let source = files.parquet_source(f);
             let found = handle.block_on(source.lookup(&formats[g], key, seq))?;
             for e in found {
-                out.push(formats[g].widen(&inner.table.codec, &e)?);
+                out.push(formats[g].widen(&table.codec, &e)?);
             }
         }
-        if decided(&inner.table.codec, out)? {
+        if decided(&table.codec, out)? {
             return Ok(());
         }
     }

@@ -280,13 +280,13 @@ impl GroupCursor {
                     self.done = true;
                     return Ok(false);
                 };
-                let s = self.handle.block_on(f.stream(
+                let s = self.handle.block_on(f.keyed_cached(
                     &self.start,
                     self.end.as_deref(),
-                    Some(&self.columns),
+                    &self.columns,
                     self.batch,
                 ))?;
-                self.stream = Some((f.path.to_string(), s.boxed()));
+                self.stream = Some((f.path.to_string(), s));
             }
             let Some((origin, stream)) = self.stream.as_mut() else {
                 continue;
@@ -652,6 +652,31 @@ impl ViewBatches {
             paths: ScanPaths::default(),
             next_row,
         })
+    }
+
+    /// Batches of the resolved rows `rows` (in key order) and nothing else.
+    pub(crate) fn ready(
+        table: Arc<TableSchema>,
+        projection: Vec<usize>,
+        rows: &[(Bytes, RowValues)],
+    ) -> Result<Self> {
+        let empty: Box<dyn EntryIter> = Box::new(VecIter(Vec::new().into_iter()));
+        let mut me = Self::new(
+            table,
+            projection,
+            0,
+            usize::MAX,
+            &[],
+            None,
+            empty,
+            None,
+            None,
+        )?;
+        if !rows.is_empty() {
+            let b = me.rows_batch(rows)?;
+            me.queued.push_back(b);
+        }
+        Ok(me)
     }
 
     /// The schema of the batches: the table's read schema, projected.

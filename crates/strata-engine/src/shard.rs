@@ -801,8 +801,14 @@ impl Shard {
                     source = ReadSource::S3;
                     let epoch = inner.promotion.lock().epoch;
                     let before = versions.len();
+                    let files = crate::s3::BucketFiles {
+                        store: &inner.store,
+                        paths: &inner.paths,
+                        s3: &inner.s3,
+                    };
                     crate::s3::s3_point_versions(
-                        &inner,
+                        &inner.table,
+                        &files,
                         &state,
                         &key,
                         seq,
@@ -895,7 +901,11 @@ impl Shard {
 /// All versions of `key` visible at `seq`, newest first, stopping once a source yields a
 /// version that alone determines the row; and the tier that stopped the search (the NVMe
 /// tier when none did: the caller decides whether S3 is needed).
-fn point_versions(state: &ShardState, key: &[u8], seq: u64) -> Result<(Vec<Entry>, ReadSource)> {
+pub(crate) fn point_versions(
+    state: &ShardState,
+    key: &[u8],
+    seq: u64,
+) -> Result<(Vec<Entry>, ReadSource)> {
     let mut out: Vec<Entry> = Vec::new();
     let done = |v: &[Entry]| v.iter().any(|e| e.kind.is_full());
     for mem in state.memtables() {

@@ -614,6 +614,16 @@ impl ShardView {
         handle: &tokio::runtime::Handle,
     ) -> Result<crate::scan::ViewBatches> {
         let table = &self.table;
+        if self.single_key(start, end) {
+            // A point read: the key's versions tier by tier, as `Shard::get` finds them
+            // (one page per column group in a columnar level), not a scan of its row groups.
+            let row = self.point(start, handle)?;
+            let rows: Vec<(Bytes, RowValues)> = row
+                .map(|r| (Bytes::copy_from_slice(start), r))
+                .into_iter()
+                .collect();
+            return crate::scan::ViewBatches::ready(table.clone(), projection.to_vec(), &rows);
+        }
         let needed: Vec<usize> = projection
             .iter()
             .filter_map(|c| table.value_indices.iter().position(|v| v == c))
@@ -692,6 +702,45 @@ impl ShardView {
             overlay,
             deep,
         )
+    }
+
+    /// Whether `[start, end)` holds exactly one encoded key: `end` is `start` followed by a
+    /// zero byte (the next key in memcomparable order), or, for a table keyed by one
+    /// `BIGINT`, the encoding of the next integer.
+    fn single_key(&self, start: &[u8], end: Option<&[u8]>) -> bool {
+        let Some(end) = end else {
+            return false;
+        };
+        if end.len() == start.len() + 1 && end.starts_with(start) && end[start.len()] == 0 {
+            return true;
+        }
+        let int = |b: &[u8]| -> Option<i64> {
+            let b: [u8; 8] = b.try_into().ok()?;
+            Some((u64::from_be_bytes(b) ^ 0x8000_0000_0000_0000) as i64)
+        };
+        self.table.key_types == [arrow::datatypes::DataType::Int64]
+            && matches!((int(start), int(end)), (Some(a), Some(b)) if a.checked_add(1) == Some(b))
+    }
+
+    /// The row of the encoded key `key` at the view's sequence number: its versions from
+    /// the memtables and row levels down, the columnar levels only while those leave the
+    /// row undecided. Blocking: call it on a blocking thread.
+    pub fn point(&self, key: &[u8], handle: &tokio::runtime::Handle) -> Result<Option<RowValues>> {
+        let codec = &self.table.codec;
+        let (mut versions, _) = crate::shard::point_versions(&self.state, key, self.read_seq)?;
+        if !crate::s3::decided(codec, &mut versions)? {
+            crate::s3::s3_point_versions(
+                &self.table,
+                &self.files(),
+                &self.state,
+                key,
+                self.read_seq,
+                &mut versions,
+                handle,
+            )?;
+            crate::s3::coalesce(codec, &mut versions)?;
+        }
+        crate::iter::resolve(codec, &versions)
     }
 
     /// The run a scan needing the non-key columns `needed` reads column-wise (see

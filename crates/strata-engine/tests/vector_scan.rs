@@ -172,13 +172,19 @@ async fn check_all(db: &Db, seqs: &[u64]) -> ScanPaths {
             }
             let schema = v.schema.clone();
             for projection in [vec![0, 1, 2], vec![2], vec![1, 0], vec![], vec![0]] {
+                // Single keys (for a `BIGINT` key: read as point reads), in every tier:
+                // updated, deleted, past the deep level's end, never written.
+                let single = [0, 5, 52, 501, 521, 600, 1199, 1215, 1599, 5000]
+                    .map(|k| (Some(k), Some(k + 1)));
                 for range in [
                     (None, None),
                     (Some(100), Some(900)),
                     (Some(777), None),
                     (Some(200), Some(800)),
-                    (Some(5), Some(6)),
-                ] {
+                ]
+                .into_iter()
+                .chain(single)
+                {
                     for batch_rows in [7, 1000] {
                         let p = compare(
                             &v.shards[0],
@@ -195,6 +201,20 @@ async fn check_all(db: &Db, seqs: &[u64]) -> ScanPaths {
                         total.overlaid += p.overlaid;
                         total.positioned += p.positioned;
                     }
+                }
+                // A single encoded key given as `key + 0x00`, the next key in encoded order.
+                for k in [5, 521, 1199, 5000] {
+                    let start = schema.encode_key(&[Value::Int(k)]).unwrap();
+                    let mut end = start.clone();
+                    end.push(0);
+                    compare_encoded(
+                        &v.shards[0],
+                        &schema,
+                        &projection,
+                        (start, Some(end)),
+                        7,
+                        &handle,
+                    );
                 }
             }
         }
@@ -922,6 +942,73 @@ async fn an_overlay_outlives_compactions_within_the_row_levels() {
         hits > hits_before && misses == misses_before && bytes > 0 && chunks > 0,
         "{:?}",
         db.scan_cache_stats()
+    );
+    db.close().await;
+}
+
+/// A scan read in key order (memtable versions in its range: no overlay splices by
+/// position) slices the deep level's decoded row groups kept in memory, like a positioned
+/// one, so repeating it decodes nothing; a single key is a point read that touches no row
+/// group's columns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_ordered_scans_read_decoded_columns_from_memory() {
+    let (_dir, db, t) = table_t(0, false, false).await;
+    for op in [
+        Op::Upsert {
+            start: 0,
+            len: 1200,
+            salt: 7,
+        },
+        Op::Drain,
+        Op::CompactS3 { level: 0, group: 0 },
+        // Newer versions in the memtable, inside the ranges scanned below.
+        Op::UpdateA {
+            start: 400,
+            len: 5,
+            salt: 3,
+        },
+        Op::Delete {
+            start: 420,
+            len: 5,
+            step: 2,
+        },
+    ] {
+        apply(&t, &op, 0).await;
+    }
+    let scan = |range: (Option<i64>, Option<i64>)| {
+        let db = db.clone();
+        async move {
+            let v = db.view("t", None).await.unwrap();
+            let handle = tokio::runtime::Handle::current();
+            tokio::task::spawn_blocking(move || {
+                compare(&v.shards[0], &v.schema, &[0, 2], range, 100, &handle)
+            })
+            .await
+            .unwrap()
+        }
+    };
+    let p = scan((Some(300), Some(700))).await;
+    assert_eq!(p.positioned, 0, "{p:?}");
+    assert!(p.passed > 0 && p.patched > 0, "{p:?}");
+    let (_, _, hits0, misses0) = db.scan_cache_stats();
+    assert!(misses0 > 0, "the first scan decodes its row groups");
+    let p = scan((Some(350), Some(650))).await;
+    assert_eq!(p.positioned, 0, "{p:?}");
+    let (_, _, hits1, misses1) = db.scan_cache_stats();
+    assert!(
+        hits1 > hits0 && misses1 == misses0,
+        "a narrower scan of the same rows decodes nothing: {:?}",
+        db.scan_cache_stats()
+    );
+    // Point reads (one `BIGINT` key) in and out of the cached row groups.
+    for k in [100, 402, 422, 1100, 5000] {
+        scan((Some(k), Some(k + 1))).await;
+    }
+    let (_, _, hits2, misses2) = db.scan_cache_stats();
+    assert_eq!(
+        (hits2, misses2),
+        (hits1, misses1),
+        "point reads take no row group"
     );
     db.close().await;
 }

@@ -601,6 +601,69 @@ impl ParquetSource {
         Ok(stream.boxed())
     }
 
+    /// The rows with keys in `[start, end)` of the root columns `columns` (ascending, the
+    /// first one the key: `_key`, or a table's typed `BIGINT` key), in batches of `batch`
+    /// rows, through the decoded-column cache when there is one: the row groups that may
+    /// hold the range (by their `_key` statistics) are decoded whole once and kept, and
+    /// every scan, cold or warm, slices them at the range's bounds (a binary search of the
+    /// key column). Without a cache, as [`Self::stream`] (the batches are then not cut to
+    /// the range).
+    pub async fn keyed_cached(
+        &self,
+        start: &[u8],
+        end: Option<&[u8]>,
+        columns: &[usize],
+        batch: usize,
+    ) -> Result<BatchStream> {
+        if self.metas.columns.is_none() || columns.is_empty() {
+            return Ok(self.stream(start, end, Some(columns), batch).await?.boxed());
+        }
+        let fm = self.meta().await?;
+        let md = fm.meta.metadata().clone();
+        let schema = Arc::new(
+            fm.meta
+                .schema()
+                .project(columns)
+                .map_err(|e| corrupt(&self.path, e))?,
+        );
+        let groups = in_range(&md, start, end);
+        let (me, columns) = (self.clone(), columns.to_vec());
+        let (start, end) = (start.to_vec(), end.map(|e| e.to_vec()));
+        let batch = batch.max(1);
+        let stream = futures::stream::iter(groups)
+            .then(move |rg| {
+                let (me, columns, schema) = (me.clone(), columns.clone(), schema.clone());
+                let (start, end) = (start.clone(), end.clone());
+                async move {
+                    let arrays = me
+                        .row_group_columns(rg, &columns)
+                        .await
+                        .map_err(|e| ParquetError::General(e.to_string()))?;
+                    let whole = RecordBatch::try_new(schema, arrays)?;
+                    let keys = whole.column(0);
+                    let lo = key_lower_bound(keys.as_ref(), &start)
+                        .ok_or_else(|| ParquetError::General("unexpected key column".into()))?;
+                    let hi = match &end {
+                        Some(e) => key_lower_bound(keys.as_ref(), e)
+                            .ok_or_else(|| ParquetError::General("unexpected key column".into()))?,
+                        None => whole.num_rows(),
+                    };
+                    // Zero-copy slices of the cached arrays, `batch` rows at a time.
+                    Ok::<_, ParquetError>(
+                        (lo..hi.max(lo))
+                            .step_by(batch)
+                            .map(|s| Ok(whole.slice(s, batch.min(hi - s))))
+                            .collect::<Vec<_>>(),
+                    )
+                }
+            })
+            .flat_map(|r| match r {
+                Ok(batches) => futures::stream::iter(batches),
+                Err(e) => futures::stream::iter(vec![Err(e)]),
+            });
+        Ok(stream.boxed())
+    }
+
     /// Row group `rg`'s root columns `columns` (ascending), decoded whole: from the
     /// decoded-column cache, the missing ones read (through the block cache) and cached.
     async fn row_group_columns(&self, rg: usize, columns: &[usize]) -> Result<Vec<ArrayRef>> {
@@ -726,6 +789,21 @@ fn in_range(md: &ParquetMetaData, start: &[u8], end: Option<&[u8]>) -> Vec<usize
         })
         .map(|(i, _)| i)
         .collect()
+}
+
+/// The first row of a sorted key column (`_key`, or a typed `BIGINT` key, whose
+/// memcomparable encoding orders as the integers do) whose encoded key is at least
+/// `bound`; None for another column type.
+fn key_lower_bound(keys: &dyn Array, bound: &[u8]) -> Option<usize> {
+    if let Some(k) = keys.as_binary_opt::<i32>() {
+        return Some(partition_point(k, |v| v < bound));
+    }
+    let k = keys.as_primitive_opt::<arrow::datatypes::Int64Type>()?;
+    let encode = |v: i64| ((v as u64) ^ 0x8000_0000_0000_0000).to_be_bytes();
+    Some(
+        k.values()
+            .partition_point(|v| encode(*v).as_slice() < bound),
+    )
 }
 
 /// The smallest key greater than every key with prefix `key` equal to `key`: `key + 0x00`.
