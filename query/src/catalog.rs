@@ -29,15 +29,18 @@ pub struct StrataSchema {
 
 impl StrataSchema {
     /// The tables of every namespace `principal` may read, one schema per namespace (keyed
-    /// by namespace; tables by their name within it), from the catalog as of now.
+    /// by namespace; tables by their name within it), from the catalog as this process
+    /// knows it ([`Db::catalog`]).
     pub async fn load(
         db: Db,
         options: TableOptions,
         principal: &Principal,
     ) -> strata_engine::Result<BTreeMap<String, Arc<StrataSchema>>> {
         let mut by_ns: BTreeMap<String, HashMap<String, Arc<TableSchema>>> = BTreeMap::new();
-        for entry in db.list_tables().await? {
-            let (ns, table) = split_name(&entry.name);
+        // The catalog cached in the process: no bucket request per query.
+        let catalog = db.catalog().await?;
+        for name in catalog.catalog.tables.keys() {
+            let (ns, table) = split_name(name);
             if !principal.can_read(ns) {
                 continue;
             }
@@ -45,7 +48,7 @@ impl StrataSchema {
             by_ns
                 .entry(ns)
                 .or_default()
-                .insert(table, Arc::new(TableSchema::new(entry)?));
+                .insert(table, catalog.schema(name)?);
         }
         // The default namespace always exists (an empty `public` schema for a new service).
         if principal.can_read(DEFAULT_NAMESPACE) {

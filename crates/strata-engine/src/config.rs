@@ -114,6 +114,10 @@ pub struct EngineConfig {
     /// A durable snapshot pin (a reader in another process, e.g. a query) lapses this long
     /// after its last renewal; readers renew at a third of it.
     pub pin_lease_ms: u64,
+    /// The catalog is cached in the process; a table created or dropped by another process
+    /// is seen within this long (one HEAD request per interval, by the first lookup after
+    /// it; a lookup of an unknown name checks at once).
+    pub catalog_refresh_ms: u64,
     /// The hotness tracker of point reads (HotRAP's RALT).
     pub hotness: HotnessConfig,
 }
@@ -221,6 +225,7 @@ impl Default for EngineConfig {
             gc: GcConfig::default(),
             history_retention_ms: 15 * 60_000,
             pin_lease_ms: 60_000,
+            catalog_refresh_ms: 1_000,
             hotness: HotnessConfig::default(),
         }
     }

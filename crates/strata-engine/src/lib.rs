@@ -42,7 +42,7 @@ pub mod wal;
 
 pub use cluster::{ClusterConfig, NodeInfo, ShardLease};
 pub use config::{Durability, EngineConfig, GcConfig, HotnessConfig, JobsConfig, WriteOptions};
-pub use db::{Db, DbConfig, ScanOptions, Snapshot, Table, TableView};
+pub use db::{CatalogSnapshot, Db, DbConfig, ScanOptions, Snapshot, Table, TableView};
 pub use error::{Error, Result};
 pub use gc::{GcPlan, GcReport};
 pub use scan::{ScanPaths, ViewBatches};

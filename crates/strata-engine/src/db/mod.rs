@@ -1,22 +1,27 @@
 //! The embedded database: the catalog of tables and the shards this process writes.
 
+mod catalog;
+mod table;
+
+pub use catalog::{CatalogSnapshot, MISS_RECHECK};
+use table::TableInner;
+pub use table::{ScanOptions, Snapshot, Table, TableView};
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
-use arrow::datatypes::{Schema, SchemaRef};
+use arrow::datatypes::Schema;
 use strata_common::clock::{self, ClockRef};
 use strata_manifest::{
     Catalog, DroppedTable, Layout, ShardEntry, TableEntry, TableKind, VersionedStore,
 };
 use strata_objstore::{FaultInjectingStore, ObjectStoreConfig, ObjectStoreMetrics, StoreRef};
 
-use crate::config::{EngineConfig, WriteOptions};
+use crate::config::EngineConfig;
 use crate::error::{Error, Result};
-use crate::schema::{Mutation, TableSchema, key_value_schema, validate_definition};
-use crate::shard::{Shard, ShardSnapshot};
-use crate::value::Value;
+use crate::schema::{TableSchema, key_value_schema, validate_definition};
+use crate::shard::Shard;
 
 /// How to open a database.
 #[derive(Debug, Clone)]
@@ -37,7 +42,7 @@ struct DbInner {
     config: EngineConfig,
     local_dir: PathBuf,
     clock: ClockRef,
-    catalog: VersionedStore<Catalog>,
+    catalog: catalog::CatalogCache,
     open: tokio::sync::Mutex<HashMap<u64, Table>>,
     s3: crate::s3::S3Context,
     workers: tokio_util::sync::CancellationToken,
@@ -121,7 +126,11 @@ impl Db {
         std::fs::create_dir_all(&local_dir)
             .map_err(Error::io(format!("create {}", local_dir.display())))?;
         let layout = Layout::new(&config.root_prefix);
-        let catalog = VersionedStore::new(store.clone(), layout.catalog_dir());
+        let catalog = catalog::CatalogCache::new(
+            store.clone(),
+            VersionedStore::new(store.clone(), layout.catalog_dir()),
+            config.catalog_refresh_ms,
+        );
         let cache = crate::columnar::BlockCache::new(crate::columnar::CacheConfig {
             dir: local_dir.join("cache"),
             block_bytes: config.cache_block_bytes,
@@ -239,11 +248,15 @@ impl Db {
         mut change: impl FnMut(&mut Catalog) -> Result<T>,
     ) -> Result<T> {
         loop {
-            let latest = self.inner.catalog.latest().await?;
+            let chain = self.inner.catalog.chain();
+            let latest = chain.latest().await?;
             let mut next = latest.as_ref().map(|v| v.value.clone()).unwrap_or_default();
             let out = change(&mut next)?;
-            match self.inner.catalog.commit(latest.as_ref(), next).await {
-                Ok(_) => return Ok(out),
+            match chain.commit(latest.as_ref(), next).await {
+                Ok(v) => {
+                    self.inner.catalog.committed(v);
+                    return Ok(out);
+                }
                 Err(strata_manifest::Error::Conflict { .. }) => continue,
                 Err(e) => return Err(e.into()),
             }
@@ -329,15 +342,61 @@ impl Db {
         .await
     }
 
-    /// Every live table.
+    /// Every live table (from the catalog cached in this process: see [`Db::catalog`]).
     pub async fn list_tables(&self) -> Result<Vec<TableEntry>> {
         Ok(self
-            .inner
-            .catalog
-            .latest()
+            .catalog()
             .await?
-            .map(|v| v.value.tables.into_values().collect())
-            .unwrap_or_default())
+            .catalog
+            .tables
+            .values()
+            .cloned()
+            .collect())
+    }
+
+    /// The catalog as this process knows it: a commit through this process at once, one by
+    /// another process within `catalog_refresh_ms` (one HEAD request per interval, made by
+    /// the first lookup after it). Tables open here that the newer catalog no longer holds
+    /// (dropped elsewhere) are closed: their writes are refused from then on.
+    pub async fn catalog(&self) -> Result<Arc<CatalogSnapshot>> {
+        let (snap, changed) = self.inner.catalog.current().await?;
+        if changed {
+            self.close_dropped(&snap).await;
+        }
+        Ok(snap)
+    }
+
+    /// The catalog holding `name`: checked against the bucket again on a miss (at most
+    /// once per [`MISS_RECHECK`]), so a table created elsewhere is found at once.
+    async fn catalog_with(&self, name: &str) -> Result<Arc<CatalogSnapshot>> {
+        let snap = self.catalog().await?;
+        if snap.entry(name).is_some() {
+            return Ok(snap);
+        }
+        let (snap, changed) = self.inner.catalog.after_miss().await?;
+        if changed {
+            self.close_dropped(&snap).await;
+        }
+        Ok(snap)
+    }
+
+    async fn close_dropped(&self, snap: &CatalogSnapshot) {
+        let gone: Vec<Table> = {
+            let mut open = self.inner.open.lock().await;
+            let ids: Vec<u64> = open
+                .keys()
+                .copied()
+                .filter(|id| !snap.has_id(*id))
+                .collect();
+            ids.iter().filter_map(|id| open.remove(id)).collect()
+        };
+        for t in gone {
+            tracing::warn!(
+                table = t.name(),
+                "the table was dropped by another process: closing it here"
+            );
+            t.close().await;
+        }
     }
 
     /// Drops a table; its objects are garbage collected later.
@@ -369,9 +428,10 @@ impl Db {
     /// Opens a table for reading and writing. The first open in this process makes it the
     /// writer of the table's shards, fencing any other writer.
     pub async fn table(&self, name: &str) -> Result<Table> {
-        let catalog = self.inner.catalog.latest().await?;
+        let catalog = self.catalog_with(name).await?;
         let entry = catalog
-            .and_then(|c| c.value.tables.get(name).cloned())
+            .entry(name)
+            .cloned()
             .ok_or_else(|| Error::TableNotFound(name.to_string()))?;
         if let Some(c) = self.inner.cluster.get() {
             for s in &entry.shards {
@@ -382,7 +442,7 @@ impl Db {
         if let Some(t) = open.get(&entry.id) {
             return Ok(t.clone());
         }
-        let schema = Arc::new(TableSchema::new(entry.clone())?);
+        let schema = catalog.schema(name)?;
         let mut shards = Vec::with_capacity(entry.shards.len());
         for s in &entry.shards {
             let local = self
@@ -420,9 +480,8 @@ impl Db {
     /// when this process writes the table, otherwise the bucket alone (WAL tail included):
     /// query services call this without becoming writers.
     pub async fn view(&self, name: &str, as_of: Option<crate::view::AsOf>) -> Result<TableView> {
-        let entry = self.describe(name).await?;
-        self.view_of(Arc::new(TableSchema::new(entry)?), as_of)
-            .await
+        let schema = self.catalog_with(name).await?.schema(name)?;
+        self.view_of(schema, as_of).await
     }
 
     /// [`Db::view`] of a table whose catalog entry the caller already read (a query loads
@@ -472,13 +531,7 @@ impl Db {
         use object_store::ObjectStoreExt;
         let now = self.inner.clock.now_ms();
         let min_age = self.inner.config.gc.min_age_ms;
-        let dropped: Vec<DroppedTable> = self
-            .inner
-            .catalog
-            .latest()
-            .await?
-            .map(|c| c.value.dropped.clone())
-            .unwrap_or_default();
+        let dropped: Vec<DroppedTable> = self.catalog().await?.catalog.dropped.clone();
         let store = &self.inner.store;
         let mut deleted = 0u64;
         let mut gone = Vec::new();
@@ -540,11 +593,10 @@ impl Db {
 
     /// The catalog entry of a table.
     pub async fn describe(&self, name: &str) -> Result<TableEntry> {
-        self.inner
-            .catalog
-            .latest()
+        self.catalog_with(name)
             .await?
-            .and_then(|c| c.value.tables.get(name).cloned())
+            .entry(name)
+            .cloned()
             .ok_or_else(|| Error::TableNotFound(name.to_string()))
     }
 
@@ -724,343 +776,5 @@ impl Db {
             .get()
             .map(|c| c.held())
             .unwrap_or_default()
-    }
-}
-
-/// A consistent read-only view of a table: one pinned [`crate::view::ShardView`] per shard.
-#[derive(Debug)]
-pub struct TableView {
-    /// The engine's view of the table.
-    pub schema: Arc<TableSchema>,
-    /// The catalog entry (shard key ranges).
-    pub entry: TableEntry,
-    /// One view per shard, in shard order.
-    pub shards: Vec<crate::view::ShardView>,
-}
-
-struct TableInner {
-    schema: Arc<TableSchema>,
-    shards: Vec<(ShardEntry, Shard)>,
-    config: EngineConfig,
-}
-
-/// An open table.
-#[derive(Clone)]
-pub struct Table {
-    inner: Arc<TableInner>,
-}
-
-impl std::fmt::Debug for Table {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Table({})", self.name())
-    }
-}
-
-/// A pinned snapshot of a table (one pin per shard).
-#[derive(Debug)]
-pub struct Snapshot {
-    shards: Vec<ShardSnapshot>,
-}
-
-impl Snapshot {
-    /// The sequence number of the first shard (tables have one shard until splitting).
-    pub fn seq(&self) -> u64 {
-        self.shards.first().map_or(0, |s| s.seq())
-    }
-}
-
-/// A key-range scan.
-#[derive(Debug, Clone, Default)]
-pub struct ScanOptions<'a> {
-    /// Inclusive start: values of the first key columns (all or a prefix); None = first key.
-    pub start: Option<Vec<Value>>,
-    /// Exclusive end, like `start`; None = after the last key.
-    pub end: Option<Vec<Value>>,
-    /// Most rows returned.
-    pub limit: usize,
-    /// Columns to return; None = all.
-    pub projection: Option<&'a [&'a str]>,
-}
-
-impl Table {
-    /// The table's name.
-    pub fn name(&self) -> &str {
-        self.inner.schema.name()
-    }
-
-    /// The schema of rows read back.
-    pub fn schema(&self) -> SchemaRef {
-        self.inner.schema.read_schema.clone()
-    }
-
-    /// The engine's view of the table.
-    pub fn table_schema(&self) -> &Arc<TableSchema> {
-        &self.inner.schema
-    }
-
-    /// The shards (one per key range).
-    pub fn shards(&self) -> impl Iterator<Item = &Shard> {
-        self.inner.shards.iter().map(|(_, s)| s)
-    }
-
-    fn shard_index(&self, key: &[u8]) -> usize {
-        self.inner
-            .shards
-            .iter()
-            .position(|(e, _)| {
-                e.key_start.as_slice() <= key && e.key_end.as_deref().is_none_or(|end| key < end)
-            })
-            .unwrap_or(0)
-    }
-
-    /// Writes mutations atomically per shard; returns the sequence number of the write (of
-    /// the last shard written when the batch spans shards).
-    pub async fn write(&self, mutations: &[Mutation], opts: WriteOptions) -> Result<u64> {
-        let prepared = self.inner.schema.prepare(mutations, &self.inner.config)?;
-        if self.inner.shards.len() == 1 {
-            return self.inner.shards[0]
-                .1
-                .write(prepared, opts.durability)
-                .await;
-        }
-        let mut per_shard: Vec<Vec<_>> = vec![Vec::new(); self.inner.shards.len()];
-        for p in prepared {
-            per_shard[self.shard_index(&p.key)].push(p);
-        }
-        let mut seq = 0;
-        for (i, entries) in per_shard.into_iter().enumerate() {
-            if !entries.is_empty() {
-                seq = self.inner.shards[i]
-                    .1
-                    .write(entries, opts.durability)
-                    .await?;
-            }
-        }
-        Ok(seq)
-    }
-
-    /// Upserts whole rows.
-    pub async fn upsert(&self, batch: RecordBatch) -> Result<u64> {
-        self.write(&[Mutation::Upsert(batch)], WriteOptions::default())
-            .await
-    }
-
-    /// Updates some columns of rows (partial update).
-    pub async fn update(&self, batch: RecordBatch) -> Result<u64> {
-        self.write(&[Mutation::Update(batch)], WriteOptions::default())
-            .await
-    }
-
-    /// Deletes rows by key (a batch of the key columns).
-    pub async fn delete(&self, keys: RecordBatch) -> Result<u64> {
-        self.write(&[Mutation::Delete(keys)], WriteOptions::default())
-            .await
-    }
-
-    /// Pins a snapshot of the table.
-    pub fn snapshot(&self) -> Snapshot {
-        Snapshot {
-            shards: self
-                .inner
-                .shards
-                .iter()
-                .map(|(_, s)| s.snapshot())
-                .collect(),
-        }
-    }
-
-    /// Reads one row by key (values of every key column) with a projection, at the
-    /// snapshot or the latest state. Returns a one-row batch, or None.
-    pub async fn get(
-        &self,
-        key: &[Value],
-        projection: Option<&[&str]>,
-        snapshot: Option<&Snapshot>,
-    ) -> Result<Option<RecordBatch>> {
-        let schema = &self.inner.schema;
-        let cols = schema.projection(projection)?;
-        let encoded = schema.encode_key(key)?;
-        let i = self.shard_index(&encoded);
-        let snap = snapshot.and_then(|s| s.shards.get(i));
-        let row = self.inner.shards[i].1.get(encoded.clone(), snap).await?;
-        match row {
-            None => Ok(None),
-            Some(values) => Ok(Some(schema.to_batch(&[(encoded.into(), values)], &cols)?)),
-        }
-    }
-
-    /// Scans a key range in key order.
-    pub async fn scan(
-        &self,
-        opts: &ScanOptions<'_>,
-        snapshot: Option<&Snapshot>,
-    ) -> Result<RecordBatch> {
-        let schema = &self.inner.schema;
-        let cols = schema.projection(opts.projection)?;
-        let encode_prefix = |vals: &Vec<Value>| -> Result<Vec<u8>> {
-            if vals.len() > schema.key_types.len() {
-                return Err(Error::Invalid(
-                    "scan bound has more values than key columns".into(),
-                ));
-            }
-            crate::keycodec::encode_key(&schema.key_types[..vals.len()], vals)
-        };
-        let start = opts
-            .start
-            .as_ref()
-            .map(encode_prefix)
-            .transpose()?
-            .unwrap_or_default();
-        let end = opts.end.as_ref().map(encode_prefix).transpose()?;
-        let limit = if opts.limit == 0 {
-            usize::MAX
-        } else {
-            opts.limit
-        };
-        let mut rows = Vec::new();
-        for (i, (entry, shard)) in self.inner.shards.iter().enumerate() {
-            if rows.len() >= limit {
-                break;
-            }
-            if entry
-                .key_end
-                .as_deref()
-                .is_some_and(|e| e <= start.as_slice())
-                || end
-                    .as_deref()
-                    .is_some_and(|e| e <= entry.key_start.as_slice())
-            {
-                continue;
-            }
-            let snap = snapshot.and_then(|s| s.shards.get(i));
-            let got = shard
-                .scan(start.clone(), end.clone(), limit - rows.len(), snap)
-                .await?;
-            rows.extend(got);
-        }
-        schema.to_batch(&rows, &cols)
-    }
-
-    /// Flushes every shard's memtables to SSTs.
-    pub async fn flush(&self) -> Result<()> {
-        for (_, s) in &self.inner.shards {
-            s.flush().await?;
-        }
-        Ok(())
-    }
-
-    /// Runs due compactions on every shard.
-    pub async fn compact(&self) -> Result<()> {
-        for (_, s) in &self.inner.shards {
-            s.compact().await?;
-        }
-        Ok(())
-    }
-
-    /// Moves everything in the NVMe tier down to the S3 levels now (through compaction
-    /// jobs, run by this process's or external workers), waiting until committed.
-    pub async fn drain_to_s3(&self) -> Result<()> {
-        for (_, s) in &self.inner.shards {
-            s.drain_to_s3().await?;
-        }
-        Ok(())
-    }
-
-    /// Moves column group `group` of S3 level `level` (0-based) down one level now
-    /// (CG-local compaction), waiting until committed.
-    pub async fn compact_s3_group(&self, level: usize, group: usize) -> Result<()> {
-        for (_, s) in &self.inner.shards {
-            s.compact_s3_group(level, group).await?;
-        }
-        Ok(())
-    }
-
-    /// Waits until every published compaction job is settled.
-    pub async fn wait_jobs(&self) -> Result<()> {
-        for (_, s) in &self.inner.shards {
-            s.wait_jobs().await?;
-        }
-        Ok(())
-    }
-
-    /// Runs garbage collection on every shard.
-    pub async fn gc(&self) -> Result<crate::gc::GcReport> {
-        let mut total = crate::gc::GcReport::default();
-        for (_, s) in &self.inner.shards {
-            let r = s.gc().await?;
-            total.ssts_deleted += r.ssts_deleted;
-            total.wal_segments_deleted += r.wal_segments_deleted;
-            total.manifests_deleted += r.manifests_deleted;
-            total.parquet_deleted += r.parquet_deleted;
-            total.jobs_deleted += r.jobs_deleted;
-        }
-        Ok(total)
-    }
-
-    /// Stops the table's shards.
-    pub async fn close(&self) {
-        for (_, s) in &self.inner.shards {
-            s.close().await;
-        }
-    }
-
-    fn kv_batch(&self, keys: &[&[u8]], values: Option<&[&[u8]]>) -> Result<RecordBatch> {
-        if !self.inner.schema.is_key_value() {
-            return Err(Error::Invalid(format!(
-                "{} is not a key-value namespace",
-                self.name()
-            )));
-        }
-        let key_field = self.inner.schema.schema.field(0).clone();
-        let mut fields = vec![key_field];
-        let mut cols: Vec<arrow::array::ArrayRef> = vec![Arc::new(
-            arrow::array::BinaryArray::from_iter_values(keys.iter()),
-        )];
-        if let Some(values) = values {
-            fields.push(self.inner.schema.schema.field(1).clone());
-            cols.push(Arc::new(arrow::array::BinaryArray::from_iter_values(
-                values.iter(),
-            )));
-        }
-        RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)
-            .map_err(|e| Error::Invalid(e.to_string()))
-    }
-
-    /// Key-value namespaces: puts pairs atomically.
-    pub async fn kv_put(&self, pairs: &[(&[u8], &[u8])], opts: WriteOptions) -> Result<u64> {
-        let keys: Vec<&[u8]> = pairs.iter().map(|p| p.0).collect();
-        let values: Vec<&[u8]> = pairs.iter().map(|p| p.1).collect();
-        let batch = self.kv_batch(&keys, Some(&values))?;
-        self.write(&[Mutation::Upsert(batch)], opts).await
-    }
-
-    /// Key-value namespaces: reads a value.
-    pub async fn kv_get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        if !self.inner.schema.is_key_value() {
-            return Err(Error::Invalid(format!(
-                "{} is not a key-value namespace",
-                self.name()
-            )));
-        }
-        let encoded = self
-            .inner
-            .schema
-            .encode_key(&[Value::Bytes(key.to_vec())])?;
-        let i = self.shard_index(&encoded);
-        Ok(self.inner.shards[i]
-            .1
-            .get(encoded, None)
-            .await?
-            .and_then(|v| match v.into_iter().next() {
-                Some(Some(Value::Bytes(b))) => Some(b),
-                _ => None,
-            }))
-    }
-
-    /// Key-value namespaces: deletes keys.
-    pub async fn kv_delete(&self, keys: &[&[u8]]) -> Result<u64> {
-        let batch = self.kv_batch(keys, None)?;
-        self.write(&[Mutation::Delete(batch)], WriteOptions::default())
-            .await
     }
 }
