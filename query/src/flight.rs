@@ -9,8 +9,12 @@
 //! Not yet: prepared statements, catalog metadata commands (`GetTables`, ...), Substrait,
 //! transactions.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use arrow::array::UInt64Array;
 use arrow_flight::decode::FlightRecordBatchStream;
@@ -34,19 +38,95 @@ use crate::auth::{Authenticator, Principal};
 
 use crate::error::{QueryError, QueryErrorKind};
 use crate::ingest::{IfExists, IfMissing, IngestRequest};
-use crate::service::{QueryService, query_error};
+use crate::service::{Planned, QueryService, query_error};
 
 /// The Flight SQL service.
 #[derive(Debug, Clone)]
 pub struct FlightSql {
     q: QueryService,
     auth: Authenticator,
+    handoff: Arc<Handoff>,
+}
+
+/// Statements GetFlightInfo planned, kept for the DoGet that follows (a client asks for the
+/// flight's schema, then for its data): the statement is parsed and planned once, not
+/// twice. A plan waits at most [`HANDOFF_TTL`] and [`HANDOFF_MAX`] plans wait at most (the
+/// oldest goes first); a DoGet that finds no plan (expired, or another server answered the
+/// GetFlightInfo) plans the statement from the SQL its ticket carries, as before.
+#[derive(Default)]
+struct Handoff {
+    next: AtomicU64,
+    plans: parking_lot::Mutex<HashMap<u64, (Instant, Principal, Planned)>>,
+}
+
+/// How long a plan waits for its DoGet.
+pub const HANDOFF_TTL: Duration = Duration::from_secs(30);
+/// How many plans wait for their DoGet at most.
+pub const HANDOFF_MAX: usize = 256;
+const HANDOFF_TAG: &[u8] = b"strata-plan/";
+
+impl std::fmt::Debug for Handoff {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Handoff({} plans)", self.plans.lock().len())
+    }
+}
+
+impl Handoff {
+    fn put(&self, who: Principal, planned: Planned) -> u64 {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut plans = self.plans.lock();
+        plans.retain(|_, (at, _, _)| at.elapsed() < HANDOFF_TTL);
+        while plans.len() >= HANDOFF_MAX {
+            let Some(oldest) = plans.keys().min().copied() else {
+                break;
+            };
+            plans.remove(&oldest);
+        }
+        plans.insert(id, (Instant::now(), who, planned));
+        id
+    }
+
+    /// The plan `id` if it is still here and was made for `who`.
+    fn take(&self, id: u64, who: &Principal) -> Option<Planned> {
+        let mut plans = self.plans.lock();
+        match plans.get(&id) {
+            Some((at, owner, _)) if owner == who && at.elapsed() < HANDOFF_TTL => {
+                plans.remove(&id).map(|(_, _, p)| p)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A statement ticket: `strata-plan/<id>\n<sql>` when a plan waits for it, else the SQL.
+fn ticket_handle(plan: Option<u64>, sql: &str) -> Vec<u8> {
+    match plan {
+        Some(id) => [HANDOFF_TAG, format!("{id}\n").as_bytes(), sql.as_bytes()].concat(),
+        None => sql.as_bytes().to_vec(),
+    }
+}
+
+/// The waiting plan's id (if any) and the SQL of a statement ticket.
+fn parse_ticket(handle: &[u8]) -> Result<(Option<u64>, String), Status> {
+    if let Some(rest) = handle.strip_prefix(HANDOFF_TAG)
+        && let Some(nl) = rest.iter().position(|b| *b == b'\n')
+        && let Some(id) = std::str::from_utf8(&rest[..nl])
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok())
+    {
+        return Ok((Some(id), sql_of_ticket(&rest[nl + 1..])?));
+    }
+    Ok((None, sql_of_ticket(handle)?))
 }
 
 impl FlightSql {
     /// Serves `q` to callers `auth` lets in.
     pub fn new(q: QueryService, auth: Authenticator) -> Self {
-        Self { q, auth }
+        Self {
+            q,
+            auth,
+            handoff: Arc::default(),
+        }
     }
 
     /// The caller of a request: its `authorization: Bearer <key>` metadata.
@@ -58,11 +138,19 @@ impl FlightSql {
         self.auth.principal(header).map_err(status)
     }
 
-    /// The tonic service.
+    /// The tonic service. It accepts messages of up to [`MESSAGE_BYTES_MAX`] (tonic's
+    /// default of 4 MiB refuses a bulk-ingest batch of 100,000 rows of 31 integers); what it
+    /// sends is not limited (result batches are as large as a query's batches).
     pub fn into_server(self) -> FlightServiceServer<Self> {
         FlightServiceServer::new(self)
+            .max_decoding_message_size(MESSAGE_BYTES_MAX)
+            .max_encoding_message_size(usize::MAX)
     }
 }
+
+/// The largest Flight message (one Arrow batch of a bulk ingest or a DoPut) the endpoint
+/// accepts: 64 MiB, as the HTTP API's body limit.
+pub const MESSAGE_BYTES_MAX: usize = 64 << 20;
 
 /// Serves Flight SQL on `listener` until `shutdown` resolves.
 pub async fn serve(
@@ -195,13 +283,14 @@ impl FlightSqlService for FlightSql {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let who = self.caller(&request)?;
-        let schema = self
+        let (schema, planned) = self
             .q
-            .describe_as(&query.query, &who)
+            .prepare_as(&query.query, &who)
             .await
             .map_err(status)?;
+        let plan = planned.map(|p| self.handoff.put(who, p));
         let ticket = TicketStatementQuery {
-            statement_handle: query.query.clone().into_bytes().into(),
+            statement_handle: ticket_handle(plan, &query.query).into(),
         };
         let endpoint =
             FlightEndpoint::new().with_ticket(Ticket::new(ticket.as_any().encode_to_vec()));
@@ -219,8 +308,12 @@ impl FlightSqlService for FlightSql {
         request: Request<Ticket>,
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
         let who = self.caller(&request)?;
-        let sql = sql_of_ticket(&ticket.statement_handle)?;
-        let (schema, stream) = self.q.stream_as(&sql, &who).await.map_err(status)?;
+        let (plan, sql) = parse_ticket(&ticket.statement_handle)?;
+        let (schema, stream) = match plan.and_then(|id| self.handoff.take(id, &who)) {
+            Some(planned) => self.q.stream_planned(planned, self.q.deadline()).await,
+            None => self.q.stream_as(&sql, &who).await,
+        }
+        .map_err(status)?;
         let batches = stream.map_err(|e| FlightError::Tonic(Box::new(status(query_error(e)))));
         let data = FlightDataEncoderBuilder::new()
             .with_schema(schema)
@@ -288,4 +381,50 @@ impl FlightSqlService for FlightSql {
     }
 
     async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tickets_carry_the_plan_and_the_sql() {
+        let sql = "SELECT 1\n-- two lines";
+        assert_eq!(
+            parse_ticket(&ticket_handle(Some(42), sql)).unwrap(),
+            (Some(42), sql.to_string())
+        );
+        assert_eq!(
+            parse_ticket(&ticket_handle(None, sql)).unwrap(),
+            (None, sql.to_string())
+        );
+        // Not a plan id: the whole handle is SQL.
+        assert!(parse_ticket(b"strata-plan/7").unwrap().0.is_none());
+        assert_eq!(
+            parse_ticket(b"strata-plan/x\nSELECT 1").unwrap(),
+            (None, "strata-plan/x\nSELECT 1".to_string())
+        );
+    }
+
+    fn planned() -> Planned {
+        let ctx = datafusion::prelude::SessionContext::new();
+        let df = ctx.read_empty().unwrap();
+        Planned { ctx, df }
+    }
+
+    #[test]
+    fn a_plan_is_taken_once_by_its_caller() {
+        let h = Handoff::default();
+        let anyone = Principal::unrestricted();
+        let id = h.put(anyone.clone(), planned());
+        let mut other = anyone.clone();
+        other.name = "other".into();
+        assert!(h.take(id, &other).is_none(), "another caller's plan");
+        assert!(h.take(id, &anyone).is_some());
+        assert!(h.take(id, &anyone).is_none(), "taken twice");
+        for _ in 0..HANDOFF_MAX + 10 {
+            h.put(anyone.clone(), planned());
+        }
+        assert_eq!(h.plans.lock().len(), HANDOFF_MAX);
+    }
 }

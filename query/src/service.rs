@@ -117,6 +117,11 @@ impl QueryService {
         self.writable
     }
 
+    /// When a query started now must end.
+    pub fn deadline(&self) -> tokio::time::Instant {
+        tokio::time::Instant::now() + self.timeout()
+    }
+
     fn timeout(&self) -> Duration {
         Duration::from_millis(self.config.timeout_ms.max(1))
     }
@@ -140,7 +145,7 @@ impl QueryService {
     /// read: tables of other namespaces do not exist for the session.
     pub async fn context_for(&self, who: &Principal) -> Result<SessionContext, QueryError> {
         let partitions = if self.config.scan_partitions == 0 {
-            std::thread::available_parallelism().map_or(2, |n| n.get())
+            cores()
         } else {
             self.config.scan_partitions
         };
@@ -323,9 +328,7 @@ impl QueryService {
             | datafusion::logical_expr::DdlStatement::DropTable(_),
         ) = &plan
         {
-            return Ok(Arc::new(arrow::datatypes::Schema::new(vec![
-                arrow::datatypes::Field::new("result", arrow::datatypes::DataType::Utf8, false),
-            ])));
+            return Ok(ddl_result_schema());
         }
         SQLOptions::new()
             .with_allow_ddl(false)
@@ -334,6 +337,40 @@ impl QueryService {
             .map_err(forbid)?;
         check_plan(&plan, self.writable, who)?;
         Ok(Arc::new(plan.schema().as_arrow().clone()))
+    }
+
+    /// Plans a statement for a later run (Flight SQL's GetFlightInfo, whose DoGet follows):
+    /// the schema of its results and, except for CREATE / DROP TABLE (which act only when
+    /// run), the plan, so that the run does not parse and plan the statement again.
+    pub async fn prepare_as(
+        &self,
+        sql: &str,
+        who: &Principal,
+    ) -> Result<(SchemaRef, Option<Planned>), QueryError> {
+        let fut = async {
+            let ctx = self.context_for(who).await?;
+            let plan = ctx.state().create_logical_plan(sql).await?;
+            if let LogicalPlan::Ddl(
+                datafusion::logical_expr::DdlStatement::CreateMemoryTable(_)
+                | datafusion::logical_expr::DdlStatement::DropTable(_),
+            ) = &plan
+            {
+                return Ok((ddl_result_schema(), None));
+            }
+            SQLOptions::new()
+                .with_allow_ddl(false)
+                .with_allow_statements(false)
+                .with_allow_dml(true)
+                .verify_plan(&plan)
+                .map_err(forbid)?;
+            check_plan(&plan, self.writable, who)?;
+            let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
+            let df = ctx.execute_logical_plan(plan).await?;
+            Ok((schema, Some(Planned { ctx, df })))
+        };
+        tokio::time::timeout(self.timeout(), fut)
+            .await
+            .map_err(|_| self.timed_out())?
     }
 
     /// Runs one statement and streams its results under the query's deadline.
@@ -350,8 +387,18 @@ impl QueryService {
         sql: &str,
         who: &Principal,
     ) -> Result<(SchemaRef, SendableRecordBatchStream), QueryError> {
-        let deadline = tokio::time::Instant::now() + self.timeout();
+        let deadline = self.deadline();
         let planned = self.plan_as(sql, who).await?;
+        self.stream_planned(planned, deadline).await
+    }
+
+    /// Runs a statement [`QueryService::prepare_as`] planned, streaming its results until
+    /// `deadline`.
+    pub async fn stream_planned(
+        &self,
+        planned: Planned,
+        deadline: tokio::time::Instant,
+    ) -> Result<(SchemaRef, SendableRecordBatchStream), QueryError> {
         let stream = tokio::time::timeout_at(deadline, planned.df.execute_stream())
             .await
             .map_err(|_| self.timed_out())??;
@@ -410,6 +457,20 @@ impl QueryService {
         }
         Ok((schema, out))
     }
+}
+
+/// What CREATE / DROP TABLE answer: one `result` row.
+fn ddl_result_schema() -> SchemaRef {
+    Arc::new(arrow::datatypes::Schema::new(vec![
+        arrow::datatypes::Field::new("result", arrow::datatypes::DataType::Utf8, false),
+    ]))
+}
+
+/// The cores this process may use, read once (`available_parallelism` reads the cgroup's
+/// files on every call: 5% of the server's CPU at a few hundred small queries a second).
+fn cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
 }
 
 /// A DataFusion error as a query error (timeouts raised inside streams included).

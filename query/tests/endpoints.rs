@@ -279,6 +279,27 @@ async fn separate_query_process_sees_every_acknowledged_write() {
         .map(|r| r[1].clone())
         .collect();
     assert_eq!(got, vec!["sst-108", "sst-109", "wal-110", "wal-111"]);
+    // GetFlightInfo planned the statement for its DoGet; a ticket without a waiting plan
+    // (another server's, an expired one, or plain SQL) is planned from its SQL.
+    for handle in [
+        "strata-plan/987654\nSELECT name FROM people WHERE id = 109",
+        "SELECT name FROM people WHERE id = 109",
+    ] {
+        use arrow_flight::sql::{ProstMessageExt, TicketStatementQuery};
+        use prost::Message;
+        let t = TicketStatementQuery {
+            statement_handle: handle.as_bytes().to_vec().into(),
+        };
+        let ticket = arrow_flight::Ticket::new(t.as_any().encode_to_vec());
+        let batches: Vec<RecordBatch> = client
+            .do_get(ticket)
+            .await
+            .expect("do_get")
+            .try_collect()
+            .await
+            .expect("batches");
+        assert_eq!(common::rows(&batches), vec![vec!["sst-109".to_string()]]);
+    }
     let err = client
         .execute("SELECT * FROM missing".into(), None)
         .await

@@ -358,3 +358,72 @@ async fn every_operation_over_grpc() {
         assert!(text.contains(line), "{line} missing from\n{text}");
     }
 }
+
+/// Object-store requests under `catalog/` so far, from the server's `/metrics`.
+fn catalog_requests(http: &str) -> u64 {
+    let (st, body) = common::request(http, "GET", "/metrics", "");
+    assert_eq!(st, 200);
+    body.lines()
+        .filter(|l| {
+            l.starts_with("strata_object_store_requests_total{")
+                && l.contains(r#"prefix="catalog""#)
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn warm_point_gets_and_writes_make_no_catalog_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    let h = server.http.clone();
+    let def = r#"{"name": "players", "columns": [
+        {"name": "id", "type": "int64", "nullable": false},
+        {"name": "name", "type": "string"},
+        {"name": "score", "type": "float64"}], "primary_key": ["id"]}"#;
+    let (st, body) = common::request(&h, "POST", "/v1/tables", def);
+    assert_eq!(st, 201, "{body}");
+    let mut c = DataClient::connect(format!("http://{}", server.flight))
+        .await
+        .unwrap();
+    // Warm: the first write opens the table.
+    let row = |i: i64| format!(r#"[{{"id": {i}, "name": "p{i}", "score": 1.5}}]"#);
+    let (st, body) = common::request(&h, "POST", "/v1/tables/players/rows", &row(0));
+    assert_eq!(st, 200, "{body}");
+
+    let before = catalog_requests(&h);
+    assert!(before > 0, "creating the table read and wrote the catalog");
+    for i in 1..=50i64 {
+        let (st, body) = common::request(&h, "POST", "/v1/tables/players/rows", &row(i));
+        assert_eq!(st, 200, "{body}");
+        let (st, body) = common::request(
+            &h,
+            "GET",
+            &format!("/v1/tables/players/rows/get?key={i}"),
+            "",
+        );
+        assert_eq!(st, 200, "{body}");
+        c.write(write(
+            "players",
+            pb::WriteKind::Upsert,
+            &players(&[1000 + i], &["g"], &[2.0]),
+        ))
+        .await
+        .unwrap();
+        let got = c
+            .get(pb::GetRequest {
+                table: "players".into(),
+                key: vec![(1000 + i).to_string()],
+                columns: vec![],
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(rows(&got.arrow_ipc)[0].num_rows(), 1);
+    }
+    assert_eq!(
+        catalog_requests(&h),
+        before,
+        "warm point gets and writes over HTTP and gRPC must not read the catalog from the bucket"
+    );
+}

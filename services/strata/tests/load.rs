@@ -151,3 +151,70 @@ fn csv_ndjson_and_parquet_files_load_into_tables() {
     assert!(!ok);
     assert!(err.contains("--format"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_flight_message_larger_than_grpc_default_ingests() {
+    // ADBC's Flight SQL driver sends a whole batch as one message: 150,000 rows of about 60
+    // bytes are 9 MB, over tonic's default limit of 4 MiB.
+    use arrow_flight::encode::FlightDataEncoderBuilder;
+    use arrow_flight::flight_service_client::FlightServiceClient;
+    use arrow_flight::sql::{CommandStatementIngest, ProstMessageExt};
+    use arrow_flight::{FlightData, FlightDescriptor};
+    use futures::TryStreamExt;
+    use prost::Message;
+
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(&dir.path().join("data"));
+    sql(
+        &server.http,
+        "CREATE TABLE big (id INT NOT NULL, name VARCHAR, PRIMARY KEY (id))",
+    );
+    let n = 150_000i32;
+    let batch = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int32, false),
+            Field::new("name", DataType::Utf8, true),
+        ])),
+        vec![
+            Arc::new(Int32Array::from_iter_values(0..n)) as ArrayRef,
+            Arc::new(StringArray::from_iter_values((0..n).map(|i| {
+                format!("a-rather-long-name-to-fill-the-message-{i:016}")
+            }))),
+        ],
+    )
+    .unwrap();
+    let cmd = CommandStatementIngest {
+        table: "big".into(),
+        ..Default::default()
+    };
+    let data: Vec<FlightData> = FlightDataEncoderBuilder::new()
+        .with_max_flight_data_size(usize::MAX)
+        .with_flight_descriptor(Some(FlightDescriptor::new_cmd(
+            cmd.as_any().encode_to_vec(),
+        )))
+        .build(futures::stream::iter([Ok(batch)]))
+        .try_collect()
+        .await
+        .unwrap();
+    let largest = data.iter().map(|d| d.encoded_len()).max().unwrap();
+    assert!(largest > 8 << 20, "{largest}");
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", server.flight))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = FlightServiceClient::new(channel);
+    let results: Vec<_> = client
+        .do_put(futures::stream::iter(data))
+        .await
+        .unwrap()
+        .into_inner()
+        .try_collect()
+        .await
+        .unwrap();
+    assert!(!results.is_empty());
+    assert_eq!(
+        sql(&server.http, "SELECT count(*) AS n FROM big"),
+        serde_json::json!([{"n": n}])
+    );
+}
