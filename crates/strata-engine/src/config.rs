@@ -173,6 +173,10 @@ pub struct JobsConfig {
     pub heartbeat_ms: u64,
     /// How often workers look for jobs and the ingest node looks for results.
     pub poll_ms: u64,
+    /// An idle worker doubles its wait after every look that finds no job, up to this (one
+    /// LIST of `jobs/` per period when idle); jobs published in the same process wake its
+    /// workers at once.
+    pub idle_poll_max_ms: u64,
     /// Jobs a shard keeps published at once (they never touch the same runs).
     pub outstanding_max: usize,
 }
@@ -184,6 +188,7 @@ impl Default for JobsConfig {
             lease_ms: 30_000,
             heartbeat_ms: 5_000,
             poll_ms: 500,
+            idle_poll_max_ms: 20_000,
             outstanding_max: 4,
         }
     }

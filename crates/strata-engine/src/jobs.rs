@@ -572,8 +572,12 @@ pub struct WorkerConfig {
     pub lease_ms: u64,
     /// Renewal period.
     pub heartbeat_ms: u64,
-    /// Idle polling period.
+    /// Idle polling period: the first look for jobs after one that found none waits this
+    /// long; every further empty look doubles the wait, up to `idle_poll_max_ms`.
     pub poll_ms: u64,
+    /// The longest wait between looks when there is nothing to do (an idle worker costs one
+    /// LIST per this period). A job published in this process wakes its workers at once.
+    pub idle_poll_max_ms: u64,
     /// Scratch directory.
     pub scratch: std::path::PathBuf,
     /// Fault injection for tests: pause after each output file (lets a test kill a worker
@@ -603,6 +607,7 @@ pub struct Worker {
     /// Counters.
     pub stats: Arc<WorkerStats>,
     specs: parking_lot::Mutex<std::collections::HashMap<String, JobSpec>>,
+    wake: Arc<tokio::sync::Notify>,
 }
 
 impl Worker {
@@ -616,12 +621,32 @@ impl Worker {
             metas: Arc::new(MetaCache::default()),
             stats: Arc::new(WorkerStats::default()),
             specs: Default::default(),
+            wake: Arc::default(),
         }
+    }
+
+    /// Wakes the worker from its idle wait whenever `wake` is notified (`notify_waiters`):
+    /// a process that publishes jobs hands its in-process workers the same `Notify`.
+    pub fn with_wake(mut self, wake: Arc<tokio::sync::Notify>) -> Self {
+        self.wake = wake;
+        self
+    }
+
+    /// How long to wait after `idle` looks in a row found nothing.
+    fn idle_wait(&self, idle: u32) -> Duration {
+        let base = self.config.poll_ms.max(1);
+        let max = self.config.idle_poll_max_ms.max(base);
+        Duration::from_millis(base.saturating_mul(1u64 << idle.min(20)).min(max))
     }
 
     /// Runs until cancelled.
     pub async fn run(&self, cancel: CancellationToken) {
+        let mut idle = 0u32;
         loop {
+            // Listen before looking, so that a job published during the look is not missed.
+            let woken = self.wake.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
             let worked = match self.run_one(&cancel).await {
                 Ok(w) => w,
                 Err(e) => {
@@ -632,11 +657,14 @@ impl Worker {
             if cancel.is_cancelled() {
                 return;
             }
-            if !worked {
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_millis(self.config.poll_ms)) => {}
-                    _ = cancel.cancelled() => return,
-                }
+            if worked {
+                idle = 0;
+                continue;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(self.idle_wait(idle)) => idle = idle.saturating_add(1),
+                _ = &mut woken => idle = 0,
+                _ = cancel.cancelled() => return,
             }
         }
     }

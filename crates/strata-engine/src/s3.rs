@@ -49,6 +49,8 @@ pub struct S3Context {
     pub layout: strata_manifest::Layout,
     /// Merged columnar copies of immutable upper tiers, for scans (process-wide).
     pub overlays: Arc<crate::overlay::OverlayCache>,
+    /// Notified when a shard of this process publishes a job: wakes its idle workers.
+    pub jobs_published: Arc<tokio::sync::Notify>,
 }
 
 /// Gives a manifest the S3 levels of the table's layout (new shards, or older manifests).
@@ -405,6 +407,7 @@ impl ShardInner {
                 self.forget_job(&spec.id);
                 return Err(e);
             }
+            self.s3.jobs_published.notify_waiters();
             tracing::debug!(shard = %self.name, job = %spec.id, bytes = spec.input_bytes, "published compaction job");
         }
         Ok(())

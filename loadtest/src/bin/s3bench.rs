@@ -173,6 +173,7 @@ async fn main() -> Res<()> {
                 lease_ms: 60_000,
                 heartbeat_ms: 5_000,
                 poll_ms: 20,
+                idle_poll_max_ms: 200,
                 scratch: dir.join(format!("scratch-{i}")),
                 debug_pause_per_file_ms: 0,
             },

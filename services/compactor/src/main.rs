@@ -54,9 +54,14 @@ struct Args {
     /// Lease renewal period.
     #[arg(long, default_value_t = 5_000, env = "STRATA_HEARTBEAT_MS")]
     heartbeat_ms: u64,
-    /// Idle polling period.
+    /// Idle polling period: the first wait after a look that found no job; each further
+    /// empty look doubles it, up to --idle-poll-max-ms.
     #[arg(long, default_value_t = 500, env = "STRATA_POLL_MS")]
     poll_ms: u64,
+    /// The longest wait between looks when there is nothing to do (one LIST of `jobs/` per
+    /// period when idle).
+    #[arg(long, default_value_t = 20_000, env = "STRATA_IDLE_POLL_MAX_MS")]
+    idle_poll_max_ms: u64,
     /// Scratch directory for downloaded inputs.
     #[arg(
         long,
@@ -112,6 +117,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             lease_ms: args.lease_ms,
             heartbeat_ms: args.heartbeat_ms,
             poll_ms: args.poll_ms,
+            idle_poll_max_ms: args.idle_poll_max_ms,
             scratch: args.scratch.clone(),
             debug_pause_per_file_ms: args.debug_pause_per_file_ms,
         },

@@ -507,6 +507,7 @@ async fn compactor(c: Config) -> anyhow_free::Result<()> {
             lease_ms: jobs.lease_ms,
             heartbeat_ms: jobs.heartbeat_ms,
             poll_ms: jobs.poll_ms,
+            idle_poll_max_ms: jobs.idle_poll_max_ms,
             scratch: c.local("compactor-scratch"),
             debug_pause_per_file_ms: 0,
         },

@@ -78,6 +78,7 @@ fn ingest_nodes_share_shards_and_survive_a_killed_node() {
         "store.region=us-east-1".to_string(),
         format!("engine.root_prefix={prefix}"),
         "engine.jobs.poll_ms=50".to_string(),
+        "engine.jobs.idle_poll_max_ms=500".to_string(),
     ]
     .into_iter()
     .flat_map(|s| ["--set".to_string(), s])

@@ -58,6 +58,7 @@ fn ingest_compactor_and_query_share_a_bucket() {
         .arg("--dir")
         .arg(tmp.path().join("compactor"))
         .args(["--set", &store, "--set", "engine.jobs.poll_ms=50"])
+        .args(["--set", "engine.jobs.idle_poll_max_ms=500"])
         .args(["--set", "compactor.name=worker-1"])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

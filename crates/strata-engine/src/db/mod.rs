@@ -155,6 +155,7 @@ impl Db {
             )),
             layout: layout.clone(),
             overlays: Arc::new(crate::overlay::OverlayCache::new(config.scan_overlay_bytes)),
+            jobs_published: Arc::default(),
         };
         let workers = tokio_util::sync::CancellationToken::new();
         let mut worker_stats = Vec::new();
@@ -167,11 +168,13 @@ impl Db {
                     lease_ms: config.jobs.lease_ms,
                     heartbeat_ms: config.jobs.heartbeat_ms,
                     poll_ms: config.jobs.poll_ms,
+                    idle_poll_max_ms: config.jobs.idle_poll_max_ms,
                     scratch: local_dir.join("scratch"),
                     debug_pause_per_file_ms: 0,
                 },
                 clock.clone(),
-            );
+            )
+            .with_wake(s3.jobs_published.clone());
             worker_stats.push(w.stats.clone());
             let cancel = workers.clone();
             tokio::spawn(async move { w.run(cancel).await });

@@ -171,7 +171,7 @@ variable "heartbeat_ms" {
 }
 
 variable "poll_ms" {
-  description = "engine.jobs.poll_ms: how often an idle worker lists the jobs (one LIST request each time)."
+  description = "engine.jobs.poll_ms: the first wait of a worker that found no job (one LIST request per look); each further empty look doubles it, up to engine.jobs.idle_poll_max_ms (20 s)."
   type        = number
   default     = 2000
 

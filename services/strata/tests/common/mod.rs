@@ -88,6 +88,8 @@ pub const SMALL_LEVELS: &[&str] = &[
     "engine.l0_compaction_trigger=2",
     "--set",
     "engine.jobs.poll_ms=50",
+    "--set",
+    "engine.jobs.idle_poll_max_ms=500",
     // 32 KiB memtables fill faster than a busy machine flushes them; tests that do not
     // exercise overload keep writing (as the engine's small_config does).
     "--set",
