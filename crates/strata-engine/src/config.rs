@@ -242,6 +242,10 @@ impl Default for EngineConfig {
 pub struct GcConfig {
     /// How often the writer runs GC for its shards (0 disables the background task).
     pub interval_ms: u64,
+    /// A shard whose manifest has not changed since a pass that deleted nothing waits twice
+    /// as long for its next pass, up to this (an idle shard costs a few LISTs per period);
+    /// a change of the manifest brings it back to `interval_ms`.
+    pub idle_interval_max_ms: u64,
     /// Objects younger than this are never deleted (covers uploads not yet committed and
     /// readers of recent manifest versions in other processes).
     pub min_age_ms: u64,
@@ -253,6 +257,7 @@ impl Default for GcConfig {
     fn default() -> Self {
         Self {
             interval_ms: 60_000,
+            idle_interval_max_ms: 3_600_000,
             min_age_ms: 3_600_000,
             manifest_versions_retained: 8,
         }

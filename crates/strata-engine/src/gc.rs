@@ -69,21 +69,46 @@ impl GcPlan {
     }
 }
 
+/// The background GC of a shard: a pass every `gc.interval_ms` while the shard changes;
+/// while it does not (same manifest version as at the last pass, which deleted nothing),
+/// each wait doubles up to `gc.idle_interval_max_ms`, so an idle shard costs a few LISTs an
+/// hour. Garbage left for `min_age_ms` is collected at most one longest wait late.
 pub(crate) async fn gc_loop(inner: Arc<ShardInner>) {
-    let every = std::time::Duration::from_millis(inner.config.gc.interval_ms);
+    let base = inner.config.gc.interval_ms;
+    let max = inner.config.gc.idle_interval_max_ms.max(base);
+    let mut wait = base;
+    let mut last_version = None;
     loop {
         tokio::select! {
-            _ = tokio::time::sleep(every) => {}
+            _ = tokio::time::sleep(std::time::Duration::from_millis(wait)) => {}
             _ = inner.cancel.cancelled() => return,
         }
         if inner.fenced.load(std::sync::atomic::Ordering::Acquire) {
             return;
         }
-        match collect(&inner).await {
-            Ok(r) if r != GcReport::default() => tracing::info!(shard = %inner.name, ?r, "gc"),
-            Ok(_) => {}
-            Err(e) => tracing::warn!(shard = %inner.name, error = %e, "gc failed"),
-        }
+        let version = inner.current().manifest.version;
+        let quiet = match collect(&inner).await {
+            Ok(r) if r != GcReport::default() => {
+                tracing::info!(shard = %inner.name, ?r, "gc");
+                false
+            }
+            Ok(_) => last_version == Some(version),
+            Err(e) => {
+                tracing::warn!(shard = %inner.name, error = %e, "gc failed");
+                false
+            }
+        };
+        wait = next_wait(wait, quiet, base, max);
+        last_version = Some(version);
+    }
+}
+
+/// The wait before the next pass: doubled after a quiet one (up to `max`), else `base`.
+fn next_wait(wait: u64, quiet: bool, base: u64, max: u64) -> u64 {
+    if quiet {
+        wait.saturating_mul(2).clamp(base, max)
+    } else {
+        base
     }
 }
 
@@ -245,5 +270,28 @@ async fn delete(inner: &ShardInner, path: &object_store::path::Path) -> Result<(
     match inner.store.delete(path).await {
         Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
         Err(e) => Err(Error::store(format!("delete {path}"))(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::next_wait;
+
+    #[test]
+    fn quiet_passes_back_off_and_a_change_resets() {
+        let (base, max) = (60_000, 3_600_000);
+        let mut w = base;
+        let mut waits = Vec::new();
+        for _ in 0..8 {
+            w = next_wait(w, true, base, max);
+            waits.push(w);
+        }
+        assert_eq!(
+            waits,
+            [
+                120_000, 240_000, 480_000, 960_000, 1_920_000, 3_600_000, 3_600_000, 3_600_000
+            ]
+        );
+        assert_eq!(next_wait(w, false, base, max), base);
     }
 }
