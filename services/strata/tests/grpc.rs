@@ -359,17 +359,27 @@ async fn every_operation_over_grpc() {
     }
 }
 
-/// Object-store requests under `catalog/` so far, from the server's `/metrics`.
-fn catalog_requests(http: &str) -> u64 {
+/// Object-store requests under `catalog/` so far, from the server's `/metrics`: (HEADs,
+/// every other kind).
+fn catalog_requests(http: &str) -> (u64, u64) {
     let (st, body) = common::request(http, "GET", "/metrics", "");
     assert_eq!(st, 200);
-    body.lines()
-        .filter(|l| {
-            l.starts_with("strata_object_store_requests_total{")
-                && l.contains(r#"prefix="catalog""#)
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
+    let mut out = (0, 0);
+    for l in body.lines().filter(|l| {
+        l.starts_with("strata_object_store_requests_total{") && l.contains(r#"prefix="catalog""#)
+    }) {
+        let n = l
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0) as u64;
+        if l.contains(r#"op="head""#) {
+            out.0 += n;
+        } else {
+            out.1 += n;
+        }
+    }
+    out
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -392,7 +402,11 @@ async fn warm_point_gets_and_writes_make_no_catalog_requests() {
     assert_eq!(st, 200, "{body}");
 
     let before = catalog_requests(&h);
-    assert!(before > 0, "creating the table read and wrote the catalog");
+    assert!(
+        before.1 > 0,
+        "creating the table read and wrote the catalog"
+    );
+    let started = std::time::Instant::now();
     for i in 1..=50i64 {
         let (st, body) = common::request(&h, "POST", "/v1/tables/players/rows", &row(i));
         assert_eq!(st, 200, "{body}");
@@ -421,9 +435,17 @@ async fn warm_point_gets_and_writes_make_no_catalog_requests() {
             .into_inner();
         assert_eq!(rows(&got.arrow_ipc)[0].num_rows(), 1);
     }
+    // No LIST or GET of the catalog; at most one HEAD (the version check) per
+    // `catalog_refresh_ms` (1 s) of the loop, whatever the number of requests.
+    let after = catalog_requests(&h);
+    let seconds = started.elapsed().as_secs();
     assert_eq!(
-        catalog_requests(&h),
-        before,
+        after.1, before.1,
         "warm point gets and writes over HTTP and gRPC must not read the catalog from the bucket"
+    );
+    assert!(
+        after.0 - before.0 <= seconds + 1,
+        "{} version checks in {seconds} s",
+        after.0 - before.0
     );
 }
