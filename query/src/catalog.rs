@@ -22,6 +22,7 @@ use crate::provider::{StrataTable, TableOptions};
 #[derive(Debug)]
 pub struct StrataSchema {
     db: Db,
+    namespace: String,
     tables: HashMap<String, Arc<TableSchema>>,
     options: TableOptions,
     providers: Mutex<HashMap<String, Arc<StrataTable>>>,
@@ -59,6 +60,7 @@ impl StrataSchema {
             .map(|(ns, tables)| {
                 let schema = StrataSchema {
                     db: db.clone(),
+                    namespace: ns.clone(),
                     tables,
                     options: options.clone(),
                     providers: Mutex::new(HashMap::new()),
@@ -92,8 +94,23 @@ impl SchemaProvider for StrataSchema {
     }
 
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
-        let Some(t) = self.tables.get(name) else {
-            return Ok(None);
+        let fresh;
+        let t = match self.tables.get(name) {
+            Some(t) => t,
+            // Not in the catalog this process knew when the query started: created by
+            // another process just now? The engine checks the bucket again on a miss.
+            None => match self
+                .db
+                .table_schema(&crate::auth::qualified(&self.namespace, name))
+                .await
+            {
+                Ok(s) => {
+                    fresh = s;
+                    &fresh
+                }
+                Err(strata_engine::Error::TableNotFound(_)) => return Ok(None),
+                Err(e) => return Err(DataFusionError::External(Box::new(e))),
+            },
         };
         let p = self
             .providers

@@ -383,6 +383,12 @@ impl Db {
         Ok(snap)
     }
 
+    /// The engine's view of a live table, from the cached catalog (checked again on a miss,
+    /// like [`Db::table`]): a table another process just created is found at once.
+    pub async fn table_schema(&self, name: &str) -> Result<Arc<TableSchema>> {
+        self.catalog_with(name).await?.schema(name)
+    }
+
     async fn close_dropped(&self, snap: &CatalogSnapshot) {
         let gone: Vec<Table> = {
             let mut open = self.inner.open.lock().await;
