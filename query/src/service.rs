@@ -190,26 +190,41 @@ impl QueryService {
     /// its `write` scope and CREATE / DROP TABLE its `admin` scope on the table's namespace.
     pub async fn plan_as(&self, sql: &str, who: &Principal) -> Result<Planned, QueryError> {
         let fut = async {
-            let ctx = self.context_for(who).await?;
-            let options = SQLOptions::new()
-                .with_allow_ddl(false)
-                .with_allow_statements(false)
-                .with_allow_dml(true);
-            let plan = ctx.state().create_logical_plan(sql).await?;
+            let (ctx, plan) = self.checked_plan(sql, who).await?;
             if let Some(done) = self.table_ddl(&plan, who).await? {
                 return Ok(Planned {
                     df: ctx.read_batch(done)?,
                     ctx,
                 });
             }
-            options.verify_plan(&plan).map_err(forbid)?;
-            check_plan(&plan, self.writable, who)?;
             let df = ctx.execute_logical_plan(plan).await?;
             Ok(Planned { ctx, df })
         };
         tokio::time::timeout(self.timeout(), fut)
             .await
             .map_err(|_| self.timed_out())?
+    }
+
+    /// A fresh session for `who` and the statement's logical plan, refused if it does what
+    /// SQL over Strata must not; CREATE / DROP TABLE pass through for
+    /// [`QueryService::table_ddl`] to check and run.
+    async fn checked_plan(
+        &self,
+        sql: &str,
+        who: &Principal,
+    ) -> Result<(SessionContext, LogicalPlan), QueryError> {
+        let ctx = self.context_for(who).await?;
+        let plan = ctx.state().create_logical_plan(sql).await?;
+        if !is_table_ddl(&plan) {
+            SQLOptions::new()
+                .with_allow_ddl(false)
+                .with_allow_statements(false)
+                .with_allow_dml(true)
+                .verify_plan(&plan)
+                .map_err(forbid)?;
+            check_plan(&plan, self.writable, who)?;
+        }
+        Ok((ctx, plan))
     }
 
     /// `CREATE TABLE t (... PRIMARY KEY (...))` and `DROP TABLE t` on Strata tables, where
@@ -224,10 +239,7 @@ impl QueryService {
         let LogicalPlan::Ddl(ddl) = plan else {
             return Ok(None);
         };
-        if !matches!(
-            ddl,
-            DdlStatement::CreateMemoryTable(_) | DdlStatement::DropTable(_)
-        ) {
+        if !is_table_ddl(plan) {
             return Ok(None);
         }
         if !self.writable {
@@ -321,22 +333,7 @@ impl QueryService {
 
     /// [`QueryService::describe`] for a caller (see [`QueryService::plan_as`]).
     pub async fn describe_as(&self, sql: &str, who: &Principal) -> Result<SchemaRef, QueryError> {
-        let ctx = self.context_for(who).await?;
-        let plan = ctx.state().create_logical_plan(sql).await?;
-        if let LogicalPlan::Ddl(
-            datafusion::logical_expr::DdlStatement::CreateMemoryTable(_)
-            | datafusion::logical_expr::DdlStatement::DropTable(_),
-        ) = &plan
-        {
-            return Ok(ddl_result_schema());
-        }
-        SQLOptions::new()
-            .with_allow_ddl(false)
-            .with_allow_statements(false)
-            .verify_plan(&plan)
-            .map_err(forbid)?;
-        check_plan(&plan, self.writable, who)?;
-        Ok(Arc::new(plan.schema().as_arrow().clone()))
+        Ok(self.prepare_as(sql, who).await?.0)
     }
 
     /// Plans a statement for a later run (Flight SQL's GetFlightInfo, whose DoGet follows):
@@ -348,22 +345,10 @@ impl QueryService {
         who: &Principal,
     ) -> Result<(SchemaRef, Option<Planned>), QueryError> {
         let fut = async {
-            let ctx = self.context_for(who).await?;
-            let plan = ctx.state().create_logical_plan(sql).await?;
-            if let LogicalPlan::Ddl(
-                datafusion::logical_expr::DdlStatement::CreateMemoryTable(_)
-                | datafusion::logical_expr::DdlStatement::DropTable(_),
-            ) = &plan
-            {
+            let (ctx, plan) = self.checked_plan(sql, who).await?;
+            if is_table_ddl(&plan) {
                 return Ok((ddl_result_schema(), None));
             }
-            SQLOptions::new()
-                .with_allow_ddl(false)
-                .with_allow_statements(false)
-                .with_allow_dml(true)
-                .verify_plan(&plan)
-                .map_err(forbid)?;
-            check_plan(&plan, self.writable, who)?;
             let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
             let df = ctx.execute_logical_plan(plan).await?;
             Ok((schema, Some(Planned { ctx, df })))
@@ -457,6 +442,17 @@ impl QueryService {
         }
         Ok((schema, out))
     }
+}
+
+/// CREATE TABLE or DROP TABLE: Strata's own DDL, run by [`QueryService::table_ddl`].
+fn is_table_ddl(plan: &LogicalPlan) -> bool {
+    matches!(
+        plan,
+        LogicalPlan::Ddl(
+            datafusion::logical_expr::DdlStatement::CreateMemoryTable(_)
+                | datafusion::logical_expr::DdlStatement::DropTable(_)
+        )
+    )
 }
 
 /// What CREATE / DROP TABLE answer: one `result` row.
