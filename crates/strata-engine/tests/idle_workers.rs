@@ -4,31 +4,17 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use strata_engine::Db;
-use strata_objstore::{InstrumentedStore, ObjectStoreMetrics, StoreRef};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_workers_back_off_and_wake_on_a_published_job() {
-    let metrics = ObjectStoreMetrics::default();
-    let store: StoreRef = Arc::new(InstrumentedStore::new(memory_store(), metrics.clone()));
     let dir = tempfile::tempdir().unwrap();
     let mut config = small_config();
     config.jobs.poll_ms = 20;
     config.jobs.idle_poll_max_ms = 10_000;
-    let db = Db::open_with_store(
-        store,
-        None,
-        metrics.clone(),
-        dir.path().to_path_buf(),
-        config,
-        strata_common::clock::system(),
-    )
-    .await
-    .unwrap();
+    let (db, metrics) = open_counted(&memory_store(), dir.path(), config).await;
     db.create_table("t", schema(), &["id"]).await.unwrap();
     let t = db.table("t").await.unwrap();
 

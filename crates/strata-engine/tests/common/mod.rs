@@ -154,6 +154,30 @@ pub async fn open(store: &StoreRef, local: &Path, config: EngineConfig) -> Db {
     .unwrap()
 }
 
+/// [`open`] over `store` with every request counted in the returned metrics.
+pub async fn open_counted(
+    store: &StoreRef,
+    local: &Path,
+    config: EngineConfig,
+) -> (Db, ObjectStoreMetrics) {
+    let metrics = ObjectStoreMetrics::default();
+    let counted: StoreRef = Arc::new(strata_objstore::InstrumentedStore::new(
+        store.clone(),
+        metrics.clone(),
+    ));
+    let db = Db::open_with_store(
+        counted,
+        None,
+        metrics.clone(),
+        local.to_path_buf(),
+        config,
+        clock::system(),
+    )
+    .await
+    .unwrap();
+    (db, metrics)
+}
+
 pub fn memory_store() -> StoreRef {
     Arc::new(object_store::memory::InMemory::new())
 }
