@@ -11,34 +11,14 @@ use std::time::Duration;
 
 use common::*;
 use strata_common::ErrorKind;
-use strata_engine::{Db, EngineConfig};
-use strata_objstore::{InstrumentedStore, ObjectStoreMetrics, StoreRef};
+use strata_engine::Db;
+use strata_objstore::{FaultInjectingStore, FaultOp, ObjectStoreMetrics};
 
 fn catalog_requests(m: &ObjectStoreMetrics) -> u64 {
     ["get", "head", "list", "put"]
         .iter()
         .map(|op| m.requests(op, "catalog"))
         .sum()
-}
-
-async fn open_counted(
-    store: &StoreRef,
-    dir: &std::path::Path,
-    config: EngineConfig,
-) -> (Db, ObjectStoreMetrics) {
-    let metrics = ObjectStoreMetrics::default();
-    let counted: StoreRef = Arc::new(InstrumentedStore::new(store.clone(), metrics.clone()));
-    let db = Db::open_with_store(
-        counted,
-        None,
-        metrics.clone(),
-        dir.to_path_buf(),
-        config,
-        strata_common::clock::system(),
-    )
-    .await
-    .unwrap();
-    (db, metrics)
 }
 
 #[tokio::test]
@@ -129,5 +109,40 @@ async fn another_process_creating_and_dropping_is_seen_within_the_refresh_interv
         t2.scan(&Default::default(), None).await.unwrap().num_rows(),
         0,
         "the new table must not see the dropped one's rows"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_check_serves_the_catalog_known() {
+    let fault = Arc::new(FaultInjectingStore::new(memory_store(), Default::default()));
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = small_config();
+    config.catalog_refresh_ms = 100;
+    let db = Db::open_with_store(
+        fault.clone(),
+        Some(fault.clone()),
+        ObjectStoreMetrics::default(),
+        dir.path().to_path_buf(),
+        config,
+        strata_common::clock::system(),
+    )
+    .await
+    .unwrap();
+    db.create_table("t", schema(), &["id"]).await.unwrap();
+    let t = db.table("t").await.unwrap();
+    t.upsert(rows(&[1], &[Some("a")], &[Some(1)]))
+        .await
+        .unwrap();
+    // The interval passed: the next lookup checks, and the bucket fails the check.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let before = fault.injected();
+    fault.fail_next(FaultOp::Get, 1);
+    let t = db.table("t").await.expect("served from the catalog known");
+    assert_eq!(fault.injected(), before + 1, "the check reached the bucket");
+    assert!(
+        t.get(&[strata_engine::Value::Int(1)], None, None)
+            .await
+            .unwrap()
+            .is_some()
     );
 }

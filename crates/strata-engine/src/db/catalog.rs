@@ -8,6 +8,7 @@
 //! a lookup of a name the cache does not hold checks at once, at most once per
 //! [`MISS_RECHECK`]. Versions are immutable and the chain only grows (create-if-absent of
 //! the next number), so a HEAD that finds no next version proves the known one newest.
+//! When the bucket does not answer a check, requests go on with the catalog known.
 //! Owns: the `VersionedStore<Catalog>`; calls nothing else of the engine but the schema.
 
 use std::collections::BTreeMap;
@@ -136,22 +137,41 @@ impl CatalogCache {
             return Ok((s, false));
         }
         let known = self.known.read().as_ref().map(|k| k.snap.clone());
+        match self.newer(known.as_ref()).await {
+            Ok(snap) => {
+                let changed = known.is_none_or(|k| k.version != snap.version);
+                Ok((snap, changed))
+            }
+            // The bucket did not answer the check: requests go on with the catalog known
+            // (not marked checked, so the next request checks again).
+            Err(e) => match known {
+                Some(k) => {
+                    tracing::warn!("checking the catalog, using version {}: {e}", k.version);
+                    Ok((k, false))
+                }
+                None => Err(e),
+            },
+        }
+    }
+
+    /// The newest version: `known` if the bucket holds no next one, else read. Marks the
+    /// cache checked.
+    async fn newer(&self, known: Option<&Arc<CatalogSnapshot>>) -> Result<Arc<CatalogSnapshot>> {
         let started = Instant::now();
-        if let Some(k) = &known {
+        if let Some(k) = known {
             let next = self.chain.path(k.version + 1);
             match self.store.head(&next).await {
                 Err(object_store::Error::NotFound { .. }) => {
                     self.set(k.clone(), started);
-                    return Ok((k.clone(), false));
+                    return Ok(k.clone());
                 }
                 Ok(_) => {}
                 Err(e) => return Err(Error::store(format!("check the catalog at {next}"))(e)),
             }
         }
         let snap = Arc::new(CatalogSnapshot::new(self.chain.latest().await?));
-        let changed = known.is_none_or(|k| k.version != snap.version);
         self.set(snap.clone(), started);
-        Ok((snap, changed))
+        Ok(snap)
     }
 
     fn set(&self, snap: Arc<CatalogSnapshot>, checked: Instant) {
