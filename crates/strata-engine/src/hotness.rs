@@ -306,8 +306,18 @@ impl HotnessTracker {
         ((self.config.fast_bytes as f64 * R_HS) as u64).max(1)
     }
 
-    /// Records one access of `key` whose value is `value_len` bytes.
+    /// Records one access of `key` whose value is `value_len` bytes. Blocking (it may
+    /// write or merge the tracker's runs): on an async task use [`Self::buffer_access`].
     pub fn record_access(&self, key: &[u8], value_len: u32) -> Result<()> {
+        if self.buffer_access(key, value_len) {
+            self.flush_full()?;
+        }
+        Ok(())
+    }
+
+    /// Records one access in memory only; true when the buffer is full and
+    /// [`Self::flush_full`] should run (on a blocking thread).
+    pub fn buffer_access(&self, key: &[u8], value_len: u32) -> bool {
         let mut st = self.state.lock().expect("tracker state");
         st.accessed += key.len() as u64 + u64::from(value_len);
         st.tick = st.accessed / self.tick_bytes();
@@ -332,6 +342,12 @@ impl HotnessTracker {
                 st.buffer.insert(key.to_vec(), rec);
             }
         }
+        st.buffer.len() >= self.config.buffer_records
+    }
+
+    /// Writes the buffered accesses out as a run if the buffer is (still) full.
+    pub fn flush_full(&self) -> Result<()> {
+        let mut st = self.state.lock().expect("tracker state");
         if st.buffer.len() >= self.config.buffer_records {
             self.flush(&mut st)?;
         }

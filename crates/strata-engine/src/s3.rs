@@ -943,7 +943,7 @@ pub(crate) fn run_iters(
 }
 
 /// Adds the S3 levels' versions of `key` (at most `seq`) to `out`, level by level, until
-/// the versions gathered decide the row.
+/// the versions gathered decide the row. Blocking: call it on a blocking thread.
 pub(crate) fn s3_point_versions(
     table: &TableSchema,
     files: &BucketFiles<'_>,
@@ -952,6 +952,19 @@ pub(crate) fn s3_point_versions(
     seq: u64,
     out: &mut Vec<Entry>,
     handle: &tokio::runtime::Handle,
+) -> Result<()> {
+    handle.block_on(s3_point_versions_async(table, files, state, key, seq, out))
+}
+
+/// [`s3_point_versions`] on the caller's task: a lookup answered by the decoded-page
+/// cache costs no thread hop.
+pub(crate) async fn s3_point_versions_async(
+    table: &TableSchema,
+    files: &BucketFiles<'_>,
+    state: &ShardState,
+    key: &[u8],
+    seq: u64,
+    out: &mut Vec<Entry>,
 ) -> Result<()> {
     for (li, level) in state.manifest.value.s3_levels.iter().enumerate() {
         let Some(formats) = table.groups.get(li) else {
@@ -963,7 +976,7 @@ pub(crate) fn s3_point_versions(
                 continue;
             };
             let source = files.parquet_source(f);
-            let found = handle.block_on(source.lookup(&formats[g], key, seq))?;
+            let found = source.lookup(&formats[g], key, seq).await?;
             for e in found {
                 out.push(formats[g].widen(&table.codec, &e)?);
             }

@@ -775,6 +775,11 @@ impl Shard {
     }
 
     /// Point read of an encoded key; the row's non-key values, or None.
+    ///
+    /// Runs on the caller's task unless a row-level SST may hold the key (their key ranges
+    /// and Bloom filters are in memory; reading one is a blocking `pread`, done on the
+    /// blocking pool): a key answered by the memtables or the columnar levels through the
+    /// decoded-page cache costs no thread hop.
     pub async fn get(
         &self,
         key: Vec<u8>,
@@ -782,77 +787,100 @@ impl Shard {
     ) -> Result<Option<RowValues>> {
         let seq = self.read_seq(snapshot)?;
         let (state, _guard) = self.inner.read_state();
-        let inner = self.inner.clone();
-        let handle = tokio::runtime::Handle::current();
-        let latest = snapshot.is_none();
-        tokio::task::spawn_blocking(move || {
-            let (mut versions, mut source) = point_versions(&state, &key, seq)?;
-            let codec = &inner.table.codec;
-            let promote = latest && inner.s3.hotness.is_some() && inner.config.hotness.promotion;
-            let mut cache_full = false;
-            if !crate::s3::decided(codec, &mut versions)? {
-                let cached = promote
-                    .then(|| inner.promotion.lock().get(&key, seq).cloned())
-                    .flatten();
-                if let Some(c) = cached {
-                    source = ReadSource::PromotionCache;
-                    versions.extend(c.versions);
-                } else {
-                    source = ReadSource::S3;
-                    let epoch = inner.promotion.lock().epoch;
-                    let before = versions.len();
-                    let files = crate::s3::BucketFiles {
-                        store: &inner.store,
-                        paths: &inner.paths,
-                        s3: &inner.s3,
+        let inner = &self.inner;
+        let (mut versions, mut source) = if row_files_may_hold(&state, &key) {
+            let (st, k) = (state.clone(), key.clone());
+            tokio::task::spawn_blocking(move || point_versions(&st, &k, seq))
+                .await
+                .map_err(|e| Error::Internal(e.to_string()))??
+        } else {
+            point_versions(&state, &key, seq)?
+        };
+        let codec = &inner.table.codec;
+        let promote =
+            snapshot.is_none() && inner.s3.hotness.is_some() && inner.config.hotness.promotion;
+        let mut cache_full = false;
+        if !crate::s3::decided(codec, &mut versions)? {
+            let cached = promote
+                .then(|| inner.promotion.lock().get(&key, seq).cloned())
+                .flatten();
+            if let Some(c) = cached {
+                source = ReadSource::PromotionCache;
+                versions.extend(c.versions);
+            } else {
+                source = ReadSource::S3;
+                let epoch = inner.promotion.lock().epoch;
+                let before = versions.len();
+                let files = crate::s3::BucketFiles {
+                    store: &inner.store,
+                    paths: &inner.paths,
+                    s3: &inner.s3,
+                };
+                crate::s3::s3_point_versions_async(
+                    &inner.table,
+                    &files,
+                    &state,
+                    &key,
+                    seq,
+                    &mut versions,
+                )
+                .await?;
+                if promote && versions.len() > before {
+                    let read = crate::promotion::Cached {
+                        versions: versions[before..].to_vec(),
+                        read_seq: seq,
                     };
-                    crate::s3::s3_point_versions(
-                        &inner.table,
-                        &files,
-                        &state,
-                        &key,
-                        seq,
-                        &mut versions,
-                        &handle,
-                    )?;
-                    if promote && versions.len() > before {
-                        let read = crate::promotion::Cached {
-                            versions: versions[before..].to_vec(),
-                            read_seq: seq,
-                        };
-                        let mut pc = inner.promotion.lock();
-                        if pc.insert(&key, read, epoch) {
-                            cache_full = pc.bytes() >= inner.config.hotness.promotion_cache_bytes
-                                && !std::mem::replace(&mut pc.flushing, true);
-                        } else {
-                            inner.stats.record_promotion_abort();
-                        }
+                    let mut pc = inner.promotion.lock();
+                    if pc.insert(&key, read, epoch) {
+                        cache_full = pc.bytes() >= inner.config.hotness.promotion_cache_bytes
+                            && !std::mem::replace(&mut pc.flushing, true);
+                    } else {
+                        inner.stats.record_promotion_abort();
                     }
                 }
-                crate::s3::coalesce(codec, &mut versions)?;
             }
-            inner.stats.record_point_read(source);
-            let row = resolve(codec, &versions)?;
-            if let (Some(t), Some(_)) = (&inner.s3.hotness, &row) {
-                // Losing an access loses warmth, never data: log and go on.
-                let value_len = versions.first().map_or(0, |e| e.value.len()) as u32;
-                if let Err(e) = t.record_access(&inner.hotness_key(&key), value_len) {
+            crate::s3::coalesce(codec, &mut versions)?;
+        }
+        inner.stats.record_point_read(source);
+        let row = resolve(codec, &versions)?;
+        if let (Some(t), Some(_)) = (&inner.s3.hotness, &row) {
+            // Losing an access loses warmth, never data: log and go on.
+            let value_len = versions.first().map_or(0, |e| e.value.len()) as u32;
+            if t.buffer_access(&inner.hotness_key(&key), value_len) {
+                let t = t.clone();
+                let flushed = tokio::task::spawn_blocking(move || t.flush_full())
+                    .await
+                    .map_err(|e| Error::Internal(e.to_string()))
+                    .and_then(|r| r);
+                if let Err(e) = flushed {
                     tracing::warn!(shard = %inner.name, "hotness tracker: {e}");
                 }
             }
-            if cache_full {
-                let inner = inner.clone();
-                handle.spawn(async move {
+        }
+        if cache_full {
+            let inner = inner.clone();
+            tokio::spawn(async move {
+                // Reads during a round refill the cache without starting another (one
+                // round at a time), and reads the cache answers insert nothing: a cache
+                // full again when a round ends is flushed again. Each round empties it.
+                loop {
                     if let Err(e) = promote_by_flush(&inner).await {
                         tracing::warn!(shard = %inner.name, "promotion by flush: {e}");
+                        inner.promotion.lock().flushing = false;
+                        break;
                     }
-                    inner.promotion.lock().flushing = false;
-                });
-            }
-            Ok(row)
-        })
-        .await
-        .map_err(|e| Error::Internal(e.to_string()))?
+                    let mut pc = inner.promotion.lock();
+                    if pc.bytes() < inner.config.hotness.promotion_cache_bytes {
+                        pc.flushing = false;
+                        break;
+                    }
+                }
+            });
+        }
+        // A read answered from memory never waits; without this, a loop of them on a
+        // runtime thread would starve flushes and compactions queued behind it.
+        tokio::task::consume_budget().await;
+        Ok(row)
     }
 
     /// Scans encoded keys in `[start, end)` in key order, returning at most `limit` live rows.
@@ -896,6 +924,15 @@ impl Shard {
     pub async fn close(&self) {
         self.inner.cancel.cancel();
     }
+}
+
+/// Whether a row-level SST of `state` may hold `key` (by key range and Bloom filter).
+pub(crate) fn row_files_may_hold(state: &ShardState, key: &[u8]) -> bool {
+    state
+        .levels
+        .iter()
+        .flatten()
+        .any(|h| h.covers(key) && h.reader.may_contain(key))
 }
 
 /// All versions of `key` visible at `seq`, newest first, stopping once a source yields a

@@ -89,6 +89,11 @@ impl SstReader {
         self.index.partition_point(|b| b.last_key.as_slice() < key)
     }
 
+    /// Whether the file may hold `key` (its Bloom filter, in memory: no I/O).
+    pub fn may_contain(&self, key: &[u8]) -> bool {
+        self.bloom.may_contain(key)
+    }
+
     /// Versions of `key` visible at `seq`, newest first.
     pub fn get(&self, key: &[u8], seq: u64) -> Result<Vec<Entry>> {
         if !self.bloom.may_contain(key) {
