@@ -6,6 +6,9 @@
 #   (both start as the load leaves them, as in the paper: the NVMe levels hold the newest
 #   ~10% of the records, the rest is in S3; START=drained moves every record to S3 first)
 #   nvme     - every record on NVMe (no drain; levels large enough), the upper bound
+#   defaults - what `strata serve` runs: every engine setting at its default, the tracker
+#              on (the NVMe tier is then L0 + L1's 64 MiB plus the hot records the tracker
+#              keeps, under a budget derived from the local disk), not the 10% sizing above
 # Usage: loadtest/hotrap.sh [records] [ops] [record_bytes] > summary.md
 #        loadtest/hotrap.sh [records] [ops] [record_bytes] shift > summary.md
 #   (the second form runs §4.6's shifting hotspot, tracked only, and plots its hit rate
@@ -42,6 +45,7 @@ run() { # name workload distribution variant ops
     tracked) engine=$(printf "$tiered" true); extra=("$start") ;;
     off) engine=$(printf "$tiered" false); extra=("$start") ;;
     nvme) engine="$nvme"; extra=(--flush-after-load) ;;
+    defaults) engine='{"hotness":{"enabled":true}}'; extra=("$start") ;;
   esac
   local dir="$OUT/data-$name-$variant"
   rm -rf "$dir"

@@ -128,7 +128,10 @@ pub struct EngineConfig {
 pub struct HotnessConfig {
     /// Track point reads: each read key enters the tracker (scores, hot set, limits).
     pub enabled: bool,
-    /// The NVMe budget the tracker's tick, limits and auto-tuning scale with.
+    /// The NVMe budget the tracker's tick, limits and auto-tuning scale with: the local
+    /// bytes hot records may take. 0 (the default) derives it from the local directory's
+    /// file system when the `Db` opens: a fifth of its size, at least 1 GiB (see
+    /// [`nvme_budget_for`]).
     pub nvme_budget_bytes: u64,
     /// Auto-tune the hot-set and physical-size limits (HotRAP §3.7); off: fixed limits of
     /// 50% and 15% of the budget.
@@ -150,7 +153,7 @@ impl Default for HotnessConfig {
     fn default() -> Self {
         Self {
             enabled: false,
-            nvme_budget_bytes: 10 << 30,
+            nvme_budget_bytes: 0,
             autotune: true,
             retention: true,
             promotion: true,
@@ -158,6 +161,24 @@ impl Default for HotnessConfig {
             check: true,
         }
     }
+}
+
+/// Share of the local file system an NVMe budget of 0 resolves to: the rest is left to the
+/// row levels, the WAL, the block cache of columnar data and whatever else shares the disk.
+pub const NVME_BUDGET_DISK_SHARE: u64 = 5;
+
+/// Smallest NVMe budget an NVMe budget of 0 resolves to.
+pub const NVME_BUDGET_MIN: u64 = 1 << 30;
+
+/// The NVMe budget of a `Db` over `local_dir`: `configured` when set, else a fifth of the
+/// size of the file system holding `local_dir` (at least [`NVME_BUDGET_MIN`]).
+pub fn nvme_budget_for(configured: u64, local_dir: &std::path::Path) -> std::io::Result<u64> {
+    if configured > 0 {
+        return Ok(configured);
+    }
+    let st = rustix::fs::statvfs(local_dir).map_err(std::io::Error::from)?;
+    let size = st.f_blocks.saturating_mul(st.f_frsize);
+    Ok((size / NVME_BUDGET_DISK_SHARE).max(NVME_BUDGET_MIN))
 }
 
 /// How S3-level compaction jobs are published and run.
@@ -261,5 +282,23 @@ impl Default for GcConfig {
             min_age_ms: 3_600_000,
             manifest_versions_retained: 8,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_zero_nvme_budget_is_a_fifth_of_the_local_file_system() {
+        let dir = std::env::temp_dir();
+        assert_eq!(nvme_budget_for(12345, &dir).unwrap(), 12345);
+        let st = rustix::fs::statvfs(&dir).unwrap();
+        let fs = st.f_blocks * st.f_frsize;
+        let derived = nvme_budget_for(0, &dir).unwrap();
+        assert_eq!(derived, (fs / NVME_BUDGET_DISK_SHARE).max(NVME_BUDGET_MIN));
+        assert!(derived >= NVME_BUDGET_MIN);
+        assert!(nvme_budget_for(0, &dir.join("no-such-dir-of-strata")).is_err());
+        assert_eq!(EngineConfig::default().hotness.nvme_budget_bytes, 0);
     }
 }

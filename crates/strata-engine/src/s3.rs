@@ -755,6 +755,14 @@ impl ShardInner {
         }
         next.manifest = manifest;
         *guard = Arc::new(next);
+        drop(guard);
+        if let JobSource::CrossTier { ssts } = &spec.source {
+            // Once more after the install: a read that took the epoch after the first move
+            // and the state before the install read the range's old versions; its record is
+            // dropped here and later ones are refused (reads take the epoch, then the state).
+            let (lo, hi) = sst_span(ssts);
+            self.promotion.lock().take_range(&lo, &hi);
+        }
         Ok(true)
     }
 }

@@ -786,6 +786,9 @@ impl Shard {
         snapshot: Option<&ShardSnapshot>,
     ) -> Result<Option<RowValues>> {
         let seq = self.read_seq(snapshot)?;
+        // The promotion epoch before the state: a cross-tier commit after the state was
+        // taken makes a version read from it stale, and the cache refuses it.
+        let epoch = self.inner.promotion.lock().epoch;
         let (state, _guard) = self.inner.read_state();
         let inner = &self.inner;
         let (mut versions, mut source) = if row_files_may_hold(&state, &key) {
@@ -809,7 +812,6 @@ impl Shard {
                 versions.extend(c.versions);
             } else {
                 source = ReadSource::S3;
-                let epoch = inner.promotion.lock().epoch;
                 let before = versions.len();
                 let files = crate::s3::BucketFiles {
                     store: &inner.store,

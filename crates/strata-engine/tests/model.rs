@@ -1,7 +1,8 @@
 //! Model-based test: random upserts, partial updates, deletes, flushes, compactions,
 //! snapshots and reopens against a BTreeMap oracle, on the memory and local-directory stores
 //! and LocalStack, over three tiers (memtable, NVMe levels, S3 levels) with several
-//! column-group layouts.
+//! column-group layouts, the row/column boundary below L1, L2 or L3, and NVMe budgets from
+//! a few records to all of them.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -137,14 +138,40 @@ fn count_retained(table: &Table) {
     RETAINED.fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
 }
 
-async fn run(ops: Vec<Op>, store: StoreRef, root_prefix: &str, layout_n: usize) {
+/// Where the tree's boundaries sit: `levels` row-oriented levels (L0 included; the
+/// columnar levels start below them) and the NVMe budget the hotness tracker's hot-set and
+/// retention limits scale with.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    levels: usize,
+    nvme_budget_bytes: u64,
+}
+
+const DEFAULT_SHAPE: Shape = Shape {
+    levels: 2,
+    nvme_budget_bytes: 64 << 10,
+};
+
+fn shape() -> impl Strategy<Value = Shape> {
+    (
+        2usize..5,
+        prop_oneof![Just(8u64 << 10), Just(64 << 10), Just(64 << 20)],
+    )
+        .prop_map(|(levels, nvme_budget_bytes)| Shape {
+            levels,
+            nvme_budget_bytes,
+        })
+}
+
+async fn run(ops: Vec<Op>, store: StoreRef, root_prefix: &str, layout_n: usize, shape: Shape) {
     let mut config = small_config();
     config.root_prefix = root_prefix.to_string();
+    config.levels = shape.levels;
     // Every check reads each key, so the hotness tracker calls many keys hot: drains to S3
     // retain their records on NVMe (HotRAP §3.5), reads from S3 are promoted (§3.3-§3.4),
     // and every read must still match the model.
     config.hotness.enabled = true;
-    config.hotness.nvme_budget_bytes = 64 << 10;
+    config.hotness.nvme_budget_bytes = shape.nvme_budget_bytes;
     // Reads from S3 fill a small promotion cache: promotions to L0 and into drains happen
     // between the operations.
     config.hotness.promotion_cache_bytes = 1 << 10;
@@ -268,7 +295,7 @@ fn retention_under_the_model() {
         Op::DrainToS3,
         Op::CompactS3 { level: 0, group: 1 },
     ];
-    rt.block_on(run(ops, memory_store(), "strata", 1));
+    rt.block_on(run(ops, memory_store(), "strata", 1, DEFAULT_SHAPE));
     assert!(
         RETAINED.load(std::sync::atomic::Ordering::Relaxed) > before,
         "no record was retained"
@@ -279,24 +306,24 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 16, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
-    fn engine_matches_model_on_memory_store(ops in proptest::collection::vec(op(), 1..40), layout_n in 0usize..3) {
+    fn engine_matches_model_on_memory_store(ops in proptest::collection::vec(op(), 1..40), layout_n in 0usize..3, shape in shape()) {
         let rt = tokio::runtime::Runtime::new().unwrap();
-        rt.block_on(run(ops, memory_store(), "strata", layout_n));
+        rt.block_on(run(ops, memory_store(), "strata", layout_n, shape));
     }
 
     #[test]
-    fn engine_matches_model_on_local_dir_store(ops in proptest::collection::vec(op(), 1..30), layout_n in 0usize..3) {
+    fn engine_matches_model_on_local_dir_store(ops in proptest::collection::vec(op(), 1..30), layout_n in 0usize..3, shape in shape()) {
         let rt = tokio::runtime::Runtime::new().unwrap();
         let bucket = tempfile::tempdir().unwrap();
-        rt.block_on(run(ops, local_store(bucket.path()), "strata", layout_n));
+        rt.block_on(run(ops, local_store(bucket.path()), "strata", layout_n, shape));
     }
 
     #[test]
-    fn engine_matches_model_on_localstack(ops in proptest::collection::vec(op(), 1..25), layout_n in 0usize..3) {
+    fn engine_matches_model_on_localstack(ops in proptest::collection::vec(op(), 1..25), layout_n in 0usize..3, shape in shape()) {
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(async {
             let Some(store) = s3_store().await else { return };
-            run(ops, store, &unique_prefix("model"), layout_n).await;
+            run(ops, store, &unique_prefix("model"), layout_n, shape).await;
         });
     }
 }

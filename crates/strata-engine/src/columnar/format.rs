@@ -291,7 +291,26 @@ impl GroupFormat {
         start: &[u8],
         end: Option<&[u8]>,
     ) -> Result<Vec<Entry>> {
+        self.from_rows(batch, 0..batch.num_rows(), origin, start, end)
+    }
+
+    /// [`Self::from_batch`] over the rows `rows` of `batch` only (no sliced copy of its
+    /// columns: a point lookup reads a few rows of a cached decoded page).
+    pub fn from_rows(
+        &self,
+        batch: &RecordBatch,
+        rows: std::ops::Range<usize>,
+        origin: &str,
+        start: &[u8],
+        end: Option<&[u8]>,
+    ) -> Result<Vec<Entry>> {
         let bad = |what: &str| Error::Corrupt(format!("parquet {origin}: {what}"));
+        if rows.end > batch.num_rows() || rows.start > rows.end {
+            return Err(bad(&format!(
+                "rows {rows:?} of a batch of {}",
+                batch.num_rows()
+            )));
+        }
         if batch.num_columns() != self.schema.fields().len() {
             return Err(bad(&format!(
                 "{} columns, the table's group has {}",
@@ -317,8 +336,8 @@ impl GroupFormat {
             .as_binary_opt::<i32>()
             .ok_or_else(|| bad("_present is not binary"))?;
         let first = self.first_value_column();
-        let mut out = Vec::new();
-        for row in 0..batch.num_rows() {
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
             if keys.is_null(row) || seqs.is_null(row) || kinds.is_null(row) {
                 return Err(bad("null in a required column"));
             }

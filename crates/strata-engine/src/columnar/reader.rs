@@ -117,6 +117,17 @@ pub type BatchStream =
 /// whether it holds the key column only.
 type PageKey = (String, usize, usize, bool);
 
+/// A [`PageKey`] borrowing its file name, to look one up without a copy of the name per
+/// read (its hash is the tuple's: the fields in order).
+#[derive(Hash)]
+struct PageKeyRef<'a>(&'a str, usize, usize, bool);
+
+impl quick_cache::Equivalent<PageKey> for PageKeyRef<'_> {
+    fn equivalent(&self, k: &PageKey) -> bool {
+        self.0 == k.0 && self.1 == k.1 && self.2 == k.2 && self.3 == k.3
+    }
+}
+
 /// Weighs a cached batch by the memory of its arrays.
 #[derive(Clone)]
 struct BatchWeighter;
@@ -343,9 +354,8 @@ impl ParquetSource {
         keys_only: bool,
     ) -> Result<RecordBatch> {
         use std::sync::atomic::Ordering::Relaxed;
-        let cache_key = (self.info.name.clone(), rgi, first, keys_only);
         if let Some(pages) = &self.metas.pages
-            && let Some(batch) = pages.get(&cache_key)
+            && let Some(batch) = pages.get(&PageKeyRef(&self.info.name, rgi, first, keys_only))
             && batch.num_rows() == n
         {
             self.metas.page_hits.fetch_add(1, Relaxed);
@@ -390,7 +400,7 @@ impl ParquetSource {
             let indices = arrow::array::UInt32Array::from_iter_values(0..batch.num_rows() as u32);
             let compact = arrow::compute::take_record_batch(&batch, &indices)
                 .map_err(|e| corrupt(&self.path, e))?;
-            pages.insert(cache_key, compact);
+            pages.insert((self.info.name.clone(), rgi, first, keys_only), compact);
         }
         Ok(batch)
     }
@@ -439,15 +449,24 @@ impl ParquetSource {
             let (lo, hi) = (key_span.0 + lo, key_span.0 + hi);
             let span = row_span(&md, rgi, lo..hi);
             let batch = self.decoded_span(&fm, rgi, span, rows, false).await?;
-            let versions = batch.slice(lo - span.0, hi - lo);
-            let keys = versions.column(0).as_binary_opt::<i32>();
-            if keys.is_none_or(|k| k.value(0) != key || k.value(k.len() - 1) != key) {
+            let versions = (lo - span.0)..(hi - span.0);
+            let keys = batch.column(0).as_binary_opt::<i32>();
+            if keys.is_none_or(|k| {
+                versions.end > k.len()
+                    || k.value(versions.start) != key
+                    || k.value(versions.end - 1) != key
+            }) {
                 return Err(corrupt(&self.path, "the key column's pages disagree"));
             }
-            let origin = self.path.to_string();
             out.extend(
                 format
-                    .from_batch(&versions, &origin, key, Some(&next_key(key)))?
+                    .from_rows(
+                        &batch,
+                        versions,
+                        self.path.as_ref(),
+                        key,
+                        Some(&next_key(key)),
+                    )?
                     .into_iter()
                     .filter(|e| e.seq <= seq),
             );
@@ -1058,5 +1077,21 @@ impl EntryIter for RunIter {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod page_key_tests {
+    use super::*;
+
+    #[test]
+    fn a_borrowed_page_key_finds_what_the_owned_one_stored() {
+        let cache: quick_cache::sync::Cache<PageKey, u32> = quick_cache::sync::Cache::new(16);
+        cache.insert(("f-1".to_string(), 2, 4096, true), 7);
+        cache.insert(("f-1".to_string(), 2, 4096, false), 8);
+        assert_eq!(cache.get(&PageKeyRef("f-1", 2, 4096, true)), Some(7));
+        assert_eq!(cache.get(&PageKeyRef("f-1", 2, 4096, false)), Some(8));
+        assert_eq!(cache.get(&PageKeyRef("f-1", 2, 0, true)), None);
+        assert_eq!(cache.get(&PageKeyRef("f-2", 2, 4096, true)), None);
     }
 }

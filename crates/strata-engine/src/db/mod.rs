@@ -137,10 +137,18 @@ impl Db {
             budget_bytes: config.cache_bytes_max,
         })?;
         let hotness = if config.hotness.enabled {
-            let mut t = crate::hotness::TrackerConfig::new(
-                local_dir.join("hotness"),
-                config.hotness.nvme_budget_bytes,
+            let budget =
+                crate::config::nvme_budget_for(config.hotness.nvme_budget_bytes, &local_dir)
+                    .map_err(Error::io(format!(
+                        "size of the file system of {}",
+                        local_dir.display()
+                    )))?;
+            tracing::info!(
+                nvme_budget_bytes = budget,
+                derived = config.hotness.nvme_budget_bytes == 0,
+                "hotness tracker"
             );
+            let mut t = crate::hotness::TrackerConfig::new(local_dir.join("hotness"), budget);
             t.autotune = config.hotness.autotune;
             Some(Arc::new(crate::hotness::HotnessTracker::open(t)?))
         } else {
