@@ -177,6 +177,11 @@ pub(crate) async fn plan(inner: &ShardInner, tidy: bool) -> Result<GcPlan> {
         parquet_referenced.extend(m.parquet_files().map(|f| f.name.clone()));
         replay_floor = replay_floor.min(m.wal_replay_after);
     }
+    // Protected first, the state second: a file leaves `in_flight` (and a job
+    // `outstanding`) only after the state holding its result is installed, so a file
+    // missing from the first is in the second.
+    let awaited: Vec<String> = inner.outstanding.lock().keys().cloned().collect();
+    let in_flight: HashSet<SstId> = inner.in_flight.lock().clone();
     // Objects in use by this process's readers are referenced by the current state too.
     let current = inner.current();
     referenced.extend(current.levels.iter().flatten().map(|h| h.info.id));
@@ -187,8 +192,6 @@ pub(crate) async fn plan(inner: &ShardInner, tidy: bool) -> Result<GcPlan> {
             .parquet_files()
             .map(|f| f.name.clone()),
     );
-    let awaited: Vec<String> = inner.outstanding.lock().keys().cloned().collect();
-    let in_flight: HashSet<SstId> = inner.in_flight.lock().clone();
 
     let ssts: Vec<object_store::ObjectMeta> = inner
         .store

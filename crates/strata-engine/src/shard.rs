@@ -1277,8 +1277,13 @@ async fn flush_one(inner: &Arc<ShardInner>, mem: Arc<Memtable>) -> Result<()> {
             m.wal_replay_after = m.wal_replay_after.max(wal_id_max);
         })
         .await;
-    inner.in_flight.lock().remove(&id);
-    let manifest = committed?;
+    let manifest = match committed {
+        Ok(m) => m,
+        Err(e) => {
+            inner.in_flight.lock().remove(&id);
+            return Err(e);
+        }
+    };
     let mut guard = inner.state.write();
     let mut next = (**guard).clone();
     next.frozen.retain(|m| !Arc::ptr_eq(m, &mem));
@@ -1291,6 +1296,8 @@ async fn flush_one(inner: &Arc<ShardInner>, mem: Arc<Memtable>) -> Result<()> {
     next.manifest = manifest;
     *guard = Arc::new(next);
     drop(guard);
+    // Only now: GC must not see the file outside `in_flight` before the state holds it.
+    inner.in_flight.lock().remove(&id);
     inner.stats.record_flush();
     Ok(())
 }
@@ -1356,6 +1363,7 @@ pub(crate) async fn promote_by_flush(inner: &Arc<ShardInner>) -> Result<()> {
         return Ok(());
     };
     inner.in_flight.lock().insert(id);
+    let bytes = o.info.size_bytes;
     let committed = async {
         inner.upload_sst(&id, &path).await?;
         let _lock = inner.manifest_lock.lock().await;
@@ -1368,18 +1376,25 @@ pub(crate) async fn promote_by_flush(inner: &Arc<ShardInner>) -> Result<()> {
                 .await
                 .map_err(|e| Error::Internal(e.to_string()))?;
         if stale {
-            return Ok(None);
+            return Ok(false);
         }
-        inner
+        let manifest = inner
             .commit_manifest(|m| m.levels[0].ssts.push(o.info.clone()))
-            .await
-            .map(Some)
+            .await?;
+        // Installed under the manifest lock, before the file leaves `in_flight`: GC and
+        // the next commit never see a manifest naming it without the state holding it.
+        let mut guard = inner.state.write();
+        let mut next = (**guard).clone();
+        next.levels[0].push(Arc::new(SstHandle::new(o.info, o.reader, o.path)));
+        next.manifest = manifest;
+        *guard = Arc::new(next);
+        Ok(true)
     }
     .await;
     inner.in_flight.lock().remove(&id);
-    let manifest = match committed {
-        Ok(Some(m)) => m,
-        Ok(None) => {
+    match committed {
+        Ok(true) => {}
+        Ok(false) => {
             inner.stats.record_promotion_abort();
             let _ = std::fs::remove_file(&path);
             return Ok(());
@@ -1388,14 +1403,7 @@ pub(crate) async fn promote_by_flush(inner: &Arc<ShardInner>) -> Result<()> {
             let _ = std::fs::remove_file(&path);
             return Err(e);
         }
-    };
-    let bytes = o.info.size_bytes;
-    let mut guard = inner.state.write();
-    let mut next = (**guard).clone();
-    next.levels[0].push(Arc::new(SstHandle::new(o.info, o.reader, o.path)));
-    next.manifest = manifest;
-    *guard = Arc::new(next);
-    drop(guard);
+    }
     inner
         .l0_grown_ms
         .store(inner.clock.now_ms(), Ordering::Release);
