@@ -22,7 +22,7 @@ use serde::Serialize;
 use strata_engine::{
     Db, DbConfig, Durability, EngineConfig, ScanOptions, Table, Value, WriteOptions,
 };
-use strata_loadtest::{Dist, KeyChooser, Zipf};
+use strata_loadtest::{Dist, KeyChooser, Zipf, key, value};
 use strata_objstore::{FaultConfig, ObjectStoreConfig, S3Config};
 
 #[derive(Debug, Clone, Copy, ValueEnum, Serialize)]
@@ -148,14 +148,6 @@ async fn put(
 }
 
 static OVERLOAD_RETRIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-fn key(i: u64) -> Vec<u8> {
-    format!("user{:020}", xxhash_rust::xxh3::xxh3_64(&i.to_le_bytes())).into_bytes()
-}
-
-fn value(rng: &mut StdRng, len: usize) -> Vec<u8> {
-    (0..len).map(|_| rng.random_range(b'a'..=b'z')).collect()
-}
 
 #[derive(Default)]
 struct Hists {
