@@ -1,4 +1,6 @@
-//! Garbage collection of a shard's objects in the bucket.
+//! Garbage collection of a shard's objects in the bucket, by the shard's writer only: a pass
+//! that finds a newer writer's manifest (or finds one when it is about to delete) deletes
+//! nothing and marks the shard fenced.
 //!
 //! Retained manifest versions: the newest `manifest_versions_retained`, plus every version
 //! younger than `min_age_ms` (readers in other processes may be using them). An object is
@@ -119,6 +121,16 @@ fn age_ms(now_ms: u64, m: &object_store::ObjectMeta) -> u64 {
 /// One GC pass: the plan, then its deletions.
 pub(crate) async fn collect(inner: &ShardInner) -> Result<GcReport> {
     let plan = plan(inner, true).await?;
+    // Deposed while planning: nothing is deleted (the plan's check covers a writer deposed
+    // before the pass; this one a newer writer that opened during it).
+    if let Some(newest) = inner.manifests.latest().await?
+        && newest.value.writer_epoch != inner.epoch
+    {
+        inner
+            .fenced
+            .store(true, std::sync::atomic::Ordering::Release);
+        return Err(inner.fenced_error(newest.value.writer_epoch));
+    }
     for p in plan
         .ssts
         .iter()
@@ -168,6 +180,15 @@ pub(crate) async fn plan(inner: &ShardInner, tidy: bool) -> Result<GcPlan> {
     let mut replay_floor = u64::MAX;
     for v in &retained {
         let m = match inner.manifests.get(*v).await {
+            // A newer writer owns the shard: its uploads and jobs not yet named by a
+            // manifest are not protected here (only this writer's are), so a deposed
+            // writer collects nothing, and now knows it is deposed.
+            Ok(m) if *v == newest && m.writer_epoch != inner.epoch => {
+                inner
+                    .fenced
+                    .store(true, std::sync::atomic::Ordering::Release);
+                return Err(inner.fenced_error(m.writer_epoch));
+            }
             Ok(m) => m,
             // Collected by a concurrent pass; the newest is always readable.
             Err(strata_manifest::Error::Store(object_store::Error::NotFound { .. })) => continue,

@@ -147,3 +147,58 @@ async fn fenced_writer_cannot_commit_a_manifest() {
             .is_some()
     );
 }
+
+/// A writer deposed while idle has not noticed (it has not written since): its GC must
+/// not run, or it deletes what the new writer has uploaded and not yet committed (GC
+/// protects only its own uploads and jobs). The pass reports "fenced"; the new writer's
+/// object survives until the new writer's own GC finds it in no manifest.
+#[tokio::test]
+async fn a_writer_deposed_while_idle_collects_nothing() {
+    use object_store::ObjectStoreExt;
+    let store = memory_store();
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let db1 = open(&store, d1.path(), small_config()).await;
+    db1.create_table("t", schema(), &["id"]).await.unwrap();
+    let t1 = db1.table("t").await.unwrap();
+    t1.upsert(rows(&[1], &[Some("x")], &[None])).await.unwrap();
+    t1.flush().await.unwrap();
+    let db2 = open(&store, d2.path(), small_config()).await;
+    let t2 = db2.table("t").await.unwrap();
+
+    // The new writer's upload that no manifest names yet (a flush between its upload and
+    // its commit), in the shard's SST directory.
+    let ssts: Vec<object_store::ObjectMeta> = futures::TryStreamExt::try_collect(store.list(None))
+        .await
+        .unwrap();
+    let first = ssts
+        .iter()
+        .map(|m| m.location.to_string())
+        .find(|p| p.contains("/sst/") && p.ends_with(".sst"))
+        .expect("the first writer's flushed SST");
+    let dir = &first[..first.rfind('/').unwrap()];
+    let id = strata_manifest::SstId {
+        epoch: t2.shards().next().unwrap().epoch(),
+        n: 1_000_000,
+    };
+    let upload = object_store::path::Path::from(format!("{dir}/{id}.sst"));
+    store
+        .put(&upload, bytes::Bytes::from_static(b"uploading").into())
+        .await
+        .unwrap();
+
+    let err = t1.gc().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Fenced, "{err}");
+    store
+        .head(&upload)
+        .await
+        .expect("the new writer's upload survives the deposed writer's GC");
+    // Knowing it is deposed, the old writer refuses writes.
+    let err = t1
+        .upsert(rows(&[2], &[Some("late")], &[None]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Fenced, "{err}");
+    // The new writer's own GC collects the object no manifest names.
+    assert!(t2.gc().await.unwrap().ssts_deleted >= 1);
+    assert!(store.head(&upload).await.is_err());
+}
