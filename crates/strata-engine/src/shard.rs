@@ -1161,12 +1161,15 @@ async fn write_local_wal(inner: &ShardInner, wal_id: u64, data: &Bytes) -> Resul
 }
 
 /// PUTs a segment at `wal_id`, retrying transient failures with the same id and bytes (ids
-/// must stay consecutive for fencing to hold). `AlreadyExists` means a newer writer's fence.
+/// must stay consecutive for fencing to hold). `AlreadyExists` means a newer writer's fence,
+/// unless an earlier attempt may have landed (its response lost) and the object holds
+/// exactly this segment: then it is this writer's own.
 async fn upload_segment(inner: &ShardInner, wal_id: u64, data: Bytes) -> Result<()> {
     let path = inner.paths.wal(wal_id);
     let mut backoff = Duration::from_millis(50);
+    let mut ambiguous = false;
     loop {
-        match inner
+        let failure = match inner
             .store
             .put_opts(
                 &path,
@@ -1176,12 +1179,27 @@ async fn upload_segment(inner: &ShardInner, wal_id: u64, data: Bytes) -> Result<
             .await
         {
             Ok(_) => return Ok(()),
-            Err(object_store::Error::AlreadyExists { .. }) => {
+            Err(object_store::Error::AlreadyExists { .. }) if ambiguous => {
+                match inner.store.get(&path).await {
+                    Ok(g) => match g.bytes().await {
+                        Ok(held) if held == data => return Ok(()),
+                        Ok(_) => None,
+                        Err(e) => Some(e),
+                    },
+                    Err(e) => Some(e),
+                }
+            }
+            Err(object_store::Error::AlreadyExists { .. }) => None,
+            Err(e) => Some(e),
+        };
+        match failure {
+            None => {
                 inner.fenced.store(true, Ordering::Release);
                 tracing::warn!(shard = %inner.name, epoch = inner.epoch, wal_id, "fenced by a newer writer");
                 return Err(inner.fenced_error(0));
             }
-            Err(e) => {
+            Some(e) => {
+                ambiguous = true;
                 tracing::warn!(shard = %inner.name, wal_id, error = %e, "wal upload failed; retrying");
                 tokio::select! {
                     _ = tokio::time::sleep(backoff) => {}

@@ -202,3 +202,44 @@ async fn a_writer_deposed_while_idle_collects_nothing() {
     assert!(t2.gc().await.unwrap().ssts_deleted >= 1);
     assert!(store.head(&upload).await.is_err());
 }
+
+/// A WAL upload that landed but whose response was lost is retried; the retry finds the
+/// segment there. That is the writer's own segment, not a newer writer's fence: the write is
+/// acknowledged, the shard keeps writing, and the row survives a reopen from the bucket.
+#[tokio::test]
+async fn a_lost_wal_response_is_not_a_fence() {
+    let fault = std::sync::Arc::new(strata_objstore::FaultInjectingStore::new(
+        memory_store(),
+        Default::default(),
+    ));
+    let store: strata_objstore::StoreRef = fault.clone();
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let db = open(&store, d1.path(), small_config()).await;
+    db.create_table("t", schema(), &["id"]).await.unwrap();
+    let t = db.table("t").await.unwrap();
+    t.upsert(rows(&[1], &[Some("before")], &[None]))
+        .await
+        .unwrap();
+    let injected = fault.injected();
+    fault.lose_next(1);
+    t.upsert(rows(&[2], &[Some("lost response")], &[None]))
+        .await
+        .expect("the segment landed: the write is acknowledged, not refused as fenced");
+    assert_eq!(
+        fault.injected(),
+        injected + 1,
+        "the WAL upload lost its response"
+    );
+    t.upsert(rows(&[3], &[Some("after")], &[None]))
+        .await
+        .expect("the shard still writes");
+    db.close().await;
+    let db = open(&store, d2.path(), small_config()).await;
+    let t = db.table("t").await.unwrap();
+    for k in [1, 2, 3] {
+        assert!(
+            t.get(&[Value::Int(k)], None, None).await.unwrap().is_some(),
+            "row {k} after a reopen from the bucket"
+        );
+    }
+}

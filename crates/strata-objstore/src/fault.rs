@@ -59,6 +59,8 @@ struct State {
     config: FaultConfig,
     rng: StdRng,
     scripted: HashMap<FaultOp, u32>,
+    /// Puts still to land with their response lost (scripted).
+    lost_scripted: u32,
     injected: u64,
 }
 
@@ -92,6 +94,7 @@ impl FaultInjectingStore {
                 config,
                 rng,
                 scripted: HashMap::new(),
+                lost_scripted: 0,
                 injected: 0,
             })),
         }
@@ -117,6 +120,12 @@ impl FaultInjectingStore {
         *self.state.lock().scripted.entry(op).or_default() += n;
     }
 
+    /// Makes the next `n` puts reach the store and then fail with a transient error (a
+    /// response lost after the request landed).
+    pub fn lose_next(&self, n: u32) {
+        self.state.lock().lost_scripted += n;
+    }
+
     fn decide(&self, op: FaultOp) -> (Duration, Verdict) {
         let mut s = self.state.lock();
         let State {
@@ -124,6 +133,7 @@ impl FaultInjectingStore {
             rng,
             scripted,
             injected,
+            ..
         } = &mut *s;
         let jitter = if config.latency_ms_jitter > 0 {
             rng.random_range(0..=config.latency_ms_jitter)
@@ -190,6 +200,11 @@ impl FaultInjectingStore {
 
     fn lose_response(&self) -> bool {
         let mut s = self.state.lock();
+        if s.lost_scripted > 0 {
+            s.lost_scripted -= 1;
+            s.injected += 1;
+            return true;
+        }
         let rate = s.config.lost_response_rate;
         let lose = rate > 0.0 && s.rng.random_bool(rate.min(1.0));
         s.injected += u64::from(lose);
