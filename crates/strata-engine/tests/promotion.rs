@@ -116,10 +116,24 @@ async fn reads_from_s3_are_promoted_and_newer_versions_win() {
             assert_eq!(get(&t, k).await.unwrap().2, Some(k));
         }
     }
+    // Promotion by flush runs in rounds in the background (a cache full again when a round
+    // ends is flushed again): wait until one has committed and no round is running (the
+    // promoted bytes stay put and the cache is below its size).
     let mut waited = 0;
-    while sources(&t).3 == 0 {
-        assert!(waited < 100, "no promotion by flush: {:?}", sources(&t));
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut last = sources(&t).3;
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = sources(&t).3;
+        let cached = t.shards().next().unwrap().stats().promotion_cache_bytes;
+        if now > 0 && now == last && cached < 1 << 10 {
+            break;
+        }
+        assert!(
+            waited < 100,
+            "no promotion by flush settled: {:?}",
+            sources(&t)
+        );
+        last = now;
         waited += 1;
     }
     let before = sources(&t);

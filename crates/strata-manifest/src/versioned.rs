@@ -118,23 +118,49 @@ impl<T: Serialize + DeserializeOwned + Invariants> VersionedStore<T> {
             reason: e.to_string(),
         })?;
         let path = self.path(version);
-        match self
-            .store
-            .put_opts(
-                &path,
-                Bytes::from(body).into(),
-                PutOptions::from(PutMode::Create),
-            )
-            .await
-        {
-            Ok(_) => {}
-            Err(object_store::Error::AlreadyExists { .. }) => {
-                return Err(Error::Conflict {
-                    dir: self.dir.to_string(),
-                    version,
-                });
+        let body = Bytes::from(body);
+        // A failed create may have landed (its response lost): before trying again, and
+        // before calling an existing version a conflict, look at what the version holds.
+        // Exactly this body is this commit's own (a retry within this call, or after it,
+        // writes the same bytes); anything else is another writer's.
+        let mut ambiguous = false;
+        let mut attempt = 0u32;
+        loop {
+            let failed = match self
+                .store
+                .put_opts(
+                    &path,
+                    body.clone().into(),
+                    PutOptions::from(PutMode::Create),
+                )
+                .await
+            {
+                Ok(_) => break,
+                Err(object_store::Error::AlreadyExists { .. }) if ambiguous => {
+                    match self.holds(&path, &body).await {
+                        Ok(true) => break,
+                        Ok(false) => None,
+                        Err(e) => Some(e),
+                    }
+                }
+                Err(object_store::Error::AlreadyExists { .. }) => None,
+                Err(e) => Some(e),
+            };
+            match failed {
+                None => {
+                    return Err(Error::Conflict {
+                        dir: self.dir.to_string(),
+                        version,
+                    });
+                }
+                Some(e) if attempt + 1 >= COMMIT_ATTEMPTS => return Err(e.into()),
+                Some(e) => {
+                    tracing::warn!(path = %path, attempt, error = %e, "manifest commit failed; retrying");
+                    ambiguous = true;
+                    attempt += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(20 << attempt)).await;
+                }
             }
-            Err(e) => return Err(e.into()),
         }
         // If `version` had existed and been garbage collected, our create succeeded on a
         // dead branch: a newer version proves it. (Old versions are only collected once
@@ -157,6 +183,15 @@ impl<T: Serialize + DeserializeOwned + Invariants> VersionedStore<T> {
         })
     }
 
+    /// Whether the object at `path` holds exactly `body`.
+    async fn holds(
+        &self,
+        path: &Path,
+        body: &Bytes,
+    ) -> std::result::Result<bool, object_store::Error> {
+        Ok(self.store.get(path).await?.bytes().await? == *body)
+    }
+
     /// Deletes version `version` (garbage collection; never the newest).
     pub async fn delete(&self, version: u64) -> Result<()> {
         match self.store.delete(&self.path(version)).await {
@@ -165,6 +200,9 @@ impl<T: Serialize + DeserializeOwned + Invariants> VersionedStore<T> {
         }
     }
 }
+
+/// Attempts of one commit against transient failures (each after looking at what landed).
+const COMMIT_ATTEMPTS: u32 = 5;
 
 #[cfg(test)]
 mod tests {
@@ -225,6 +263,32 @@ mod tests {
         // A stale writer at v1 can create v2 again, but must learn it is on a dead branch.
         let err = c.commit(Some(&v1), Counter { n: 9 }).await.unwrap_err();
         assert!(matches!(err, Error::Conflict { .. }), "{err}");
+        assert_eq!(c.latest().await.unwrap().unwrap().value.n, 3);
+    }
+
+    #[tokio::test]
+    async fn a_commit_whose_response_was_lost_is_its_own_not_a_conflict() {
+        let fault = Arc::new(strata_objstore::FaultInjectingStore::new(
+            Arc::new(object_store::memory::InMemory::new()),
+            Default::default(),
+        ));
+        let c: VersionedStore<Counter> = VersionedStore::new(fault.clone(), Path::from("c"));
+        let v1 = c.commit(None, Counter { n: 1 }).await.unwrap();
+        fault.lose_next(1);
+        let v2 = c.commit(Some(&v1), Counter { n: 2 }).await.unwrap();
+        assert_eq!(
+            fault.injected(),
+            1,
+            "the create landed with its response lost"
+        );
+        assert_eq!(v2.version, 2);
+        assert_eq!(c.latest().await.unwrap().unwrap(), v2);
+        // Another writer's version is still a conflict, also when a failed attempt made
+        // the create ambiguous.
+        c.commit(Some(&v2), Counter { n: 3 }).await.unwrap();
+        fault.fail_next(strata_objstore::FaultOp::Put, 1);
+        let err = c.commit(Some(&v2), Counter { n: 9 }).await.unwrap_err();
+        assert!(matches!(err, Error::Conflict { version: 3, .. }), "{err}");
         assert_eq!(c.latest().await.unwrap().unwrap().value.n, 3);
     }
 }
