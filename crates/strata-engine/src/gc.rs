@@ -203,8 +203,10 @@ pub(crate) async fn plan(inner: &ShardInner, tidy: bool) -> Result<GcPlan> {
     // missing from the first is in the second.
     let awaited: Vec<String> = inner.outstanding.lock().keys().cloned().collect();
     let in_flight: HashSet<SstId> = inner.in_flight.lock().clone();
-    // Objects in use by this process's readers are referenced by the current state too.
+    // Objects in use by this process's readers are referenced by the current state too,
+    // and its replay point bounds the WAL even if a retained version could not be read.
     let current = inner.current();
+    replay_floor = replay_floor.min(current.manifest.value.wal_replay_after);
     referenced.extend(current.levels.iter().flatten().map(|h| h.info.id));
     parquet_referenced.extend(
         current

@@ -390,9 +390,15 @@ impl Shard {
         for id in (manifest.value.wal_replay_after + 1)..fence {
             let data = match store.get(&paths.wal(id)).await {
                 Ok(g) => g.bytes().await.map_err(Error::store("read wal"))?,
+                // Ids are consecutive (a writer never skips one, fences are never
+                // collected, and GC keeps every segment above the oldest retained
+                // manifest's replay point): a missing one held acknowledged writes.
                 Err(object_store::Error::NotFound { .. }) => {
-                    tracing::warn!(shard = %name, id, "wal segment missing during replay");
-                    continue;
+                    return Err(Error::Corrupt(format!(
+                        "shard {name}: WAL segment {id} is missing from the bucket; replay \
+                         from {} to {fence} needs it (acknowledged writes would be lost)",
+                        manifest.value.wal_replay_after + 1
+                    )));
                 }
                 Err(e) => return Err(Error::store("read wal")(e)),
             };

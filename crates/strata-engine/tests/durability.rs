@@ -71,3 +71,40 @@ async fn local_durability_acks_then_uploads() {
     );
     db.close().await;
 }
+
+/// A WAL segment an acknowledged write lives in, missing from the bucket when the shard
+/// reopens, is an error naming it, not a warning and a shard silently without the write.
+#[tokio::test]
+async fn a_missing_wal_segment_fails_the_reopen_loudly() {
+    use object_store::ObjectStoreExt;
+    let store = memory_store();
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let db = open(&store, d1.path(), small_config()).await;
+    db.create_table("t", schema(), &["id"]).await.unwrap();
+    let t = db.table("t").await.unwrap();
+    for k in 0..3 {
+        t.upsert(rows(&[k], &[Some("acknowledged")], &[None]))
+            .await
+            .unwrap();
+    }
+    db.close().await;
+    // Lose the second of the data segments (none was flushed: the WAL holds every write).
+    let wal: Vec<object_store::ObjectMeta> = futures::TryStreamExt::try_collect(store.list(None))
+        .await
+        .unwrap();
+    let mut segments: Vec<_> = wal
+        .into_iter()
+        .filter(|m| m.location.as_ref().contains("/wal/") && m.size > 0)
+        .map(|m| m.location)
+        .collect();
+    segments.sort();
+    assert!(segments.len() >= 3, "one segment per write: {segments:?}");
+    store.delete(&segments[1]).await.unwrap();
+
+    let db = open(&store, d2.path(), small_config()).await;
+    let err = match db.table("t").await {
+        Ok(t) => t.get(&[Value::Int(0)], None, None).await.unwrap_err(),
+        Err(e) => e,
+    };
+    assert!(err.to_string().contains("missing"), "{err}");
+}
