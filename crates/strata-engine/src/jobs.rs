@@ -547,21 +547,49 @@ pub async fn execute(
     })
 }
 
-/// Hands a result back. `Ok(false)` = another attempt's result is already there.
+/// Hands a result back. `Ok(false)` = another attempt's result is already there (its
+/// files, not this one's, are the job's). A result that already stands and holds exactly
+/// this one is this call's own (a create that landed with its response lost): `Ok(true)`.
+/// When that cannot be read, the error says nothing about whose result stands, so the
+/// caller must keep its files.
 pub async fn hand_back(store: &StoreRef, layout: &Layout, result: &JobResult) -> Result<bool> {
-    match store
-        .put_opts(
-            &layout.job_result(&result.job),
-            json(result)?.into(),
-            PutOptions::from(PutMode::Create),
-        )
-        .await
-    {
-        Ok(_) => Ok(true),
-        Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
-        Err(e) => Err(Error::store(format!("hand back {}", result.job))(e)),
+    let path = layout.job_result(&result.job);
+    let body = json(result)?;
+    let mut attempt = 0u32;
+    loop {
+        match store
+            .put_opts(
+                &path,
+                body.clone().into(),
+                PutOptions::from(PutMode::Create),
+            )
+            .await
+        {
+            Ok(_) => return Ok(true),
+            Err(object_store::Error::AlreadyExists { .. }) => {
+                let read =
+                    |e| Error::store(format!("read the standing result of {}", result.job))(e);
+                let held = store
+                    .get(&path)
+                    .await
+                    .map_err(read)?
+                    .bytes()
+                    .await
+                    .map_err(read)?;
+                return Ok(held == body);
+            }
+            Err(e) if attempt + 1 < HAND_BACK_ATTEMPTS => {
+                tracing::warn!(job = %result.job, attempt, error = %e, "handing back the result failed; retrying");
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(20 << attempt)).await;
+            }
+            Err(e) => return Err(Error::store(format!("hand back {}", result.job))(e)),
+        }
     }
 }
+
+/// Attempts of one hand-back against transient failures.
+const HAND_BACK_ATTEMPTS: u32 = 5;
 
 /// Worker settings.
 #[derive(Debug, Clone)]
