@@ -9,8 +9,11 @@ pub enum Durability {
     /// After the WAL segment holding it is in the object store (default).
     #[default]
     Remote,
-    /// After the WAL segment is fsynced to the local directory; uploaded right after. A
-    /// write acknowledged this way is lost if the node's disk is lost before the upload.
+    /// After the WAL segment is fsynced to the local directory; uploaded right after. If
+    /// the process stops before the upload, the shard uploads the segment when it reopens
+    /// on the same node (same local directory), before fencing the WAL, and replays it. A
+    /// write acknowledged this way is lost if the node's disk is lost before the upload, or
+    /// if another node takes the shard over first (its fence takes the segment's id).
     Local,
 }
 

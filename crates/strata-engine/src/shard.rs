@@ -354,6 +354,17 @@ impl Shard {
         let epoch = manifest.value.writer_epoch;
         tracing::info!(shard = %name, epoch, version = manifest.version, "opening shard writer");
 
+        // 1b. Segments a previous process on this node acknowledged after the local fsync
+        // (`Durability::Local`) and did not upload: uploaded now, in order, before the fence.
+        upload_local_segments(
+            &store,
+            &paths,
+            &local_root,
+            &name,
+            manifest.value.wal_replay_after,
+        )
+        .await?;
+
         // 2. Fence the WAL at the first free id after everything listed.
         let mut wal_ids: Vec<(u64, u64)> = store
             .list(Some(&paths.wal_dir()))
@@ -1164,6 +1175,79 @@ async fn write_local_wal(inner: &ShardInner, wal_id: u64, data: &Bytes) -> Resul
     .await
     .map_err(|e| Error::Internal(e.to_string()))?
     .map_err(Error::io("local wal"))
+}
+
+/// Uploads the local WAL segments above `replay_after` that a previous process left (written
+/// and fsynced for `Durability::Local`, acknowledged, not yet uploaded), in id order, each
+/// create-if-absent at its own id, so the replay that follows finds them. A segment already
+/// in the bucket with the same bytes was uploaded; one whose id is taken by other bytes
+/// means another writer fenced the WAL there before this reopen: that segment and every
+/// later local one are lost (an error in the log; the mode's documented risk). Every local
+/// segment file is removed afterwards.
+async fn upload_local_segments(
+    store: &StoreRef,
+    paths: &ShardPaths,
+    local_dir: &std::path::Path,
+    name: &str,
+    replay_after: u64,
+) -> Result<()> {
+    let mut local: Vec<(u64, PathBuf)> = Vec::new();
+    if let Ok(mut dir) = tokio::fs::read_dir(local_dir).await {
+        while let Ok(Some(e)) = dir.next_entry().await {
+            let file = e.file_name();
+            let id = file
+                .to_str()
+                .and_then(|f| f.strip_suffix(".wal"))
+                .and_then(|n| n.parse::<u64>().ok());
+            if let Some(id) = id {
+                local.push((id, e.path()));
+            }
+        }
+    }
+    local.sort();
+    let mut lost_from = None;
+    for (id, file) in &local {
+        if *id <= replay_after || lost_from.is_some() {
+            continue;
+        }
+        let data = Bytes::from(
+            tokio::fs::read(file)
+                .await
+                .map_err(Error::io(format!("read {}", file.display())))?,
+        );
+        match store
+            .put_opts(
+                &paths.wal(*id),
+                data.clone().into(),
+                PutOptions::from(PutMode::Create),
+            )
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(shard = %name, id, "uploaded a locally acknowledged WAL segment")
+            }
+            Err(object_store::Error::AlreadyExists { .. }) => {
+                let held = store
+                    .get(&paths.wal(*id))
+                    .await
+                    .map_err(Error::store("read wal"))?
+                    .bytes()
+                    .await
+                    .map_err(Error::store("read wal"))?;
+                if held != data {
+                    lost_from = Some(*id);
+                }
+            }
+            Err(e) => return Err(Error::store(format!("upload local wal {id}"))(e)),
+        }
+    }
+    if let Some(id) = lost_from {
+        tracing::error!(shard = %name, from = id, "locally acknowledged WAL segments lost: another writer fenced the WAL before they were uploaded");
+    }
+    for (_, file) in &local {
+        let _ = tokio::fs::remove_file(file).await;
+    }
+    Ok(())
 }
 
 /// PUTs a segment at `wal_id`, retrying transient failures with the same id and bytes (ids

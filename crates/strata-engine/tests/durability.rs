@@ -108,3 +108,50 @@ async fn a_missing_wal_segment_fails_the_reopen_loudly() {
     };
     assert!(err.to_string().contains("missing"), "{err}");
 }
+
+/// A write acknowledged after the local fsync whose upload never happened (the bucket
+/// refused it until the process stopped) is uploaded and replayed when the shard reopens on
+/// the same node, not swept away as a leftover file.
+#[tokio::test]
+async fn a_locally_acknowledged_write_survives_a_restart_before_its_upload() {
+    let fault = std::sync::Arc::new(strata_objstore::FaultInjectingStore::new(
+        memory_store(),
+        Default::default(),
+    ));
+    let store: strata_objstore::StoreRef = fault.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&store, dir.path(), small_config()).await;
+    db.create_table("t", schema(), &["id"]).await.unwrap();
+    let t = db.table("t").await.unwrap();
+    t.upsert(rows(&[1], &[Some("uploaded")], &[None]))
+        .await
+        .unwrap();
+    // The bucket refuses every PUT from now on: the segment stays local.
+    fault.fail_next(strata_objstore::FaultOp::Put, 1_000_000);
+    let local = WriteOptions {
+        durability: Durability::Local,
+    };
+    t.write(
+        &[Mutation::Upsert(rows(&[2], &[Some("local only")], &[None]))],
+        local,
+    )
+    .await
+    .expect("acknowledged after the local fsync");
+    db.close().await;
+    fault.clear_scripted();
+
+    let db = open(&store, dir.path(), small_config()).await;
+    let t = db.table("t").await.unwrap();
+    for k in [1, 2] {
+        assert!(
+            t.get(&[Value::Int(k)], None, None).await.unwrap().is_some(),
+            "row {k} after the restart"
+        );
+    }
+    // And it is in the bucket now: a reopen elsewhere finds it.
+    db.close().await;
+    let other = tempfile::tempdir().unwrap();
+    let db = open(&store, other.path(), small_config()).await;
+    let t = db.table("t").await.unwrap();
+    assert!(t.get(&[Value::Int(2)], None, None).await.unwrap().is_some());
+}

@@ -120,6 +120,13 @@ impl FaultInjectingStore {
         *self.state.lock().scripted.entry(op).or_default() += n;
     }
 
+    /// Drops every scripted fault not yet injected.
+    pub fn clear_scripted(&self) {
+        let mut s = self.state.lock();
+        s.scripted.clear();
+        s.lost_scripted = 0;
+    }
+
     /// Makes the next `n` puts reach the store and then fail with a transient error (a
     /// response lost after the request landed).
     pub fn lose_next(&self, n: u32) {
