@@ -117,7 +117,7 @@ impl Block {
                 .split_first()
                 .ok_or_else(|| Error::Corrupt("truncated entry".into()))?;
             buf = rest;
-            if shared > key.len() || buf.len() < unshared + vlen {
+            if shared > key.len() || unshared.checked_add(vlen).is_none_or(|n| buf.len() < n) {
                 return Err(Error::Corrupt("bad entry lengths".into()));
             }
             key.truncate(shared);
@@ -160,5 +160,20 @@ mod tests {
         let mut bad = raw.to_vec();
         bad[3] ^= 0xFF;
         assert!(Block::decode(&Bytes::from(bad)).is_err());
+    }
+
+    /// Entry lengths whose sum wraps around are an error under a valid checksum, not an
+    /// overflow (a panic in debug builds, a wrong bounds check in release ones).
+    #[test]
+    fn lengths_that_overflow_are_errors() {
+        let mut body = Vec::new();
+        varint::put(&mut body, 0); // shared
+        varint::put(&mut body, u64::MAX); // unshared
+        varint::put(&mut body, 2); // value length
+        varint::put(&mut body, 1); // seq
+        body.push(EntryKind::Put as u8);
+        body.extend_from_slice(b"xy");
+        body.extend_from_slice(&0u32.to_le_bytes()); // no restarts
+        assert!(Block::decode(&Bytes::from(seal(body))).is_err());
     }
 }

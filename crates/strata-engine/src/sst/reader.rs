@@ -48,7 +48,8 @@ impl SstReader {
         let index_raw = read_at(&file, footer.index_offset, footer.index_len as usize)?;
         let mut buf = unseal(&index_raw)?;
         let n = varint::get(&mut buf)? as usize;
-        let mut index = Vec::with_capacity(n);
+        // An untrusted count: an index entry takes at least one byte.
+        let mut index = Vec::with_capacity(n.min(buf.len()));
         for _ in 0..n {
             let klen = varint::get(&mut buf)? as usize;
             if buf.len() < klen {

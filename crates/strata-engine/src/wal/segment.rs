@@ -79,11 +79,13 @@ impl Segment {
         }
         let writer_epoch = u64::from_le_bytes(fixed(&mut buf)?);
         let n = u32::from_le_bytes(fixed(&mut buf)?);
-        let mut records = Vec::with_capacity(n as usize);
+        // Counts are untrusted (a checksum proves integrity, not sense): room for at most
+        // what the bytes left can hold (a record takes 12 bytes, an entry at least 3).
+        let mut records = Vec::with_capacity((n as usize).min(buf.len() / 12));
         for _ in 0..n {
             let seq = u64::from_le_bytes(fixed(&mut buf)?);
             let m = u32::from_le_bytes(fixed(&mut buf)?);
-            let mut entries = Vec::with_capacity(m as usize);
+            let mut entries = Vec::with_capacity((m as usize).min(buf.len() / 3));
             for _ in 0..m {
                 let kind = EntryKind::from_u8(fixed::<1>(&mut buf)?[0])?;
                 let key = slice(&mut buf, data, body)?;
@@ -152,5 +154,24 @@ mod tests {
         let mut bad = data.to_vec();
         bad[20] ^= 1;
         assert!(Segment::decode(&Bytes::from(bad)).is_err());
+    }
+
+    /// A segment whose checksum holds but whose counts claim billions of records or
+    /// entries is an error, not an allocation of their size.
+    #[test]
+    fn huge_counts_under_a_valid_checksum_are_errors() {
+        let reseal = |mut body: Vec<u8>| {
+            body.truncate(body.len() - 4);
+            let crc = crc32c::crc32c(&body);
+            body.extend_from_slice(&crc.to_le_bytes());
+            Bytes::from(body)
+        };
+        let mut records = Segment::encode(1, &[]);
+        records[14..18].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(Segment::decode(&reseal(records)).is_err());
+        let entries: [PreparedEntry; 0] = [];
+        let mut one = Segment::encode(1, &[(5, &entries[..])]);
+        one[26..30].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(Segment::decode(&reseal(one)).is_err());
     }
 }
