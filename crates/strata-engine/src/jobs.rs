@@ -557,27 +557,8 @@ pub async fn hand_back(store: &StoreRef, layout: &Layout, result: &JobResult) ->
     let body = json(result)?;
     let mut attempt = 0u32;
     loop {
-        match store
-            .put_opts(
-                &path,
-                body.clone().into(),
-                PutOptions::from(PutMode::Create),
-            )
-            .await
-        {
-            Ok(_) => return Ok(true),
-            Err(object_store::Error::AlreadyExists { .. }) => {
-                let read =
-                    |e| Error::store(format!("read the standing result of {}", result.job))(e);
-                let held = store
-                    .get(&path)
-                    .await
-                    .map_err(read)?
-                    .bytes()
-                    .await
-                    .map_err(read)?;
-                return Ok(held == body);
-            }
+        match strata_objstore::create_or_match(store.as_ref(), &path, &body).await {
+            Ok(created) => return Ok(created == strata_objstore::Created::Mine),
             Err(e) if attempt + 1 < HAND_BACK_ATTEMPTS => {
                 tracing::warn!(job = %result.job, attempt, error = %e, "handing back the result failed; retrying");
                 attempt += 1;

@@ -20,7 +20,7 @@ use parking_lot::{Mutex, RwLock};
 use strata_common::clock::ClockRef;
 use strata_common::ids::parse_id;
 use strata_manifest::{Manifest, SeqTime, ShardPaths, SstId, SstInfo, Versioned, VersionedStore};
-use strata_objstore::StoreRef;
+use strata_objstore::{Created, StoreRef};
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -1215,30 +1215,11 @@ async fn upload_local_segments(
                 .await
                 .map_err(Error::io(format!("read {}", file.display())))?,
         );
-        match store
-            .put_opts(
-                &paths.wal(*id),
-                data.clone().into(),
-                PutOptions::from(PutMode::Create),
-            )
+        let created = strata_objstore::create_or_match(store.as_ref(), &paths.wal(*id), &data)
             .await
-        {
-            Ok(_) => {
-                tracing::info!(shard = %name, id, "uploaded a locally acknowledged WAL segment")
-            }
-            Err(object_store::Error::AlreadyExists { .. }) => {
-                let held = store
-                    .get(&paths.wal(*id))
-                    .await
-                    .map_err(Error::store("read wal"))?
-                    .bytes()
-                    .await
-                    .map_err(Error::store("read wal"))?;
-                if held != data {
-                    lost_from = Some(*id);
-                }
-            }
-            Err(e) => return Err(Error::store(format!("upload local wal {id}"))(e)),
+            .map_err(Error::store(format!("upload local wal {id}")))?;
+        if created == Created::Theirs {
+            lost_from = Some(*id);
         }
     }
     if let Some(id) = lost_from {
@@ -1251,45 +1232,21 @@ async fn upload_local_segments(
 }
 
 /// PUTs a segment at `wal_id`, retrying transient failures with the same id and bytes (ids
-/// must stay consecutive for fencing to hold). `AlreadyExists` means a newer writer's fence,
-/// unless an earlier attempt may have landed (its response lost) and the object holds
-/// exactly this segment: then it is this writer's own.
+/// must stay consecutive for fencing to hold). An object already there with other bytes is
+/// a newer writer's fence; one with exactly these bytes is this writer's own (an attempt
+/// that landed with its response lost).
 async fn upload_segment(inner: &ShardInner, wal_id: u64, data: Bytes) -> Result<()> {
     let path = inner.paths.wal(wal_id);
     let mut backoff = Duration::from_millis(50);
-    let mut ambiguous = false;
     loop {
-        let failure = match inner
-            .store
-            .put_opts(
-                &path,
-                data.clone().into(),
-                PutOptions::from(PutMode::Create),
-            )
-            .await
-        {
-            Ok(_) => return Ok(()),
-            Err(object_store::Error::AlreadyExists { .. }) if ambiguous => {
-                match inner.store.get(&path).await {
-                    Ok(g) => match g.bytes().await {
-                        Ok(held) if held == data => return Ok(()),
-                        Ok(_) => None,
-                        Err(e) => Some(e),
-                    },
-                    Err(e) => Some(e),
-                }
-            }
-            Err(object_store::Error::AlreadyExists { .. }) => None,
-            Err(e) => Some(e),
-        };
-        match failure {
-            None => {
+        match strata_objstore::create_or_match(inner.store.as_ref(), &path, &data).await {
+            Ok(Created::Mine) => return Ok(()),
+            Ok(Created::Theirs) => {
                 inner.fenced.store(true, Ordering::Release);
                 tracing::warn!(shard = %inner.name, epoch = inner.epoch, wal_id, "fenced by a newer writer");
                 return Err(inner.fenced_error(0));
             }
-            Some(e) => {
-                ambiguous = true;
+            Err(e) => {
                 tracing::warn!(shard = %inner.name, wal_id, error = %e, "wal upload failed; retrying");
                 tokio::select! {
                     _ = tokio::time::sleep(backoff) => {}

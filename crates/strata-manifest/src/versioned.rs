@@ -5,7 +5,7 @@ use std::marker::PhantomData;
 use bytes::Bytes;
 use futures::TryStreamExt;
 use object_store::path::Path;
-use object_store::{ObjectMeta, ObjectStoreExt, PutMode, PutOptions};
+use object_store::{ObjectMeta, ObjectStoreExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use strata_common::ids::{format_id, parse_id};
@@ -119,44 +119,21 @@ impl<T: Serialize + DeserializeOwned + Invariants> VersionedStore<T> {
         })?;
         let path = self.path(version);
         let body = Bytes::from(body);
-        // A failed create may have landed (its response lost): before trying again, and
-        // before calling an existing version a conflict, look at what the version holds.
-        // Exactly this body is this commit's own (a retry within this call, or after it,
-        // writes the same bytes); anything else is another writer's.
-        let mut ambiguous = false;
+        // A create whose response was lost may have landed: the version holding exactly
+        // this body is this commit's own, any other is another writer's.
         let mut attempt = 0u32;
         loop {
-            let failed = match self
-                .store
-                .put_opts(
-                    &path,
-                    body.clone().into(),
-                    PutOptions::from(PutMode::Create),
-                )
-                .await
-            {
-                Ok(_) => break,
-                Err(object_store::Error::AlreadyExists { .. }) if ambiguous => {
-                    match self.holds(&path, &body).await {
-                        Ok(true) => break,
-                        Ok(false) => None,
-                        Err(e) => Some(e),
-                    }
-                }
-                Err(object_store::Error::AlreadyExists { .. }) => None,
-                Err(e) => Some(e),
-            };
-            match failed {
-                None => {
+            match strata_objstore::create_or_match(self.store.as_ref(), &path, &body).await {
+                Ok(strata_objstore::Created::Mine) => break,
+                Ok(strata_objstore::Created::Theirs) => {
                     return Err(Error::Conflict {
                         dir: self.dir.to_string(),
                         version,
                     });
                 }
-                Some(e) if attempt + 1 >= COMMIT_ATTEMPTS => return Err(e.into()),
-                Some(e) => {
+                Err(e) if attempt + 1 >= COMMIT_ATTEMPTS => return Err(e.into()),
+                Err(e) => {
                     tracing::warn!(path = %path, attempt, error = %e, "manifest commit failed; retrying");
-                    ambiguous = true;
                     attempt += 1;
                     tokio::time::sleep(std::time::Duration::from_millis(20 << attempt)).await;
                 }
@@ -181,15 +158,6 @@ impl<T: Serialize + DeserializeOwned + Invariants> VersionedStore<T> {
             version,
             value: next,
         })
-    }
-
-    /// Whether the object at `path` holds exactly `body`.
-    async fn holds(
-        &self,
-        path: &Path,
-        body: &Bytes,
-    ) -> std::result::Result<bool, object_store::Error> {
-        Ok(self.store.get(path).await?.bytes().await? == *body)
     }
 
     /// Deletes version `version` (garbage collection; never the newest).

@@ -14,6 +14,7 @@
 pub mod config;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
+pub mod create;
 pub mod error;
 pub mod fault;
 pub mod instrumented;
@@ -24,6 +25,7 @@ pub mod s3;
 use std::sync::Arc;
 
 pub use config::{BackendConfig, ObjectStoreConfig, RetryConfig, S3Config};
+pub use create::{Created, create_or_match};
 pub use error::{Error, Result};
 pub use fault::{FaultConfig, FaultInjectingStore, FaultOp};
 pub use instrumented::{InstrumentedStore, ObjectStoreMetrics};

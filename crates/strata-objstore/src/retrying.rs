@@ -101,7 +101,10 @@ impl RetryingStore {
         if got != *expected {
             return None;
         }
-        let meta = self.inner.head(location).await.ok()?;
+        let meta = self
+            .retry("head", || self.inner.head(location))
+            .await
+            .ok()?;
         Some(PutResult {
             e_tag: meta.e_tag,
             version: meta.version,
