@@ -945,13 +945,31 @@ impl Shard {
     }
 }
 
-/// Whether a row-level SST of `state` may hold `key` (by key range and Bloom filter).
-pub(crate) fn row_files_may_hold(state: &ShardState, key: &[u8]) -> bool {
+/// The row-level SSTs of `state` whose key range covers `key`, level by level (every L0
+/// file, newest first; at most one per deeper, sorted level).
+fn covering<'a>(
+    state: &'a ShardState,
+    key: &'a [u8],
+) -> impl Iterator<Item = &'a Arc<SstHandle>> + 'a {
     state
         .levels
         .iter()
-        .flatten()
-        .any(|h| h.covers(key) && h.reader.may_contain(key))
+        .enumerate()
+        .flat_map(move |(li, level)| {
+            let files: &[Arc<SstHandle>] = if li == 0 {
+                level
+            } else {
+                let i = level.partition_point(|h| h.info.key_max.as_slice() < key);
+                level.get(i..(i + 1).min(level.len())).unwrap_or(&[])
+            };
+            files.iter().filter(move |h| h.covers(key))
+        })
+}
+
+/// Whether a row-level SST of `state` may hold `key` (key range and Bloom filter, both in
+/// memory).
+pub(crate) fn row_files_may_hold(state: &ShardState, key: &[u8]) -> bool {
+    covering(state, key).any(|h| h.reader.may_contain(key))
 }
 
 /// All versions of `key` visible at `seq`, newest first, stopping once a source yields a
@@ -972,20 +990,12 @@ pub(crate) fn point_versions(
             return Ok((out, ReadSource::Memtable));
         }
     }
-    for (li, level) in state.levels.iter().enumerate() {
-        let candidates: Vec<&Arc<SstHandle>> = if li == 0 {
-            level.iter().filter(|h| h.covers(key)).collect()
-        } else {
-            let i = level.partition_point(|h| h.info.key_max.as_slice() < key);
-            level.get(i).filter(|h| h.covers(key)).into_iter().collect()
-        };
-        for h in candidates {
-            let v = h.reader.get(key, seq)?;
-            let stop = done(&v);
-            out.extend(v);
-            if stop {
-                return Ok((out, ReadSource::Nvme));
-            }
+    for h in covering(state, key) {
+        let v = h.reader.get(key, seq)?;
+        let stop = done(&v);
+        out.extend(v);
+        if stop {
+            return Ok((out, ReadSource::Nvme));
         }
     }
     Ok((out, ReadSource::Nvme))
