@@ -309,7 +309,8 @@ async fn run(inner: &Arc<ShardInner>, job: Job) -> Result<()> {
             .into_iter()
             .map(|r| Box::new(SstIter::new(r, &[])) as Box<dyn EntryIter>)
             .collect();
-        let mut merged = MergeIter::new(sources);
+        // Copies of one version (retained or promoted beside another copy) merge as parts.
+        let mut merged = MergeIter::with_parts(sources, codec.clone());
         let mut outputs = Vec::new();
         let mut builder: Option<(strata_manifest::SstId, std::path::PathBuf, SstBuilder)> = None;
         let mut group: Vec<Entry> = Vec::new();

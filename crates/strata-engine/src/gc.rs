@@ -198,9 +198,33 @@ pub(crate) async fn plan(inner: &ShardInner, tidy: bool) -> Result<GcPlan> {
         parquet_referenced.extend(m.parquet_files().map(|f| f.name.clone()));
         replay_floor = replay_floor.min(m.wal_replay_after);
     }
-    // Protected first, the state second: a file leaves `in_flight` (and a job
-    // `outstanding`) only after the state holding its result is installed, so a file
-    // missing from the first is in the second.
+    // The bucket is listed first, what this writer protects second, its state third: an
+    // object in a listing was uploaded before it, so it is either still protected
+    // (`in_flight` for SSTs, `outstanding` for a job's outputs) when that is read, or was
+    // released after the state naming it was installed, and the state read last names it.
+    // (Listing after reading the protections let a flush that began in between upload an
+    // SST, be listed, and lose it to the pass before its manifest named it.)
+    let ssts: Vec<object_store::ObjectMeta> = inner
+        .store
+        .list(Some(&inner.paths.sst_dir()))
+        .try_collect()
+        .await
+        .map_err(Error::store("list ssts"))?;
+    let wal: Vec<object_store::ObjectMeta> = inner
+        .store
+        .list(Some(&inner.paths.wal_dir()))
+        .try_collect()
+        .await
+        .map_err(Error::store("list wal"))?;
+    let parquet: Vec<object_store::ObjectMeta> = inner
+        .store
+        .list(Some(&inner.paths.parquet_dir()))
+        .try_collect()
+        .await
+        .map_err(Error::store("list parquet"))?;
+    let layout = &inner.s3.layout;
+    let jobs = crate::jobs::list(&inner.store, layout, &inner.job_prefix()).await?;
+
     let awaited: Vec<String> = inner.outstanding.lock().keys().cloned().collect();
     let in_flight: HashSet<SstId> = inner.in_flight.lock().clone();
     // Objects in use by this process's readers are referenced by the current state too,
@@ -216,12 +240,6 @@ pub(crate) async fn plan(inner: &ShardInner, tidy: bool) -> Result<GcPlan> {
             .map(|f| f.name.clone()),
     );
 
-    let ssts: Vec<object_store::ObjectMeta> = inner
-        .store
-        .list(Some(&inner.paths.sst_dir()))
-        .try_collect()
-        .await
-        .map_err(Error::store("list ssts"))?;
     for m in ssts {
         let name = m.location.filename().unwrap_or_default();
         let Some(id) = name
@@ -236,12 +254,6 @@ pub(crate) async fn plan(inner: &ShardInner, tidy: bool) -> Result<GcPlan> {
         report.ssts.push(m.location);
     }
 
-    let wal: Vec<object_store::ObjectMeta> = inner
-        .store
-        .list(Some(&inner.paths.wal_dir()))
-        .try_collect()
-        .await
-        .map_err(Error::store("list wal"))?;
     for m in wal {
         let Some(id) = parse_id(m.location.as_ref()) else {
             continue;
@@ -251,12 +263,6 @@ pub(crate) async fn plan(inner: &ShardInner, tidy: bool) -> Result<GcPlan> {
         }
     }
 
-    let parquet: Vec<object_store::ObjectMeta> = inner
-        .store
-        .list(Some(&inner.paths.parquet_dir()))
-        .try_collect()
-        .await
-        .map_err(Error::store("list parquet"))?;
     for m in parquet {
         let Some(name) = m
             .location
@@ -274,8 +280,7 @@ pub(crate) async fn plan(inner: &ShardInner, tidy: bool) -> Result<GcPlan> {
         report.parquet.push(m.location);
     }
 
-    let layout = &inner.s3.layout;
-    for id in crate::jobs::list(&inner.store, layout, &inner.job_prefix()).await? {
+    for id in jobs {
         if awaited.contains(&id) {
             continue;
         }

@@ -504,7 +504,10 @@ pub async fn execute(
         let h = handle.clone();
         let files = tokio::task::spawn_blocking(move || -> Result<Vec<ParquetFileInfo>> {
             let mut writer = writer;
-            let mut merged = MergeIter::new(sources);
+            // Copies of one version (a record retained on NVMe, or promoted, beside the
+            // version the bucket holds) are one version: merged as parts, so a partial
+            // copy never hides the columns the bucket's resolved copy carries.
+            let mut merged = MergeIter::with_parts(sources, codec.clone());
             let mut group: Vec<Entry> = Vec::new();
             loop {
                 let next = merged.next_entry()?;

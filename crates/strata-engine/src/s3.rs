@@ -500,7 +500,9 @@ impl ShardInner {
     /// tracker calls hot, written to one new SST per input (each within its input's key
     /// range, so the last NVMe level stays non-overlapping once the inputs leave it). The
     /// S3 copy is written all the same: the bucket stays the truth, and these are copies of
-    /// the same versions (same sequence numbers), which every merge treats as one.
+    /// the same versions (same sequence numbers), which every merge treats as one: as parts
+    /// of one version (a retained partial version and the bucket's resolved copy of it
+    /// union to the resolved row; keeping only the newer source's copy lost columns).
     async fn retain_hot(&self, spec: &JobSpec) -> Result<Vec<crate::compaction::Output>> {
         let (Some(tracker), JobSource::CrossTier { ssts }) = (&self.s3.hotness, &spec.source)
         else {

@@ -53,7 +53,15 @@ enum Request {
     Freeze {
         reply: oneshot::Sender<()>,
     },
+    /// Answered once every write sent before it is in the bucket (or failed).
+    Sync {
+        reply: oneshot::Sender<()>,
+    },
 }
+
+/// How long [`Shard::close`] waits for the WAL uploads of writes already acknowledged
+/// locally (`Durability::Local`) and of writes already sent.
+pub const CLOSE_UPLOAD_WAIT: Duration = Duration::from_secs(10);
 
 /// Everything shared by a shard's tasks.
 pub(crate) struct ShardInner {
@@ -939,8 +947,21 @@ impl Shard {
         .map_err(|e| Error::Internal(e.to_string()))?
     }
 
-    /// Stops the shard's tasks. Acknowledged writes are already durable; nothing is flushed.
+    /// Stops the shard's tasks. Nothing is flushed (the WAL holds every acknowledged write),
+    /// but first the writes already sent are finished and the WAL segments of writes
+    /// acknowledged after a local fsync (`Durability::Local`) are uploaded, waiting at most
+    /// [`CLOSE_UPLOAD_WAIT`]: an orderly shutdown leaves them in the bucket, not only on
+    /// this node's disk. (Stopping at once lost them to a node replacing this one.)
     pub async fn close(&self) {
+        let sync = async {
+            let (reply, rx) = oneshot::channel();
+            if self.tx.send(Request::Sync { reply }).await.is_ok() {
+                let _ = rx.await;
+            }
+        };
+        if tokio::time::timeout(CLOSE_UPLOAD_WAIT, sync).await.is_err() {
+            tracing::warn!(shard = %self.inner.name, "close: WAL uploads still pending after {CLOSE_UPLOAD_WAIT:?}; locally acknowledged writes stay on this node's disk until the shard reopens here");
+        }
         self.inner.cancel.cancel();
     }
 }
@@ -1064,6 +1085,7 @@ async fn writer_loop(
             }
         }
         let mut freeze_replies = Vec::new();
+        let mut sync_replies = Vec::new();
         let mut writes = Vec::new();
         for r in group {
             match r {
@@ -1080,6 +1102,7 @@ async fn writer_loop(
                     next_seq += 1;
                 }
                 Request::Freeze { reply } => freeze_replies.push(reply),
+                Request::Sync { reply } => sync_replies.push(reply),
             }
         }
         if !writes.is_empty() {
@@ -1147,7 +1170,7 @@ async fn writer_loop(
         {
             freeze(&inner);
         }
-        for r in freeze_replies {
+        for r in freeze_replies.into_iter().chain(sync_replies) {
             let _ = r.send(());
         }
     }

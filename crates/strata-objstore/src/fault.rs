@@ -34,8 +34,9 @@ pub struct FaultConfig {
     pub timeout_rate: f64,
     /// How long an injected timeout hangs.
     pub timeout_ms: u64,
-    /// Probability that a put reaches the store but its response is lost (reported as a
-    /// transient error): exercises retries of conditional writes.
+    /// Probability that a request reaches the store but its response is lost (reported as
+    /// a transient error): a put or delete that took effect, a get or list whose answer
+    /// never arrived. Exercises retries of conditional writes and of deletes.
     pub lost_response_rate: f64,
     /// Seed of the RNG.
     pub seed: u64,
@@ -61,7 +62,25 @@ struct State {
     scripted: HashMap<FaultOp, u32>,
     /// Puts still to land with their response lost (scripted).
     lost_scripted: u32,
-    injected: u64,
+    counts: FaultCounts,
+}
+
+/// Faults injected so far, by kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultCounts {
+    /// Requests failed before reaching the store (random or scripted).
+    pub errors: u64,
+    /// Requests that hung and then failed before reaching the store.
+    pub timeouts: u64,
+    /// Requests that took effect with their response lost.
+    pub lost_responses: u64,
+}
+
+impl FaultCounts {
+    /// Every fault.
+    pub fn total(&self) -> u64 {
+        self.errors + self.timeouts + self.lost_responses
+    }
 }
 
 /// Fault-injecting decorator.
@@ -95,7 +114,7 @@ impl FaultInjectingStore {
                 rng,
                 scripted: HashMap::new(),
                 lost_scripted: 0,
-                injected: 0,
+                counts: FaultCounts::default(),
             })),
         }
     }
@@ -112,7 +131,12 @@ impl FaultInjectingStore {
 
     /// How many faults were injected so far.
     pub fn injected(&self) -> u64 {
-        self.state.lock().injected
+        self.state.lock().counts.total()
+    }
+
+    /// How many faults of each kind were injected so far.
+    pub fn counts(&self) -> FaultCounts {
+        self.state.lock().counts
     }
 
     /// Makes the next `n` requests of class `op` fail with a transient error.
@@ -139,7 +163,7 @@ impl FaultInjectingStore {
             config,
             rng,
             scripted,
-            injected,
+            counts,
             ..
         } = &mut *s;
         let jitter = if config.latency_ms_jitter > 0 {
@@ -150,15 +174,15 @@ impl FaultInjectingStore {
         let delay = Duration::from_millis(config.latency_ms + jitter);
         if let Some(n) = scripted.get_mut(&op).filter(|n| **n > 0) {
             *n -= 1;
-            *injected += 1;
+            counts.errors += 1;
             return (delay, Verdict::Fail("scripted error"));
         }
         if config.error_rate > 0.0 && rng.random_bool(config.error_rate.min(1.0)) {
-            *injected += 1;
+            counts.errors += 1;
             return (delay, Verdict::Fail("error"));
         }
         if config.timeout_rate > 0.0 && rng.random_bool(config.timeout_rate.min(1.0)) {
-            *injected += 1;
+            counts.timeouts += 1;
             return (
                 delay,
                 Verdict::Timeout(Duration::from_millis(config.timeout_ms)),
@@ -205,16 +229,24 @@ impl FaultInjectingStore {
         .boxed()
     }
 
-    fn lose_response(&self) -> bool {
+    /// Whether the response of a put that landed is lost (scripted ones first).
+    fn lose_put_response(&self) -> bool {
         let mut s = self.state.lock();
         if s.lost_scripted > 0 {
             s.lost_scripted -= 1;
-            s.injected += 1;
+            s.counts.lost_responses += 1;
             return true;
         }
+        drop(s);
+        self.lose_response()
+    }
+
+    /// Whether the response of a request that reached the store is lost.
+    fn lose_response(&self) -> bool {
+        let mut s = self.state.lock();
         let rate = s.config.lost_response_rate;
         let lose = rate > 0.0 && s.rng.random_bool(rate.min(1.0));
-        s.injected += u64::from(lose);
+        s.counts.lost_responses += u64::from(lose);
         lose
     }
 }
@@ -236,7 +268,7 @@ impl ObjectStore for FaultInjectingStore {
     ) -> Result<PutResult> {
         self.before(FaultOp::Put).await?;
         let r = self.inner.put_opts(location, payload, opts).await?;
-        if self.lose_response() {
+        if self.lose_put_response() {
             return Err(injected("lost response"));
         }
         Ok(r)
@@ -253,12 +285,20 @@ impl ObjectStore for FaultInjectingStore {
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
         self.before(FaultOp::Get).await?;
-        self.inner.get_opts(location, options).await
+        let r = self.inner.get_opts(location, options).await?;
+        if self.lose_response() {
+            return Err(injected("lost response"));
+        }
+        Ok(r)
     }
 
     async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
         self.before(FaultOp::Get).await?;
-        self.inner.get_ranges(location, ranges).await
+        let r = self.inner.get_ranges(location, ranges).await?;
+        if self.lose_response() {
+            return Err(injected("lost response"));
+        }
+        Ok(r)
     }
 
     fn delete_stream(
@@ -270,6 +310,7 @@ impl ObjectStore for FaultInjectingStore {
             state: self.state.clone(),
         };
         let this = Arc::new(this);
+        let after = this.clone();
         let checked = locations
             .then(move |loc| {
                 let this = this.clone();
@@ -280,7 +321,14 @@ impl ObjectStore for FaultInjectingStore {
                 }
             })
             .boxed();
-        self.inner.delete_stream(checked)
+        // A delete that took effect can still lose its response.
+        self.inner
+            .delete_stream(checked)
+            .map(move |r| match r {
+                Ok(_) if after.lose_response() => Err(injected("lost response")),
+                other => other,
+            })
+            .boxed()
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {

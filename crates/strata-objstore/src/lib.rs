@@ -27,7 +27,7 @@ use std::sync::Arc;
 pub use config::{BackendConfig, ObjectStoreConfig, RetryConfig, S3Config};
 pub use create::{Created, create_or_match};
 pub use error::{Error, Result};
-pub use fault::{FaultConfig, FaultInjectingStore, FaultOp};
+pub use fault::{FaultConfig, FaultCounts, FaultInjectingStore, FaultOp};
 pub use instrumented::{InstrumentedStore, ObjectStoreMetrics};
 pub use local::LocalDirStore;
 pub use object_store::path::Path;
