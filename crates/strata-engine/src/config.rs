@@ -9,7 +9,8 @@ pub enum Durability {
     /// After the WAL segment holding it is in the object store (default).
     #[default]
     Remote,
-    /// After the WAL segment is fsynced to the local directory; uploaded right after. If
+    /// After the WAL segment is fsynced to the local directory; uploaded right after (and
+    /// before an orderly close returns, waiting at most `shard::CLOSE_UPLOAD_WAIT`). If
     /// the process stops before the upload, the shard uploads the segment when it reopens
     /// on the same node (same local directory), before fencing the WAL, and replays it. A
     /// write acknowledged this way is lost if the node's disk is lost before the upload, or
@@ -270,8 +271,12 @@ pub struct GcConfig {
     /// as long for its next pass, up to this (an idle shard costs a few LISTs per period);
     /// a change of the manifest brings it back to `interval_ms`.
     pub idle_interval_max_ms: u64,
-    /// Objects younger than this are never deleted (covers uploads not yet committed and
-    /// readers of recent manifest versions in other processes).
+    /// Objects younger than this are never deleted: a margin for readers of recent
+    /// manifest versions in other processes that hold no pin, and for clock skew. Uploads
+    /// not yet committed and jobs' outputs do not depend on it (the writer protects them
+    /// until the state naming them is installed, and a pass lists the bucket before it
+    /// reads those protections); the fault simulation runs at 0. The bucket holds about
+    /// this much compaction churn beyond the live data.
     pub min_age_ms: u64,
     /// Newest manifest versions always retained.
     pub manifest_versions_retained: usize,
@@ -282,7 +287,7 @@ impl Default for GcConfig {
         Self {
             interval_ms: 60_000,
             idle_interval_max_ms: 3_600_000,
-            min_age_ms: 3_600_000,
+            min_age_ms: 120_000,
             manifest_versions_retained: 8,
         }
     }

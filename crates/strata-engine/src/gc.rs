@@ -5,7 +5,9 @@
 //! Retained manifest versions: the newest `manifest_versions_retained`, plus every version
 //! younger than `min_age_ms` (readers in other processes may be using them). An object is
 //! deleted only if it is older than `min_age_ms` and
-//! - an SST: no retained version references it and it is not being uploaded;
+//! - an SST: no retained version references it and it is not being uploaded (the bucket
+//!   is listed before the protections and the state are read, so an upload that lands
+//!   during a pass is either still protected or named by the state);
 //! - a WAL segment: non-empty (fences are kept forever) and covered by the oldest retained
 //!   version's replay point;
 //! - a Parquet file: no retained version (nor a read in flight) references it and it is not

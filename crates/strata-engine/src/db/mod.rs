@@ -642,9 +642,8 @@ impl Db {
             .drain()
             .map(|(_, t)| t)
             .collect();
-        for t in open {
-            t.close().await;
-        }
+        // Concurrently: each shard may wait for its WAL uploads (`CLOSE_UPLOAD_WAIT`).
+        futures::future::join_all(open.iter().map(|t| t.close())).await;
         if let Some(c) = self.inner.cluster.get() {
             c.release_all().await;
         }

@@ -285,9 +285,8 @@ impl Table {
 
     /// Stops the table's shards.
     pub async fn close(&self) {
-        for (_, s) in &self.inner.shards {
-            s.close().await;
-        }
+        // Concurrently: each shard may wait for its WAL uploads (`CLOSE_UPLOAD_WAIT`).
+        futures::future::join_all(self.inner.shards.iter().map(|(_, s)| s.close())).await;
     }
 
     fn kv_batch(&self, keys: &[&[u8]], values: Option<&[&[u8]]>) -> Result<RecordBatch> {

@@ -255,13 +255,13 @@ variable "jobs_outstanding_max" {
 }
 
 variable "gc_min_age_ms" {
-  description = "engine.gc.min_age_ms: objects younger than this are never garbage collected (in-flight uploads, readers of recent manifests)."
+  description = "engine.gc.min_age_ms: objects younger than this are never garbage collected (a margin for unpinned readers of recent manifests and for clock skew; uncommitted uploads are protected by the writer)."
   type        = number
-  default     = 3600000
+  default     = 120000
 
   validation {
-    condition     = var.gc_min_age_ms >= 600000
-    error_message = "gc_min_age_ms must be at least 10 minutes."
+    condition     = var.gc_min_age_ms >= 60000
+    error_message = "gc_min_age_ms must be at least 1 minute (the margin for clock skew and for a reader between reading a manifest and pinning it)."
   }
 }
 
