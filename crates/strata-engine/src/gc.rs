@@ -206,26 +206,22 @@ pub(crate) async fn plan(inner: &ShardInner, tidy: bool) -> Result<GcPlan> {
     // released after the state naming it was installed, and the state read last names it.
     // (Listing after reading the protections let a flush that began in between upload an
     // SST, be listed, and lose it to the pass before its manifest named it.)
-    let ssts: Vec<object_store::ObjectMeta> = inner
-        .store
-        .list(Some(&inner.paths.sst_dir()))
-        .try_collect()
-        .await
-        .map_err(Error::store("list ssts"))?;
-    let wal: Vec<object_store::ObjectMeta> = inner
-        .store
-        .list(Some(&inner.paths.wal_dir()))
-        .try_collect()
-        .await
-        .map_err(Error::store("list wal"))?;
-    let parquet: Vec<object_store::ObjectMeta> = inner
-        .store
-        .list(Some(&inner.paths.parquet_dir()))
-        .try_collect()
-        .await
-        .map_err(Error::store("list parquet"))?;
+    let list = |dir: object_store::path::Path, what: &'static str| async move {
+        inner
+            .store
+            .list(Some(&dir))
+            .try_collect::<Vec<object_store::ObjectMeta>>()
+            .await
+            .map_err(Error::store(what))
+    };
     let layout = &inner.s3.layout;
-    let jobs = crate::jobs::list(&inner.store, layout, &inner.job_prefix()).await?;
+    let job_prefix = inner.job_prefix();
+    let (ssts, wal, parquet, jobs) = futures::try_join!(
+        list(inner.paths.sst_dir(), "list ssts"),
+        list(inner.paths.wal_dir(), "list wal"),
+        list(inner.paths.parquet_dir(), "list parquet"),
+        crate::jobs::list(&inner.store, layout, &job_prefix),
+    )?;
 
     let awaited: Vec<String> = inner.outstanding.lock().keys().cloned().collect();
     let in_flight: HashSet<SstId> = inner.in_flight.lock().clone();

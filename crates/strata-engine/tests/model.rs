@@ -45,16 +45,6 @@ enum Op {
     },
 }
 
-/// Column-group layouts of the two non-key columns `a`, `b` over two S3 levels.
-fn layout(n: usize) -> Vec<Vec<Vec<String>>> {
-    let g = |cols: &[&str]| cols.iter().map(|c| c.to_string()).collect::<Vec<_>>();
-    match n {
-        0 => vec![vec![g(&["a", "b"])], vec![g(&["a", "b"])]],
-        1 => vec![vec![g(&["a", "b"])], vec![g(&["a"]), g(&["b"])]],
-        _ => vec![vec![g(&["b"]), g(&["a"])], vec![g(&["b"]), g(&["a"])]],
-    }
-}
-
 fn key() -> impl Strategy<Value = i64> {
     -20i64..40
 }

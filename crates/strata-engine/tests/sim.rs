@@ -23,7 +23,10 @@
 //! replay follows the same schedule but not always the same interleaving).
 //! `STRATA_SIM_SECONDS` bounds the run (default 60), `STRATA_SIM_SEEDS` the number of seeds
 //! (default unbounded within the time), `STRATA_SIM_FIRST` the first seed (default 1);
-//! `STRATA_SIM_REPORT=<path>` writes the counts as JSON. The long mode is
+//! `STRATA_SIM_REPORT=<path>` writes the counts as JSON. To narrow a failure down,
+//! `STRATA_SIM_DEBUG_NO_PROMOTION`, `STRATA_SIM_DEBUG_NO_RETENTION` and
+//! `STRATA_SIM_DEBUG_NO_FAULTS` switch those parts off without changing the seed's
+//! operations. The long mode is
 //! `STRATA_SIM_SECONDS=0 STRATA_SIM_SEEDS=10000 cargo test --release -p strata-engine --test sim`.
 #![allow(
     clippy::unwrap_used,
@@ -259,15 +262,6 @@ struct Sim {
     log: Vec<String>,
 }
 
-fn layout(n: usize) -> Vec<Vec<Vec<String>>> {
-    let g = |cols: &[&str]| cols.iter().map(|c| c.to_string()).collect::<Vec<_>>();
-    match n {
-        0 => vec![vec![g(&["a", "b"])], vec![g(&["a", "b"])]],
-        1 => vec![vec![g(&["a", "b"])], vec![g(&["a"]), g(&["b"])]],
-        _ => vec![vec![g(&["b"]), g(&["a"])], vec![g(&["b"]), g(&["a"])]],
-    }
-}
-
 fn real_now_ms() -> u64 {
     strata_common::clock::system().now_ms()
 }
@@ -290,6 +284,20 @@ fn diff(got: &[(i64, Option<String>, Option<i64>)], want: &Model) -> String {
         }
     }
     out.join("; ")
+}
+
+/// A point read of `k` as the oracle holds rows (the projection in another order than the
+/// table's columns).
+fn point_read(p: &Proc, t: &Table, k: i64) -> Result<strata_engine::Result<Option<Row>>, String> {
+    Ok(
+        p.run(t.get(&[Value::Int(k)], Some(&["b", "id", "a"]), None))?
+            .map(|row| {
+                row.map(|batch| {
+                    let (_, a, b) = decode(&batch).remove(0);
+                    (a, b)
+                })
+            }),
+    )
 }
 
 fn model_rows(m: &Model) -> Vec<(i64, Option<String>, Option<i64>)> {
@@ -597,15 +605,8 @@ impl Sim {
                 .map(|b| diff(&decode(&b), &self.model));
             let mut gets = Vec::new();
             for k in 0..KEYS {
-                let row = p.run(t.get(&[Value::Int(k)], None, None))?;
-                let row = row.map(|r| r.map(|b| decode(&b)));
-                let want = self.model.get(&k);
-                let same = match &row {
-                    Ok(Some(r)) => want.is_some_and(|w| r[0].1 == w.0 && r[0].2 == w.1),
-                    Ok(None) => want.is_none(),
-                    Err(_) => false,
-                };
-                if !same {
+                let row = point_read(p, &t, k)?;
+                if row.as_ref().ok() != Some(&self.model.get(&k).cloned()) {
                     gets.push(format!("{k}: {row:?}"));
                 }
             }
@@ -622,26 +623,7 @@ impl Sim {
         self.counts.writes_checked += self.model.len() as u64;
         for _ in 0..4 {
             let k = self.rng.random_range(0..KEYS);
-            let row = p
-                .run(t.get(&[Value::Int(k)], Some(&["b", "a"]), None))?
-                .map_err(|e| format!("get {k}: {e}"))?;
-            let got = row.map(|batch| {
-                let b = batch
-                    .column(0)
-                    .as_any()
-                    .downcast_ref::<Int64Array>()
-                    .unwrap();
-                let a = batch
-                    .column(1)
-                    .as_any()
-                    .downcast_ref::<StringArray>()
-                    .unwrap();
-                use arrow::array::Array;
-                (
-                    (!a.is_null(0)).then(|| a.value(0).to_string()),
-                    (!b.is_null(0)).then(|| b.value(0)),
-                )
-            });
+            let got = point_read(p, &t, k)?.map_err(|e| format!("get {k}: {e}"))?;
             if got.as_ref() != self.model.get(&k) {
                 return Err(format!(
                     "point read of {k}: got {got:?}, want {:?}",
@@ -709,25 +691,32 @@ impl Sim {
         }
     }
 
+    /// Starts a write on `p` and lets the process run for a few milliseconds: the write
+    /// may be anywhere from queued to acknowledged.
+    fn start_write(
+        &mut self,
+        p: &Proc,
+    ) -> Result<(Batch, tokio::task::JoinHandle<strata_engine::Result<u64>>), String> {
+        let b = self.batch(&mut std::collections::HashSet::new());
+        let (t, m) = (p.table(), b.mutations());
+        let opts = WriteOptions {
+            durability: b.durability,
+        };
+        let h =
+            p.rt.as_ref()
+                .unwrap()
+                .spawn(async move { t.write(&m, opts).await });
+        p.sleep(self.rng.random_range(0..4))?;
+        Ok((b, h))
+    }
+
     /// Crashes `p` (optionally with a write in flight) and reopens the shard from the
     /// bucket, on the same local directory or a new empty one.
     fn crash_and_reopen(&mut self, p: Proc, mid_write: bool) -> Result<Proc, String> {
         self.counts.crashes += 1;
         if mid_write {
             self.counts.crashes_mid_write += 1;
-            let mut used = std::collections::HashSet::new();
-            let b = self.batch(&mut used);
-            let t = p.table();
-            let m = b.mutations();
-            let opts = WriteOptions {
-                durability: b.durability,
-            };
-            let h =
-                p.rt.as_ref()
-                    .unwrap()
-                    .spawn(async move { t.write(&m, opts).await });
-            let ms = self.rng.random_range(0..4);
-            p.sleep(ms)?;
+            let (b, h) = self.start_write(&p)?;
             if h.is_finished() {
                 match p.run(h)?.map_err(|e| e.to_string())? {
                     Ok(_) => self.acknowledged(b),
@@ -769,23 +758,11 @@ impl Sim {
     fn fence(&mut self, a: Proc) -> Result<Proc, String> {
         self.counts.fences += 1;
         self.log.push("  fence".into());
-        let mut in_flight = None;
-        if self.rng.random_bool(0.5) {
-            let mut used = std::collections::HashSet::new();
-            let b = self.batch(&mut used);
-            let t = a.table();
-            let m = b.mutations();
-            let opts = WriteOptions {
-                durability: b.durability,
-            };
-            let h =
-                a.rt.as_ref()
-                    .unwrap()
-                    .spawn(async move { t.write(&m, opts).await });
-            let ms = self.rng.random_range(0..4);
-            a.sleep(ms)?;
-            in_flight = Some((b, h));
-        }
+        let in_flight = if self.rng.random_bool(0.5) {
+            Some(self.start_write(&a)?)
+        } else {
+            None
+        };
         let dir = self.fresh_dir();
         let b_proc = self.open(dir)?;
         // The first writer resumes (it was paused while the second opened).
@@ -997,8 +974,11 @@ impl Sim {
         }
         self.check_references(&p)?;
         self.check(&p)?;
-        self.counts.faults = self.fault.counts();
-        self.counts.seeds = 1;
+        let f = self.fault.counts();
+        self.counts.faults.errors += f.errors;
+        self.counts.faults.timeouts += f.timeouts;
+        self.counts.faults.lost_responses += f.lost_responses;
+        self.counts.seeds += 1;
         drop(p);
         if PANICS.load(Ordering::SeqCst) > 0 {
             return Err(format!("a panic: {}", LAST_PANIC.lock()));
@@ -1011,32 +991,14 @@ fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
-fn add(total: &mut Counts, c: &Counts) {
-    total.seeds += c.seeds;
-    total.steps += c.steps;
-    total.writes_acknowledged += c.writes_acknowledged;
-    total.writes_checked += c.writes_checked;
-    total.uncertain_applied += c.uncertain_applied;
-    total.uncertain_absent += c.uncertain_absent;
-    total.crashes += c.crashes;
-    total.crashes_mid_write += c.crashes_mid_write;
-    total.local_dirs_deleted += c.local_dirs_deleted;
-    total.fences += c.fences;
-    total.deposed_writes_refused += c.deposed_writes_refused;
-    total.clean_reopens += c.clean_reopens;
-    total.gc_passes += c.gc_passes;
-    total.maintenance_errors += c.maintenance_errors;
-    total.clock_jumps += c.clock_jumps;
-    total.faults.errors += c.faults.errors;
-    total.faults.timeouts += c.faults.timeouts;
-    total.faults.lost_responses += c.faults.lost_responses;
-}
-
-fn run_seed(seed: u64) -> Result<Counts, String> {
+/// Runs one seed, counting into `total`.
+fn run_seed(seed: u64, total: &mut Counts) -> Result<(), String> {
     let mut sim = Sim::new(seed);
+    sim.counts = std::mem::take(total);
     let steps = sim.rng.random_range(20..60);
     let r = sim.run(steps);
-    r.map(|()| sim.counts.clone()).map_err(|e| {
+    *total = std::mem::take(&mut sim.counts);
+    r.map_err(|e| {
         let from = sim.log.len().saturating_sub(80);
         format!("{e}\nlast steps:\n{}", sim.log[from..].join("\n"))
     })
@@ -1065,11 +1027,10 @@ fn simulated_shard_lives_lose_no_acknowledged_write() {
         if seconds > 0 && started.elapsed() >= Duration::from_secs(seconds) {
             break;
         }
-        match run_seed(seed) {
-            Ok(c) => add(&mut total, &c),
-            Err(e) => panic!(
+        if let Err(e) = run_seed(seed, &mut total) {
+            panic!(
                 "simulation seed {seed} failed: {e}\nreplay: STRATA_SIM_SEED={seed} cargo test -p strata-engine --test sim"
-            ),
+            );
         }
         seed += 1;
     }

@@ -48,15 +48,6 @@ enum Op {
     },
 }
 
-fn layout(n: usize) -> Vec<Vec<Vec<String>>> {
-    let g = |cols: &[&str]| cols.iter().map(|c| c.to_string()).collect::<Vec<_>>();
-    match n {
-        0 => vec![vec![g(&["a", "b"])], vec![g(&["a", "b"])]],
-        1 => vec![vec![g(&["a", "b"])], vec![g(&["a"]), g(&["b"])]],
-        _ => vec![vec![g(&["b"]), g(&["a"])], vec![g(&["b"]), g(&["a"])]],
-    }
-}
-
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         5 => (0i64..1500, 1i64..600, any::<i64>()).prop_map(|(start, len, salt)| Op::Upsert { start, len, salt }),

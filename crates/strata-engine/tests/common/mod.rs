@@ -113,6 +113,17 @@ pub fn decode(batch: &RecordBatch) -> Vec<(i64, Option<String>, Option<i64>)> {
         .collect()
 }
 
+/// Column-group layouts of two non-key columns `a`, `b` (as in [`schema`]) over two S3 levels:
+/// 0 one group on both, 1 split on the second, 2 split (`b` first) on both.
+pub fn layout(n: usize) -> Vec<Vec<Vec<String>>> {
+    let g = |cols: &[&str]| cols.iter().map(|c| c.to_string()).collect::<Vec<_>>();
+    match n {
+        0 => vec![vec![g(&["a", "b"])], vec![g(&["a", "b"])]],
+        1 => vec![vec![g(&["a", "b"])], vec![g(&["a"]), g(&["b"])]],
+        _ => vec![vec![g(&["b"]), g(&["a"])], vec![g(&["b"]), g(&["a"])]],
+    }
+}
+
 /// Settings that make flushes and compactions happen after a few writes.
 pub fn small_config() -> EngineConfig {
     let mut c = EngineConfig::default();
