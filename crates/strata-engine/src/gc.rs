@@ -237,6 +237,21 @@ pub(crate) async fn plan(inner: &ShardInner, tidy: bool) -> Result<GcPlan> {
             .parquet_files()
             .map(|f| f.name.clone()),
     );
+    // Versions this writer committed after the listing of versions and replaced before
+    // the state was read are among the newest, so retained: what they name is kept too.
+    // (A flush committed and a compaction replaced within one pass left a retained
+    // version naming an SST the pass deleted; only `min_age_ms` hid it from readers in
+    // other processes that had just read that version.)
+    for v in newest + 1..current.manifest.version {
+        match inner.manifests.get(v).await {
+            Ok(m) => {
+                referenced.extend(m.ssts().map(|s| s.id));
+                parquet_referenced.extend(m.parquet_files().map(|f| f.name.clone()));
+            }
+            Err(strata_manifest::Error::Store(object_store::Error::NotFound { .. })) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
 
     for m in ssts {
         let name = m.location.filename().unwrap_or_default();

@@ -260,6 +260,8 @@ struct Sim {
     layout_n: usize,
     /// What happened, for the failure message.
     log: Vec<String>,
+    /// Steps taken in this seed.
+    step: u64,
 }
 
 fn real_now_ms() -> u64 {
@@ -382,6 +384,7 @@ impl Sim {
             counts: Counts::default(),
             layout_n,
             log,
+            step: 0,
         }
     }
 
@@ -432,6 +435,13 @@ impl Sim {
         for _ in 0..20 {
             match p.run(db.table("t"))? {
                 Ok(t) => {
+                    let shard = t.shards().next().unwrap();
+                    self.log.push(format!(
+                        "  opened: epoch {}, manifest version {}, local dir {}",
+                        shard.epoch(),
+                        shard.manifest().version,
+                        dir.display()
+                    ));
                     p.table = Some(t);
                     return Ok(p);
                 }
@@ -806,10 +816,10 @@ impl Sim {
 
     fn step(&mut self, p: Proc) -> Result<Proc, String> {
         self.counts.steps += 1;
+        self.step += 1;
         let t = p.table();
         let choice = self.rng.random_range(0..100);
-        self.log
-            .push(format!("step {} op {choice}", self.counts.steps));
+        self.log.push(format!("step {} op {choice}", self.step));
         let p = match choice {
             0..=34 => {
                 self.step_write(&p, 1)?;
@@ -845,7 +855,9 @@ impl Sim {
             }
             60..=63 => {
                 self.counts.gc_passes += 1;
-                let r = p.run(t.gc())?.map(|_| ());
+                let r = p
+                    .run(t.gc())?
+                    .map(|r| self.log.push(format!("  gc deleted {r:?}")));
                 self.maintenance("gc", r)?;
                 p
             }
@@ -999,8 +1011,13 @@ fn run_seed(seed: u64, total: &mut Counts) -> Result<(), String> {
     let r = sim.run(steps);
     *total = std::mem::take(&mut sim.counts);
     r.map_err(|e| {
+        // The whole log to a file, the end of it in the message.
+        let path = std::env::temp_dir().join(format!("strata-sim-{seed}.log"));
+        let saved = std::fs::write(&path, sim.log.join("\n"))
+            .map(|()| format!("whole log: {}", path.display()))
+            .unwrap_or_else(|e| format!("log not saved: {e}"));
         let from = sim.log.len().saturating_sub(80);
-        format!("{e}\nlast steps:\n{}", sim.log[from..].join("\n"))
+        format!("{e}\n{saved}\nlast steps:\n{}", sim.log[from..].join("\n"))
     })
 }
 
