@@ -133,6 +133,14 @@ pub(crate) async fn collect(inner: &ShardInner) -> Result<GcReport> {
             .store(true, std::sync::atomic::Ordering::Release);
         return Err(inner.fenced_error(newest.value.writer_epoch));
     }
+    // Versions before the files only they name: a pass cut short (a crash, a failed
+    // delete) leaves files no version names, which the next pass collects, never a
+    // version naming deleted files. (The other order left such versions behind, and a
+    // later pass on a clock running behind the first one's judged them young again and
+    // kept them.)
+    for v in &plan.manifests {
+        inner.manifests.delete(*v).await?;
+    }
     for p in plan
         .ssts
         .iter()
@@ -144,9 +152,6 @@ pub(crate) async fn collect(inner: &ShardInner) -> Result<GcReport> {
     let layout = &inner.s3.layout;
     for id in &plan.jobs {
         crate::jobs::remove(&inner.store, layout, id).await?;
-    }
-    for v in &plan.manifests {
-        inner.manifests.delete(*v).await?;
     }
     Ok(plan.report())
 }
