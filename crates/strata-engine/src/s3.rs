@@ -13,6 +13,7 @@ use crate::entry::{Entry, EntryKind};
 use crate::error::{Error, Result};
 use crate::iter::EntryIter;
 use crate::jobs::{self, JobSource, JobSpec, JobTarget};
+use crate::row::RowValues;
 use crate::schema::TableSchema;
 use crate::shard::ShardInner;
 use crate::state::ShardState;
@@ -976,6 +977,8 @@ pub(crate) async fn s3_point_versions_async(
     seq: u64,
     out: &mut Vec<Entry>,
 ) -> Result<()> {
+    // Each part with the columns of the group it came from.
+    let mut parts: Vec<(Entry, &[usize])> = Vec::new();
     for (li, level) in state.manifest.value.s3_levels.iter().enumerate() {
         let Some(formats) = table.groups.get(li) else {
             continue;
@@ -988,14 +991,52 @@ pub(crate) async fn s3_point_versions_async(
             let source = files.parquet_source(f);
             let found = source.lookup(&formats[g], key, seq).await?;
             for e in found {
-                out.push(formats[g].widen(&table.codec, &e)?);
+                parts.push((formats[g].widen(&table.codec, &e)?, &formats[g].columns));
             }
         }
-        if decided(&table.codec, out)? {
-            return Ok(());
+        if columns_decided(&table.codec, out, &parts)? {
+            break;
         }
     }
+    out.extend(parts.into_iter().map(|(e, _)| e));
     Ok(())
+}
+
+/// Whether every column's value is known from the versions gathered: `rows`, whole-row
+/// versions from the row-oriented tiers, and `parts`, versions from the columnar levels
+/// read so far, each speaking for the columns of its group only. A column group moves
+/// down the levels on its own, so the parts of one version can sit at different levels:
+/// an older delete read in one group says nothing of a newer version's columns in
+/// another group not read yet. (Folding the parts as whole rows ended the search there
+/// and returned the row without those columns.) A column is known once some version that
+/// speaks for it is a delete, a whole row, or a part or partial row that sets it: deeper
+/// levels hold only older versions of that column.
+fn columns_decided(
+    codec: &crate::row::RowCodec,
+    rows: &[Entry],
+    parts: &[(Entry, &[usize])],
+) -> Result<bool> {
+    // Per version: the columns it sets (None: all, a delete or a whole row), and the
+    // columns it speaks for (None: all).
+    let mut versions: Vec<(Option<RowValues>, Option<&[usize]>)> = Vec::new();
+    let sets = |e: &Entry| -> Result<Option<RowValues>> {
+        Ok(match e.kind {
+            EntryKind::Partial => Some(codec.decode(&e.value)?),
+            EntryKind::Put | EntryKind::Delete => None,
+        })
+    };
+    for e in rows {
+        versions.push((sets(e)?, None));
+    }
+    for (e, columns) in parts {
+        versions.push((sets(e)?, Some(columns)));
+    }
+    Ok((0..codec.width()).all(|c| {
+        versions.iter().any(|(values, columns)| {
+            columns.is_none_or(|cols| cols.contains(&c))
+                && values.as_ref().is_none_or(|v| v[c].is_some())
+        })
+    }))
 }
 
 /// Sorts versions newest first and merges parts of the same version (one per column group).

@@ -636,8 +636,9 @@ impl Sim {
             let got = point_read(p, &t, k)?.map_err(|e| format!("get {k}: {e}"))?;
             if got.as_ref() != self.model.get(&k) {
                 return Err(format!(
-                    "point read of {k}: got {got:?}, want {:?}",
-                    self.model.get(&k)
+                    "point read of {k}: got {got:?}, want {:?}; manifest {:?}",
+                    self.model.get(&k),
+                    t.shards().next().unwrap().manifest()
                 ));
             }
         }
