@@ -131,6 +131,14 @@ impl Error {
         }
     }
 
+    /// Names the object a corrupt-data error was found in (other errors as they are).
+    pub(crate) fn in_object(self, object: &dyn std::fmt::Display) -> Error {
+        match self {
+            Error::Corrupt(m) => Error::Corrupt(format!("{object}: {m}")),
+            e => e,
+        }
+    }
+
     pub(crate) fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
         let context = context.into();
         move |source| Error::Io { context, source }

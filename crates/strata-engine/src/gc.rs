@@ -16,8 +16,17 @@
 //! - a job's objects: the job is not outstanding (an older writer's, or abandoned);
 //! - a manifest version: not retained (never the newest, never one a read in flight uses,
 //!   never one a live durable pin of another process names; lapsed pins are deleted).
+//!
+//! Ages and pin leases are judged by this process's clock alone ([`Sightings`]): an
+//! object's age is the time since a pass of this process first listed it (or saw it
+//! change), never the store's `last_modified` against the local clock, and a pin lapses
+//! only once its own expiry says so *and* this process has seen it unrenewed for its lease.
+//! A store or reader clock that disagrees with the writer's, by any amount, can then only
+//! delay collection, never hasten it; what remains is the writer's own clock running fast
+//! (a forward jump of it counts as time passed). A new process deletes nothing protected
+//! by `min_age_ms` before it has watched that long.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use futures::TryStreamExt;
@@ -116,8 +125,62 @@ fn next_wait(wait: u64, quiet: bool, base: u64, max: u64) -> u64 {
     }
 }
 
-fn age_ms(now_ms: u64, m: &object_store::ObjectMeta) -> u64 {
-    now_ms.saturating_sub(m.last_modified.timestamp_millis().max(0) as u64)
+/// When this process first saw each object of a shard, by its own clock (see the module
+/// documentation): the age GC judges objects by.
+#[derive(Debug, Default)]
+pub(crate) struct Sightings {
+    seen: HashMap<String, Sighting>,
+    pass: u64,
+}
+
+#[derive(Debug)]
+struct Sighting {
+    /// What the object looked like (its `last_modified`, or a pin's expiry): a change
+    /// restarts its age.
+    stamp: i64,
+    /// Local time of the first sighting with this stamp.
+    first_ms: u64,
+    /// The last pass that saw it.
+    pass: u64,
+}
+
+impl Sightings {
+    /// Starts a pass.
+    pub(crate) fn begin(&mut self) {
+        self.pass += 1;
+    }
+
+    /// How long (local clock) this process has seen `path` as it is now (`stamp`); 0 at
+    /// its first sighting.
+    pub(crate) fn age(&mut self, path: &str, stamp: i64, now_ms: u64) -> u64 {
+        let pass = self.pass;
+        let s = self.seen.entry(path.to_string()).or_insert(Sighting {
+            stamp,
+            first_ms: now_ms,
+            pass,
+        });
+        if s.stamp != stamp {
+            s.stamp = stamp;
+            s.first_ms = now_ms;
+        }
+        s.pass = pass;
+        now_ms.saturating_sub(s.first_ms)
+    }
+
+    /// Ends a pass: objects it did not see are gone (or were missed: they start over).
+    pub(crate) fn end(&mut self) {
+        let pass = self.pass;
+        self.seen.retain(|_, s| s.pass == pass);
+    }
+}
+
+/// An object's age by this process's sightings.
+fn age_ms(inner: &ShardInner, now_ms: u64, m: &object_store::ObjectMeta) -> u64 {
+    inner.sightings.lock().age(
+        m.location.as_ref(),
+        m.last_modified.timestamp_millis(),
+        now_ms,
+    )
 }
 
 /// One GC pass: the plan, then its deletions.
@@ -161,6 +224,13 @@ pub(crate) async fn collect(inner: &ShardInner) -> Result<GcReport> {
 pub(crate) async fn plan(inner: &ShardInner, tidy: bool) -> Result<GcPlan> {
     let now = inner.clock.now_ms();
     let min_age = inner.config.gc.min_age_ms;
+    inner.sightings.lock().begin();
+    let report = plan_pass(inner, tidy, now, min_age).await;
+    inner.sightings.lock().end();
+    report
+}
+
+async fn plan_pass(inner: &ShardInner, tidy: bool, now: u64, min_age: u64) -> Result<GcPlan> {
     let mut report = GcPlan::default();
     let versions = inner.manifests.list_versions().await?;
     let Some((newest, _)) = versions.last() else {
@@ -174,9 +244,23 @@ pub(crate) async fn plan(inner: &ShardInner, tidy: bool) -> Result<GcPlan> {
     let mut discard = Vec::new();
     let mut reading: HashSet<u64> = inner.readers.lock().keys().copied().collect();
     // Views in other processes (queries) pin the manifest version they read.
-    reading.extend(crate::view::pinned_versions(&inner.store, &inner.paths, now, tidy).await?);
+    reading.extend(
+        crate::view::pinned_versions(
+            &inner.store,
+            &inner.paths,
+            now,
+            tidy,
+            &inner.sightings,
+            inner.config.pin_lease_ms,
+        )
+        .await?,
+    );
     for (i, (v, meta)) in versions.iter().enumerate() {
-        if i >= keep_from || age_ms(now, meta) < min_age || *v == newest || reading.contains(v) {
+        if i >= keep_from
+            || age_ms(inner, now, meta) < min_age
+            || *v == newest
+            || reading.contains(v)
+        {
             retained.push(*v);
         } else {
             discard.push(*v);
@@ -266,7 +350,7 @@ pub(crate) async fn plan(inner: &ShardInner, tidy: bool) -> Result<GcPlan> {
         else {
             continue;
         };
-        if referenced.contains(&id) || in_flight.contains(&id) || age_ms(now, &m) < min_age {
+        if referenced.contains(&id) || in_flight.contains(&id) || age_ms(inner, now, &m) < min_age {
             continue;
         }
         report.ssts.push(m.location);
@@ -276,7 +360,7 @@ pub(crate) async fn plan(inner: &ShardInner, tidy: bool) -> Result<GcPlan> {
         let Some(id) = parse_id(m.location.as_ref()) else {
             continue;
         };
-        if id <= replay_floor && m.size > 0 && age_ms(now, &m) >= min_age {
+        if id <= replay_floor && m.size > 0 && age_ms(inner, now, &m) >= min_age {
             report.wal_segments.push(m.location);
         }
     }
@@ -291,7 +375,7 @@ pub(crate) async fn plan(inner: &ShardInner, tidy: bool) -> Result<GcPlan> {
         };
         if parquet_referenced.contains(name)
             || awaited.iter().any(|j| name.starts_with(j.as_str()))
-            || age_ms(now, &m) < min_age
+            || age_ms(inner, now, &m) < min_age
         {
             continue;
         }
@@ -303,7 +387,7 @@ pub(crate) async fn plan(inner: &ShardInner, tidy: bool) -> Result<GcPlan> {
             continue;
         }
         let old = match inner.store.head(&layout.job(&id)).await {
-            Ok(meta) => age_ms(now, &meta) >= min_age,
+            Ok(meta) => age_ms(inner, now, &meta) >= min_age,
             Err(_) => true,
         };
         if old {
@@ -324,7 +408,29 @@ async fn delete(inner: &ShardInner, path: &object_store::path::Path) -> Result<(
 
 #[cfg(test)]
 mod tests {
-    use super::next_wait;
+    use super::{Sightings, next_wait};
+
+    #[test]
+    fn ages_count_from_this_process_first_sighting_and_restart_on_a_change() {
+        let mut s = Sightings::default();
+        s.begin();
+        // Whatever the store's stamp says (here: an hour ago), a first sighting is age 0.
+        assert_eq!(s.age("a", 1_000, 3_600_000), 0);
+        s.end();
+        s.begin();
+        assert_eq!(s.age("a", 1_000, 3_660_000), 60_000);
+        // Rewritten (a renewed pin): its age starts over.
+        assert_eq!(s.age("a", 2_000, 3_700_000), 0);
+        s.end();
+        // Not seen by a pass: forgotten, and new again when it reappears.
+        s.begin();
+        s.end();
+        s.begin();
+        assert_eq!(s.age("a", 2_000, 3_800_000), 0);
+        // A clock that went backwards gives age 0, never a wrapped one.
+        assert_eq!(s.age("a", 2_000, 3_000_000), 0);
+        s.end();
+    }
 
     #[test]
     fn quiet_passes_back_off_and_a_change_resets() {

@@ -80,6 +80,9 @@ struct GroupCursor {
     stream: Option<(String, BatchStream)>,
     /// File columns read (ascending).
     columns: Vec<usize>,
+    /// The Arrow type each column read must have (the group's format): a file whose
+    /// columns differ is corrupt, never a panic in the typed code below.
+    types: Vec<arrow::datatypes::DataType>,
     /// The first column read is the typed `BIGINT` key rather than `_key`.
     int_key: bool,
     front: Option<RecordBatch>,
@@ -230,6 +233,33 @@ fn lower_bound_from(keys: Keys, from: usize, bound: &[u8], strict: bool) -> usiz
     lo
 }
 
+/// Checks that a batch read from a columnar file has the columns its format gives them
+/// (count and Arrow types), so a file written otherwise (corrupt, or not Strata's) is an
+/// error naming it rather than a panic in the typed code that reads the batch.
+fn check_types(
+    batch: &RecordBatch,
+    types: &[arrow::datatypes::DataType],
+    origin: &str,
+) -> Result<()> {
+    if batch.num_columns() != types.len() {
+        return Err(Error::Corrupt(format!(
+            "parquet {origin}: {} columns read where {} were asked",
+            batch.num_columns(),
+            types.len()
+        )));
+    }
+    for (i, (c, t)) in batch.columns().iter().zip(types).enumerate() {
+        if c.data_type() != t {
+            return Err(Error::Corrupt(format!(
+                "parquet {origin}: column {} is {} where the format has {t}",
+                batch.schema().field(i).name(),
+                c.data_type()
+            )));
+        }
+    }
+    Ok(())
+}
+
 impl GroupCursor {
     /// Makes sure `front` holds at least one row; false at the end of the range.
     fn fill(&mut self) -> Result<bool> {
@@ -268,8 +298,9 @@ impl GroupCursor {
                 };
                 match self.handle.block_on(stream.next()) {
                     Some(b) => {
-                        self.front =
-                            Some(b.map_err(|e| Error::Corrupt(format!("parquet {origin}: {e}")))?)
+                        let b = b.map_err(|e| Error::Corrupt(format!("parquet {origin}: {e}")))?;
+                        check_types(&b, &self.types, origin)?;
+                        self.front = Some(b);
                     }
                     None => self.stream = None,
                 }
@@ -296,6 +327,7 @@ impl GroupCursor {
                 continue;
             };
             let batch = batch.map_err(|e| Error::Corrupt(format!("parquet {origin}: {e}")))?;
+            check_types(&batch, &self.types, origin)?;
             let keys = Keys::of(&batch, self.int_key, origin)?;
             let lo = lower_bound(keys, &self.start, false);
             let hi = match &self.end {
@@ -451,9 +483,15 @@ impl Deep {
     }
 
     fn misaligned(&self, what: &str) -> Error {
+        let files: Vec<&str> = self
+            .cursors
+            .iter()
+            .filter_map(|c| c.stream.as_ref().map(|(origin, _)| origin.as_str()))
+            .collect();
         Error::Corrupt(format!(
-            "column groups of S3 level {} disagree: {what}",
-            self.origin
+            "column groups of S3 level {} disagree: {what} (files {})",
+            self.origin,
+            files.join(", ")
         ))
     }
 
@@ -1625,6 +1663,19 @@ impl DeepSpec {
                 start: self.start.clone(),
                 end: self.end.clone(),
                 done: false,
+                types: cols
+                    .iter()
+                    .map(|c| {
+                        format
+                            .schema
+                            .fields()
+                            .get(*c)
+                            .map(|f| f.data_type().clone())
+                            .ok_or_else(|| {
+                                Error::Internal(format!("column {c} beyond the group's format"))
+                            })
+                    })
+                    .collect::<Result<_>>()?,
                 columns: cols.clone(),
                 int_key,
             });

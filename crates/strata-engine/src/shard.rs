@@ -59,6 +59,9 @@ enum Request {
     },
 }
 
+/// WAL segments a reopening writer fetches at once while replaying its tail.
+const REPLAY_READS: usize = 32;
+
 /// How long [`Shard::close`] waits for the WAL uploads of writes already acknowledged
 /// locally (`Durability::Local`) and of writes already sent.
 pub const CLOSE_UPLOAD_WAIT: Duration = Duration::from_secs(10);
@@ -90,6 +93,8 @@ pub(crate) struct ShardInner {
     pub(crate) pins: Mutex<BTreeMap<u64, usize>>,
     /// SSTs uploaded but not yet committed: GC must not delete them.
     pub(crate) in_flight: Mutex<HashSet<SstId>>,
+    /// GC's record of when this process first saw each object (ages by its own clock).
+    pub(crate) sightings: Mutex<crate::gc::Sightings>,
     next_sst: AtomicU64,
     /// Shard id within the table.
     pub(crate) shard_id: u32,
@@ -352,7 +357,12 @@ impl Shard {
             };
             next.writer_epoch += 1;
             next.written_at_ms = clock.now_ms();
-            crate::s3::shape_levels(&mut next, &group_counts)?;
+            if let Some(v) = &latest {
+                crate::s3::shape_levels(&mut next, &group_counts)
+                    .map_err(|e| e.in_object(&manifests.path(v.version)))?;
+            } else {
+                crate::s3::shape_levels(&mut next, &group_counts)?;
+            }
             match manifests.commit(latest.as_ref(), next).await {
                 Ok(v) => break v,
                 Err(strata_manifest::Error::Conflict { .. }) => continue,
@@ -406,25 +416,40 @@ impl Shard {
         // 3. Replay every segment between the manifest's replay point and the fence.
         let active = Arc::new(Memtable::new());
         let mut last_seq = manifest.value.seq_flushed;
-        for id in (manifest.value.wal_replay_after + 1)..fence {
-            let data = match store.get(&paths.wal(id)).await {
-                Ok(g) => g.bytes().await.map_err(Error::store("read wal"))?,
+        // Segments are fetched REPLAY_READS at a time and applied in id order: a tail of
+        // thousands of small group commits replays in a few round trips' time, not one
+        // round trip per segment.
+        let replay_from = manifest.value.wal_replay_after + 1;
+        let mut segments = futures::stream::iter(replay_from..fence)
+            .map(|id| {
+                let (store, path) = (store.clone(), paths.wal(id));
+                async move {
+                    let got = match store.get(&path).await {
+                        Ok(g) => g.bytes().await,
+                        Err(e) => Err(e),
+                    };
+                    (id, path, got)
+                }
+            })
+            .buffered(REPLAY_READS);
+        while let Some((id, path, got)) = segments.next().await {
+            let data = match got {
+                Ok(data) => data,
                 // Ids are consecutive (a writer never skips one, fences are never
                 // collected, and GC keeps every segment above the oldest retained
                 // manifest's replay point): a missing one held acknowledged writes.
                 Err(object_store::Error::NotFound { .. }) => {
                     return Err(Error::Corrupt(format!(
                         "shard {name}: WAL segment {id} is missing from the bucket; replay \
-                         from {} to {fence} needs it (acknowledged writes would be lost)",
-                        manifest.value.wal_replay_after + 1
+                         from {replay_from} to {fence} needs it (acknowledged writes would be lost)"
                     )));
                 }
-                Err(e) => return Err(Error::store("read wal")(e)),
+                Err(e) => return Err(Error::store(format!("read {path}"))(e)),
             };
             if data.is_empty() {
                 continue; // an older writer's fence
             }
-            let segment = Segment::decode(&data)?;
+            let segment = Segment::decode(&data).map_err(|e| e.in_object(&path))?;
             for record in segment.records {
                 if record.seq <= manifest.value.seq_flushed {
                     continue;
@@ -433,6 +458,7 @@ impl Shard {
                 last_seq = last_seq.max(record.seq);
             }
         }
+        drop(segments);
 
         // 4. Still the owner? (A newer writer may have fenced us while we replayed.)
         if let Some(latest) = manifests.latest().await?
@@ -508,6 +534,7 @@ impl Shard {
             compaction_wanted: Notify::new(),
             pins: Mutex::new(BTreeMap::new()),
             in_flight: Mutex::new(HashSet::new()),
+            sightings: Mutex::new(crate::gc::Sightings::default()),
             next_sst: AtomicU64::new(1),
             stats: Default::default(),
             shard_id,
@@ -708,6 +735,12 @@ impl Shard {
             .iter()
             .flat_map(|(seq, n)| std::iter::repeat_n(*seq, *n))
             .collect()
+    }
+
+    /// Whether a newer writer has fenced this one: it acknowledges nothing more, and a
+    /// node still holding the shard's lease reopens it (see `Db::join_cluster`).
+    pub fn is_fenced(&self) -> bool {
+        self.inner.fenced.load(Ordering::Acquire)
     }
 
     /// Job ids this shard has published and not settled.

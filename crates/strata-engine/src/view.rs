@@ -780,8 +780,13 @@ impl ViewRows {
 pub struct PinRecord {
     /// The manifest version whose objects must be kept.
     pub manifest_version: u64,
-    /// The pin lapses after this time (writer's clock) unless renewed.
+    /// The pin lapses after this time (the reader's clock) unless renewed.
     pub expires_at_ms: u64,
+    /// The lease it was set with: the writer also keeps it until it has seen it unrenewed
+    /// for this long by its own clock (0 in pins of older readers: the writer's
+    /// `pin_lease_ms`).
+    #[serde(default)]
+    pub lease_ms: u64,
 }
 
 struct DurablePin {
@@ -825,6 +830,7 @@ async fn pin_version(
         &PinRecord {
             manifest_version: version,
             expires_at_ms: clock.now_ms() + lease_ms,
+            lease_ms,
         },
     )
     .await?;
@@ -840,6 +846,7 @@ async fn pin_version(
             let rec = PinRecord {
                 manifest_version: version,
                 expires_at_ms: clock.now_ms() + lease_ms,
+                lease_ms,
             };
             if let Err(e) = put_pin(&store, &path, &rec).await {
                 tracing::warn!(%path, error = %e, "could not renew snapshot pin");
@@ -910,10 +917,19 @@ pub(crate) async fn pinned_versions(
     paths: &ShardPaths,
     now_ms: u64,
     delete_lapsed: bool,
+    sightings: &parking_lot::Mutex<crate::gc::Sightings>,
+    lease_ms: u64,
 ) -> Result<Vec<u64>> {
     let mut out = Vec::new();
     for (location, p) in read_pins(store, paths).await? {
-        if p.expires_at_ms >= now_ms {
+        // Live by the reader's clock (its expiry), or by ours: not yet seen unrenewed for
+        // a whole lease (a reader whose clock runs behind ours writes expiries that look
+        // past already). A renewal changes the expiry and restarts our count.
+        let unrenewed_ms = sightings
+            .lock()
+            .age(location.as_ref(), p.expires_at_ms as i64, now_ms);
+        let lease = if p.lease_ms > 0 { p.lease_ms } else { lease_ms };
+        if p.expires_at_ms >= now_ms || unrenewed_ms < lease {
             out.push(p.manifest_version);
         } else if delete_lapsed {
             match store.delete(&location).await {
@@ -979,10 +995,20 @@ impl RemoteViews {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let manifest = manifests
-                .latest()
-                .await?
-                .ok_or_else(|| Error::Internal(format!("shard {} has no manifest", paths.dir())))?;
+            let manifest = manifests.latest().await?.ok_or_else(|| {
+                Error::Corrupt(format!(
+                    "shard {} has no manifest: the catalog names a table or shard the \
+                         bucket does not hold",
+                    paths.dir()
+                ))
+            })?;
+            let groups: Vec<usize> = table.groups.iter().map(|g| g.len()).collect();
+            crate::s3::check_shape(&manifest.value, &groups).map_err(|e| match e {
+                Error::Corrupt(m) => {
+                    Error::Corrupt(format!("{}: {m}", manifests.path(manifest.version)))
+                }
+                e => e,
+            })?;
             let pin = pin_version(
                 &self.store,
                 &paths,
@@ -1078,10 +1104,14 @@ impl RemoteViews {
                 Some(s) => s,
                 None => {
                     let data = match self.store.get(&paths.wal(id)).await {
-                        Ok(g) => g.bytes().await.map_err(Error::store("read wal"))?,
-                        Err(e) => return Err(Error::store(format!("read wal segment {id}"))(e)),
+                        Ok(g) => g
+                            .bytes()
+                            .await
+                            .map_err(Error::store(format!("read {}", paths.wal(id))))?,
+                        Err(e) => return Err(Error::store(format!("read {}", paths.wal(id)))(e)),
                     };
-                    let s = Arc::new(Segment::decode(&data)?);
+                    let s =
+                        Arc::new(Segment::decode(&data).map_err(|e| e.in_object(&paths.wal(id)))?);
                     self.wal.lock().insert((dir.clone(), id), s.clone());
                     s
                 }

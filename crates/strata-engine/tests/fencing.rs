@@ -243,3 +243,73 @@ async fn a_lost_wal_response_is_not_a_fence() {
         );
     }
 }
+
+/// An ingest node of a cluster fenced by a writer that holds no lease (an operator's
+/// process on the same bucket) takes its shard back at its next cluster round instead of
+/// refusing writes until restarted; the intruder is fenced in turn; every write either
+/// acknowledged is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_holding_the_lease_reopens_a_fenced_shard() {
+    let store = memory_store();
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let node = open(&store, d1.path(), small_config()).await;
+    node.join_cluster(strata_engine::ClusterConfig {
+        node: "n1".into(),
+        http: "127.0.0.1:1".into(),
+        flight: "127.0.0.1:2".into(),
+        lease_ms: 2_000,
+        renew_ms: 100,
+    })
+    .await
+    .unwrap();
+    node.create_table("t", schema(), &["id"]).await.unwrap();
+    let t = node.table("t").await.unwrap();
+    t.upsert(rows(&[1], &[Some("node")], &[Some(1)]))
+        .await
+        .unwrap();
+
+    let intruder = open(&store, d2.path(), small_config()).await;
+    let ti = intruder.table("t").await.unwrap();
+    ti.upsert(rows(&[2], &[Some("intruder")], &[Some(2)]))
+        .await
+        .unwrap();
+    let err = t
+        .upsert(rows(&[3], &[Some("refused")], &[Some(3)]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Fenced, "{err}");
+
+    // Within a few rounds the node reopens the shard: writes through a fresh handle work.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let t = node.table("t").await.unwrap();
+        match t.upsert(rows(&[4], &[Some("back")], &[Some(4)])).await {
+            Ok(_) => break,
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::Fenced, "{e}");
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the node never took its shard back"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+    let err = ti
+        .upsert(rows(&[5], &[Some("late")], &[Some(5)]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Fenced, "{err}");
+    let t = node.table("t").await.unwrap();
+    let got = decode(&t.scan(&ScanOptions::default(), None).await.unwrap());
+    assert_eq!(
+        got,
+        vec![
+            (1, Some("node".into()), Some(1)),
+            (2, Some("intruder".into()), Some(2)),
+            (4, Some("back".into()), Some(4)),
+        ]
+    );
+    intruder.close().await;
+    node.close().await;
+}

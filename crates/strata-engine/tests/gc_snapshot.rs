@@ -152,3 +152,69 @@ async fn dropped_tables_are_collected() {
     assert!(count(db.describe("kept").await.unwrap().id).await > 0);
     db.close().await;
 }
+
+/// A query in another process whose clock runs two minutes behind the writer's writes pin
+/// expiries that look lapsed to the writer already; the writer keeps the pin and what it
+/// protects until it has itself seen the pin unrenewed for a lease (issue 20, item 8).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_whose_clock_runs_behind_keeps_its_pin() {
+    let store = memory_store();
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut config = small_config();
+    config.gc.manifest_versions_retained = 1;
+    let db = open(&store, d1.path(), config.clone()).await;
+    db.create_table("t", schema(), &["id"]).await.unwrap();
+    let t = db.table("t").await.unwrap();
+    let ids: Vec<i64> = (0..100).collect();
+    let v1: Vec<Option<&str>> = ids.iter().map(|_| Some("v1")).collect();
+    let nums: Vec<Option<i64>> = ids.iter().map(|i| Some(*i)).collect();
+    t.upsert(rows(&ids, &v1, &nums)).await.unwrap();
+    t.flush().await.unwrap();
+
+    let behind = std::sync::Arc::new(strata_common::clock::ManualClock::new(
+        strata_common::clock::system().now_ms() - 120_000,
+    ));
+    let reader = strata_engine::Db::open_with_store(
+        store.clone(),
+        None,
+        strata_objstore::ObjectStoreMetrics::default(),
+        d2.path().to_path_buf(),
+        config.clone(),
+        behind,
+    )
+    .await
+    .unwrap();
+    let view = reader.view("t", None).await.unwrap();
+    let pinned = view.shards[0].manifest_version();
+
+    let v2: Vec<Option<&str>> = ids.iter().map(|_| Some("v2")).collect();
+    for _ in 0..2 {
+        t.upsert(rows(&ids, &v2, &nums)).await.unwrap();
+        t.flush().await.unwrap();
+        t.compact().await.unwrap();
+    }
+    t.gc().await.unwrap();
+    let id = db.describe("t").await.unwrap().id;
+    let paths = strata_manifest::Layout::new(&config.root_prefix).shard(id, 0);
+    let versions: Vec<String> = store
+        .list(Some(&paths.manifest_dir()))
+        .map_ok(|m| m.location.filename().unwrap().to_string())
+        .try_collect()
+        .await
+        .unwrap();
+    let pins: Vec<object_store::ObjectMeta> = store
+        .list(Some(&paths.pins_dir()))
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(pins.len(), 1, "the reader's pin was deleted as lapsed");
+    assert!(
+        versions
+            .iter()
+            .any(|v| v.trim_end_matches(".json").parse::<u64>().ok() == Some(pinned)),
+        "pinned version {pinned} collected; left: {versions:?}"
+    );
+    drop(view);
+    reader.close().await;
+    db.close().await;
+}

@@ -259,7 +259,9 @@ impl ParquetSource {
         if bytes.len() as u64 != size - offset {
             return Err(corrupt(
                 &self.path,
-                "short tail read: the object is truncated",
+                format!(
+                    "short tail read: the object ends before the {size} bytes the manifest says                      (truncated, or the manifest is wrong)"
+                ),
             ));
         }
         let tail = Tail {

@@ -66,8 +66,10 @@ impl CatalogSnapshot {
         match self.schemas.get(name) {
             None => Err(Error::TableNotFound(name.to_string())),
             Some(Ok(s)) => Ok(s.clone()),
-            Some(Err(e)) => Err(Error::Internal(format!(
-                "the catalog entry of {name} is invalid: {e}"
+            Some(Err(e)) => Err(Error::Corrupt(format!(
+                "catalog/{}.json (catalog version {}): the entry of {name} is invalid: {e}",
+                strata_common::ids::format_id(self.version),
+                self.version
             ))),
         }
     }

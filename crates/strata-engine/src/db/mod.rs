@@ -586,6 +586,29 @@ impl Db {
                 gone.push(d.id);
                 continue;
             }
+            // A query that began before the drop pins the shards it reads: wait for it
+            // (a lease of slack on the reader's expiry, for a reader clock behind ours).
+            let mut pinned = false;
+            for o in objects.iter().filter(|o| o.as_ref().contains("/pins/")) {
+                let rec =
+                    match store.get(o).await {
+                        Ok(g) => g.bytes().await.ok().and_then(|b| {
+                            serde_json::from_slice::<crate::view::PinRecord>(&b).ok()
+                        }),
+                        Err(_) => None,
+                    };
+                if let Some(p) = rec {
+                    let lease = p.lease_ms.max(self.inner.config.pin_lease_ms);
+                    if p.expires_at_ms.saturating_add(lease) >= now {
+                        pinned = true;
+                        break;
+                    }
+                }
+            }
+            if pinned {
+                tracing::debug!(table = d.name, "dropped table still pinned by a reader");
+                continue;
+            }
             for o in &objects {
                 match store.delete(o).await {
                     Ok(()) | Err(object_store::Error::NotFound { .. }) => deleted += 1,
@@ -694,6 +717,29 @@ impl Db {
             if let Some(t) = self.inner.open.lock().await.remove(&table_id) {
                 tracing::warn!(table = t.name(), "lost the shard lease: closing the table");
                 t.close().await;
+            }
+        }
+        // A shard fenced while this node still holds its lease (a writer that owns no lease
+        // opened it: an operator's process, a node that took it over on a stale view) is
+        // taken back now rather than left refusing writes until a restart: reopened, its
+        // writer epoch fences the intruder and its WAL is replayed.
+        let fenced: Vec<Table> = {
+            let mut open = self.inner.open.lock().await;
+            let ids: Vec<u64> = open
+                .iter()
+                .filter(|(id, t)| t.fenced_shards().iter().any(|s| c.holds(**id, *s)))
+                .map(|(id, _)| *id)
+                .collect();
+            ids.iter().filter_map(|id| open.remove(id)).collect()
+        };
+        for t in fenced {
+            tracing::warn!(
+                table = t.name(),
+                "fenced by another writer while holding the shard lease: reopening"
+            );
+            t.close().await;
+            if let Err(e) = self.table(t.name()).await {
+                tracing::warn!(table = t.name(), "reopening a fenced shard: {e}");
             }
         }
         let tables = match self.list_tables().await {

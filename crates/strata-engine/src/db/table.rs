@@ -89,6 +89,16 @@ impl Table {
         self.inner.shards.iter().map(|(_, s)| s)
     }
 
+    /// The shard ids whose writers a newer writer fenced.
+    pub(crate) fn fenced_shards(&self) -> Vec<u32> {
+        self.inner
+            .shards
+            .iter()
+            .filter(|(_, s)| s.is_fenced())
+            .map(|(e, _)| e.id)
+            .collect()
+    }
+
     fn shard_index(&self, key: &[u8]) -> usize {
         self.inner
             .shards

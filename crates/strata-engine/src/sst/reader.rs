@@ -25,6 +25,8 @@ struct IndexEntry {
 /// An open SST.
 #[derive(Debug)]
 pub struct SstReader {
+    /// The local file, named in errors.
+    name: String,
     file: std::fs::File,
     index: Vec<IndexEntry>,
     bloom: Bloom,
@@ -32,20 +34,33 @@ pub struct SstReader {
 }
 
 impl SstReader {
-    /// Opens and verifies the metadata of an SST.
+    /// Opens and verifies the metadata of an SST. Every length and offset in it is checked
+    /// against the file's size before anything is read or allocated; errors name the file.
     pub fn open(path: &Path) -> Result<Self> {
-        let file =
-            std::fs::File::open(path).map_err(Error::io(format!("open {}", path.display())))?;
+        let name = path.display().to_string();
+        let file = std::fs::File::open(path).map_err(Error::io(format!("open {name}")))?;
+        Self::open_file(file, name.clone()).map_err(|e| named(&name, e))
+    }
+
+    fn open_file(file: std::fs::File, name: String) -> Result<Self> {
         let len = file.metadata().map_err(Error::io("stat sst"))?.len();
         if len < FOOTER_BYTES as u64 {
-            return Err(Error::Corrupt(format!(
-                "{} is too short for an sst",
-                path.display()
-            )));
+            return Err(Error::Corrupt("too short for an sst".into()));
         }
-        let footer_raw = read_at(&file, len - FOOTER_BYTES as u64, FOOTER_BYTES)?;
+        let data_end = len - FOOTER_BYTES as u64;
+        let footer_raw = read_at(&file, &name, data_end, FOOTER_BYTES)?;
         let footer = Footer::decode(&footer_raw)?;
-        let index_raw = read_at(&file, footer.index_offset, footer.index_len as usize)?;
+        let within = |offset: u64, len: u32, end: u64| {
+            offset.checked_add(u64::from(len)).is_some_and(|e| e <= end)
+        };
+        if !within(footer.index_offset, footer.index_len, data_end)
+            || !within(footer.bloom_offset, footer.bloom_len, data_end)
+        {
+            return Err(Error::Corrupt(
+                "footer points past the end of the file".into(),
+            ));
+        }
+        let index_raw = read_at(&file, &name, footer.index_offset, footer.index_len as usize)?;
         let mut buf = unseal(&index_raw)?;
         let n = varint::get(&mut buf)? as usize;
         // An untrusted count: an index entry takes at least one byte.
@@ -58,16 +73,24 @@ impl SstReader {
             let last_key = buf[..klen].to_vec();
             buf = &buf[klen..];
             let offset = varint::get(&mut buf)?;
-            let len = varint::get(&mut buf)? as u32;
+            let len = u32::try_from(varint::get(&mut buf)?)
+                .map_err(|_| Error::Corrupt("sst index: block length over 4 GiB".into()))?;
+            // Data blocks lie before the index.
+            if !within(offset, len, footer.index_offset.min(footer.bloom_offset)) {
+                return Err(Error::Corrupt(
+                    "sst index points past the data blocks".into(),
+                ));
+            }
             index.push(IndexEntry {
                 last_key,
                 offset,
                 len,
             });
         }
-        let bloom_raw = read_at(&file, footer.bloom_offset, footer.bloom_len as usize)?;
+        let bloom_raw = read_at(&file, &name, footer.bloom_offset, footer.bloom_len as usize)?;
         let bloom = Bloom::new(unseal(&bloom_raw)?.to_vec());
         Ok(Self {
+            name,
             file,
             index,
             bloom,
@@ -82,8 +105,8 @@ impl SstReader {
 
     fn block(&self, i: usize) -> Result<Block> {
         let e = &self.index[i];
-        let raw = Bytes::from(read_at(&self.file, e.offset, e.len as usize)?);
-        Block::decode(&raw)
+        let raw = Bytes::from(read_at(&self.file, &self.name, e.offset, e.len as usize)?);
+        Block::decode(&raw).map_err(|err| named(&self.name, err))
     }
 
     fn first_block_for(&self, key: &[u8]) -> usize {
@@ -126,10 +149,21 @@ impl SstReader {
     }
 }
 
-fn read_at(file: &std::fs::File, offset: u64, len: usize) -> Result<Vec<u8>> {
+/// A corrupt-data error of the SST `name`, saying which file.
+fn named(name: &str, e: Error) -> Error {
+    match e {
+        Error::Corrupt(m) => Error::Corrupt(format!("sst {name}: {m}")),
+        e => e,
+    }
+}
+
+fn read_at(file: &std::fs::File, name: &str, offset: u64, len: usize) -> Result<Vec<u8>> {
     let mut buf = vec![0u8; len];
     file.read_exact_at(&mut buf, offset)
-        .map_err(Error::io("read sst"))?;
+        .map_err(|source| Error::Io {
+            context: format!("read sst {name}"),
+            source,
+        })?;
     Ok(buf)
 }
 
