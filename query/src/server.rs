@@ -218,10 +218,36 @@ pub async fn serve_tls(
         Some(metrics),
         async move { s2.cancelled().await },
     ));
-    http_task.await??;
-    flight_task.await??;
-    Ok(())
+    let (http_abort, flight_abort) = (http_task.abort_handle(), flight_task.abort_handle());
+    let finished = async move {
+        http_task.await??;
+        flight_task.await??;
+        Ok::<(), ServeError>(())
+    };
+    tokio::pin!(finished);
+    tokio::select! {
+        r = &mut finished => return r,
+        _ = stop.cancelled() => {}
+    }
+    // Stopping: listeners are closed and idle connections dropped; requests in flight
+    // (a long query, a Flight stream, a bulk ingest) get SHUTDOWN_GRACE to finish.
+    match tokio::time::timeout(SHUTDOWN_GRACE, &mut finished).await {
+        Ok(r) => r,
+        Err(_) => {
+            tracing::warn!(
+                grace_ms = SHUTDOWN_GRACE.as_millis() as u64,
+                "requests still running after the shutdown grace period: cut off"
+            );
+            http_abort.abort();
+            flight_abort.abort();
+            Ok(())
+        }
+    }
 }
+
+/// How long requests in flight may run on after a stop signal (SIGTERM, Ctrl-C) before
+/// they are cut off: the HTTP and Flight listeners stop accepting at once.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A token cancelled on Ctrl-C or SIGTERM.
 pub fn stop_on_signal() -> CancellationToken {

@@ -108,6 +108,9 @@ pub struct StoreSettings {
     pub region: String,
     /// Timeout of one object-store request.
     pub request_timeout_ms: u64,
+    /// Injected latency and faults under the retrying layer (tests and benchmarks only:
+    /// off while every rate and latency is 0).
+    pub fault: strata_objstore::FaultConfig,
 }
 
 impl Default for StoreSettings {
@@ -119,6 +122,7 @@ impl Default for StoreSettings {
             endpoint: String::new(),
             region: String::new(),
             request_timeout_ms: 30_000,
+            fault: strata_objstore::FaultConfig::default(),
         }
     }
 }
@@ -423,6 +427,18 @@ pub fn role_defaults(role: Role) -> Config {
 impl Config {
     /// Checks what deserializing cannot.
     fn check(&self, role: Role) -> Result<(), ConfigError> {
+        let f = &self.store.fault;
+        for (name, rate) in [
+            ("error_rate", f.error_rate),
+            ("timeout_rate", f.timeout_rate),
+            ("lost_response_rate", f.lost_response_rate),
+        ] {
+            if !(0.0..=1.0).contains(&rate) {
+                return Err(err(format!(
+                    "store.fault.{name} is a probability in [0, 1], got {rate}"
+                )));
+            }
+        }
         if self.store.kind == StoreKind::S3 && self.store.bucket.is_empty() {
             return Err(err(
                 "store.bucket (STRATA_STORE_BUCKET) is required with store.kind = \"s3\"",
@@ -445,7 +461,7 @@ impl Config {
     /// The object store settings.
     pub fn object_store(&self) -> ObjectStoreConfig {
         let opt = |s: &str| (!s.is_empty()).then(|| s.to_string());
-        match self.store.kind {
+        let mut c = match self.store.kind {
             StoreKind::Local => ObjectStoreConfig::local(self.bucket_dir()),
             StoreKind::S3 => ObjectStoreConfig::s3(S3Config {
                 bucket: self.store.bucket.clone(),
@@ -453,7 +469,15 @@ impl Config {
                 endpoint: opt(&self.store.endpoint),
                 request_timeout_ms: self.store.request_timeout_ms,
             }),
-        }
+        };
+        let f = &self.store.fault;
+        let on = f.latency_ms > 0
+            || f.latency_ms_jitter > 0
+            || f.error_rate > 0.0
+            || f.timeout_rate > 0.0
+            || f.lost_response_rate > 0.0;
+        c.fault = on.then(|| f.clone());
+        c
     }
 
     /// The local store's bucket directory.
