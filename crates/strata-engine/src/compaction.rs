@@ -84,11 +84,50 @@ pub(crate) fn l0_settled(
     config.l0_settle_ms > 0 && now_ms.saturating_sub(l0_grown_ms) >= config.l0_settle_ms
 }
 
-/// Chooses the next compaction of a shard's row levels, if any is due (see [`pick_in`]).
+/// How far over its target the last row level may grow (by bytes cross-tier jobs can move)
+/// before compactions into it wait for those jobs (see [`last_level_held`]).
+pub(crate) const LAST_ROW_LEVEL_SLACK: u64 = 4;
+
+/// The target size of row level `level` (L1 is `level_bytes_base`).
+pub(crate) fn level_target(config: &crate::config::EngineConfig, level: usize) -> u64 {
+    let mult = config.level_size_multiplier.max(2);
+    config
+        .level_bytes_base
+        .saturating_mul(mult.saturating_pow(level.saturating_sub(1) as u32))
+}
+
+/// Whether compactions into the last row level should wait: the table has columnar levels
+/// (cross-tier jobs drain the last row level into them) and that level holds more than
+/// [`LAST_ROW_LEVEL_SLACK`] times its target in files those jobs may move (copies kept on
+/// NVMe for hot records do not count). Under sustained writes the jobs run behind the
+/// compactions into the level; letting it grow made every compaction rewrite all of it
+/// (uniform keys overlap every file): gigabytes per flush, and the bucket filled with that
+/// churn. Held, L0 piles up instead and the sorted-run limit pushes back on writers (Luo
+/// ch. 5), at the rate the jobs drain.
+pub(crate) fn last_level_held(
+    state: &ShardState,
+    config: &crate::config::EngineConfig,
+    retained: &std::collections::HashSet<strata_manifest::SstId>,
+) -> bool {
+    if state.manifest.value.s3_levels.is_empty() || state.levels.len() < 2 {
+        return false;
+    }
+    let last = state.levels.len() - 1;
+    let movable: u64 = state.levels[last]
+        .iter()
+        .filter(|h| !retained.contains(&h.info.id))
+        .map(|h| h.info.size_bytes)
+        .sum();
+    movable > level_target(config, last).saturating_mul(LAST_ROW_LEVEL_SLACK)
+}
+
+/// Chooses the next compaction of a shard's row levels, if any is due (see [`pick_in`]);
+/// none into the last row level while it is `held` ([`last_level_held`]).
 pub(crate) fn pick(
     state: &ShardState,
     config: &crate::config::EngineConfig,
     settled: bool,
+    held: bool,
 ) -> Option<Job> {
     let columnar = |lo: &[u8], hi: &[u8]| {
         state
@@ -97,7 +136,11 @@ pub(crate) fn pick(
             .parquet_files()
             .any(|f| f.key_max.as_slice() >= lo && f.key_min.as_slice() <= hi)
     };
-    pick_in(&state.levels, &columnar, config, settled)
+    let job = pick_in(&state.levels, &columnar, config, settled)?;
+    if held && job.output + 1 == state.levels.len() {
+        return None;
+    }
+    Some(job)
 }
 
 /// The picker on plain values: L0 into L1 at `l0_compaction_trigger` files (at one file
@@ -190,7 +233,9 @@ pub(crate) async fn compact_until_idle(inner: &Arc<ShardInner>) -> Result<()> {
             inner.l0_grown_ms.load(std::sync::atomic::Ordering::Acquire),
             inner.clock.now_ms(),
         );
-        let Some(job) = pick(&inner.current(), &inner.config, settled) else {
+        let state = inner.current();
+        let held = last_level_held(&state, &inner.config, &inner.retained_ssts.lock());
+        let Some(job) = pick(&state, &inner.config, settled, held) else {
             break;
         };
         if touches_locked(inner, &job) {
