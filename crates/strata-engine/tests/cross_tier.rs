@@ -135,7 +135,6 @@ async fn the_last_row_level_stays_bounded_while_jobs_lag() {
     db.close().await;
 
     // A worker drains L1 into the columnar levels; L0 compacts again.
-    let mut config = config;
     config.jobs.inprocess_workers = 1;
     let db = common::open(&store, tmp.path(), config).await;
     let t = db.table("t").await.unwrap();
