@@ -780,8 +780,12 @@ impl ShardInner {
     }
 }
 
-/// Most input bytes of a cross-tier job that moves more than one SST.
-const CROSS_TIER_JOB_BYTES: u64 = 64 << 20;
+/// Most input bytes of a cross-tier job that moves more than one SST. A job rewrites the
+/// part of S3 level 1 its keys overlap (all of it, for uniform writes): 64 MiB jobs into
+/// a 1 GiB level rewrote 16 bytes per byte moved and fell behind sustained writes; 256 MiB
+/// (the last row level's hold point at the defaults, see `compaction::last_level_held`)
+/// cuts that to about 4.
+const CROSS_TIER_JOB_BYTES: u64 = 256 << 20;
 
 /// The writer's job task: publishes due jobs and commits results.
 pub(crate) async fn job_loop(inner: Arc<ShardInner>) {
