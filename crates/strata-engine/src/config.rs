@@ -33,6 +33,9 @@ pub struct EngineConfig {
     pub root_prefix: String,
     /// Active memtable size that triggers a flush.
     pub memtable_bytes_max: usize,
+    /// WAL segments an active memtable may span before it is flushed: what a reopening
+    /// writer replays at most (one GET each), however slowly writes arrive.
+    pub memtable_wal_segments_max: u64,
     /// Frozen memtables waiting for flush before writes wait (a write stall).
     pub memtables_frozen_max: usize,
     /// Largest WAL segment (a group commit stops collecting writes past it).
@@ -224,6 +227,7 @@ impl Default for EngineConfig {
         Self {
             root_prefix: "strata".into(),
             memtable_bytes_max: 64 << 20,
+            memtable_wal_segments_max: 4096,
             memtables_frozen_max: 4,
             wal_segment_bytes_max: 8 << 20,
             write_queue_max: 4096,

@@ -47,6 +47,7 @@ pub struct Memtable {
     map: SkipMap<InternalKey, (EntryKind, Bytes)>,
     bytes: AtomicUsize,
     seq_max: AtomicU64,
+    wal_id_min: AtomicU64,
     wal_id_max: AtomicU64,
 }
 
@@ -66,6 +67,7 @@ impl Memtable {
             map: SkipMap::new(),
             bytes: AtomicUsize::new(0),
             seq_max: AtomicU64::new(0),
+            wal_id_min: AtomicU64::new(u64::MAX),
             wal_id_max: AtomicU64::new(0),
         }
     }
@@ -109,6 +111,7 @@ impl Memtable {
         }
         self.bytes.fetch_add(added, Ordering::Relaxed);
         self.seq_max.fetch_max(seq, Ordering::Release);
+        self.wal_id_min.fetch_min(wal_id, Ordering::Release);
         self.wal_id_max.fetch_max(wal_id, Ordering::Release);
     }
 
@@ -135,6 +138,14 @@ impl Memtable {
     /// Highest WAL segment whose writes were inserted.
     pub fn wal_id_max(&self) -> u64 {
         self.wal_id_max.load(Ordering::Acquire)
+    }
+
+    /// WAL segments its writes span (what a reopen replays if it is not flushed); 0 when
+    /// empty.
+    pub fn wal_segments(&self) -> u64 {
+        let min = self.wal_id_min.load(Ordering::Acquire);
+        let max = self.wal_id_max.load(Ordering::Acquire);
+        if min > max { 0 } else { max - min + 1 }
     }
 
     /// Versions of `key` visible at `seq`, newest first.

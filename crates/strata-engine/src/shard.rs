@@ -1200,6 +1200,7 @@ async fn writer_loop(
         let state = inner.current();
         if (!freeze_replies.is_empty() && !state.active.is_empty())
             || state.active.size_bytes() >= inner.config.memtable_bytes_max
+            || state.active.wal_segments() >= inner.config.memtable_wal_segments_max.max(1)
         {
             freeze(&inner);
         }

@@ -155,3 +155,32 @@ async fn sigkill_mid_load_recovers_from_localstack() {
     let Some(config) = s3_config() else { return };
     crash_and_recover(config, 400).await;
 }
+
+/// A trickle of one-row writes (one WAL segment each) is flushed once the memtable spans
+/// `memtable_wal_segments_max` segments, however small it is, so a reopen replays at most
+/// that many segments; everything written reads back after the reopen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trickle_of_writes_is_flushed_by_segment_count() {
+    let store = memory_store();
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut config = small_config();
+    config.memtable_bytes_max = 64 << 20;
+    config.memtable_wal_segments_max = 50;
+    let db = open(&store, d1.path(), config.clone()).await;
+    db.create_table("t", schema(), &["id"]).await.unwrap();
+    let t = db.table("t").await.unwrap();
+    for i in 0..120i64 {
+        t.upsert(rows(&[i], &[Some("x")], &[Some(i)]))
+            .await
+            .unwrap();
+    }
+    let stats = t.shards().next().unwrap().stats();
+    assert!(stats.flushes >= 2, "{stats:?}");
+    drop(t);
+    drop(db);
+    let db = open(&store, d2.path(), config).await;
+    let t = db.table("t").await.unwrap();
+    let got = decode(&t.scan(&ScanOptions::default(), None).await.unwrap());
+    assert_eq!(got.len(), 120);
+    db.close().await;
+}
