@@ -24,7 +24,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::{ObjectStoreExt, PutPayload};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -1092,6 +1092,38 @@ impl RemoteViews {
         {
             return Ok(t.clone());
         }
+        // Segments not cached yet (all of them, for a node's first query of the shard) are
+        // fetched 32 at a time, not one round trip after another.
+        let fetch = |id: u64| async move {
+            let path = paths.wal(id);
+            let data = match self.store.get(&path).await {
+                Ok(g) => g
+                    .bytes()
+                    .await
+                    .map_err(Error::store(format!("read {path}")))?,
+                Err(e) => return Err(Error::store(format!("read {path}"))(e)),
+            };
+            let s = Segment::decode(&data).map_err(|e| e.in_object(&path))?;
+            Ok::<_, Error>((id, Arc::new(s)))
+        };
+        let missing: Vec<u64> = {
+            let cache = self.wal.lock();
+            ids.iter()
+                .filter(|(id, meta)| meta.size > 0 && !cache.contains_key(&(dir.clone(), *id)))
+                .map(|(id, _)| *id)
+                .collect()
+        };
+        let fetched: HashMap<u64, Arc<Segment>> = futures::stream::iter(missing)
+            .map(fetch)
+            .buffered(32)
+            .try_collect()
+            .await?;
+        {
+            let mut cache = self.wal.lock();
+            for (id, s) in &fetched {
+                cache.insert((dir.clone(), *id), s.clone());
+            }
+        }
         let mem = Memtable::with_origin(origin.clone());
         let mut seq = m.seq_flushed;
         let mut times = Vec::new();
@@ -1099,22 +1131,14 @@ impl RemoteViews {
             if meta.size == 0 {
                 continue; // a writer's fence
             }
-            let cached = self.wal.lock().get(&(dir.clone(), id)).cloned();
-            let segment = match cached {
+            let known = fetched
+                .get(&id)
+                .cloned()
+                .or_else(|| self.wal.lock().get(&(dir.clone(), id)).cloned());
+            let segment = match known {
                 Some(s) => s,
-                None => {
-                    let data = match self.store.get(&paths.wal(id)).await {
-                        Ok(g) => g
-                            .bytes()
-                            .await
-                            .map_err(Error::store(format!("read {}", paths.wal(id))))?,
-                        Err(e) => return Err(Error::store(format!("read {}", paths.wal(id)))(e)),
-                    };
-                    let s =
-                        Arc::new(Segment::decode(&data).map_err(|e| e.in_object(&paths.wal(id)))?);
-                    self.wal.lock().insert((dir.clone(), id), s.clone());
-                    s
-                }
+                // Evicted meanwhile by a view of a newer manifest: read it again.
+                None => fetch(id).await?.1,
             };
             let mut top = 0;
             for record in &segment.records {
