@@ -223,10 +223,7 @@ impl ShardInner {
         let last = state.levels.len() - 1;
         let last_files = &state.levels[last];
         let mult = self.config.level_size_multiplier.max(2);
-        let last_target = self
-            .config
-            .level_bytes_base
-            .saturating_mul(mult.saturating_pow(last.saturating_sub(1) as u32));
+        let last_target = crate::compaction::level_target(&self.config, last);
         let last_size: u64 = last_files.iter().map(|h| h.info.size_bytes).sum();
         let s1 = &m.s3_levels[0];
         if !last_files.is_empty() && (force || last_size > last_target) {

@@ -357,12 +357,10 @@ impl Shard {
             };
             next.writer_epoch += 1;
             next.written_at_ms = clock.now_ms();
-            if let Some(v) = &latest {
-                crate::s3::shape_levels(&mut next, &group_counts)
-                    .map_err(|e| e.in_object(&manifests.path(v.version)))?;
-            } else {
-                crate::s3::shape_levels(&mut next, &group_counts)?;
-            }
+            crate::s3::shape_levels(&mut next, &group_counts).map_err(|e| match &latest {
+                Some(v) => e.in_object(&manifests.path(v.version)),
+                None => e,
+            })?;
             match manifests.commit(latest.as_ref(), next).await {
                 Ok(v) => break v,
                 Err(strata_manifest::Error::Conflict { .. }) => continue,

@@ -65,22 +65,14 @@ async fn idle_after_abuse_and_bounded_exit_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let mut server = start_with(dir.path(), &["--set", "query.timeout_ms=300"]);
     let h = server.http.clone();
-    let (st, body) = request(
-        &h,
-        "POST",
-        "/v1/tables",
-        r#"{"name": "kv", "columns": [{"name": "k", "type": "int64", "nullable": false},
-            {"name": "v", "type": "string"}], "primary_key": ["k"]}"#,
-    );
-    assert_eq!(st, 201, "{body}");
-    let (st, body) = request(
-        &h,
-        "POST",
-        "/v1/tables",
-        r#"{"name": "small", "columns": [{"name": "k", "type": "int64", "nullable": false},
-            {"name": "v", "type": "string"}], "primary_key": ["k"]}"#,
-    );
-    assert_eq!(st, 201, "{body}");
+    for name in ["kv", "small"] {
+        let spec = format!(
+            r#"{{"name": "{name}", "columns": [{{"name": "k", "type": "int64", "nullable": false}},
+                {{"name": "v", "type": "string"}}], "primary_key": ["k"]}}"#
+        );
+        let (st, body) = request(&h, "POST", "/v1/tables", &spec);
+        assert_eq!(st, 201, "{body}");
+    }
     let rows: String = (0..3000i64)
         .map(|i| {
             format!(

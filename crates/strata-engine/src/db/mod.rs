@@ -397,16 +397,19 @@ impl Db {
         self.catalog_with(name).await?.schema(name)
     }
 
+    /// Removes the open tables `which` picks (by table id) and returns them, to be closed.
+    async fn take_open(&self, which: impl Fn(u64, &Table) -> bool) -> Vec<Table> {
+        let mut open = self.inner.open.lock().await;
+        let ids: Vec<u64> = open
+            .iter()
+            .filter(|(id, t)| which(**id, t))
+            .map(|(id, _)| *id)
+            .collect();
+        ids.iter().filter_map(|id| open.remove(id)).collect()
+    }
+
     async fn close_dropped(&self, snap: &CatalogSnapshot) {
-        let gone: Vec<Table> = {
-            let mut open = self.inner.open.lock().await;
-            let ids: Vec<u64> = open
-                .keys()
-                .copied()
-                .filter(|id| !snap.has_id(*id))
-                .collect();
-            ids.iter().filter_map(|id| open.remove(id)).collect()
-        };
+        let gone = self.take_open(|id, _| !snap.has_id(id)).await;
         for t in gone {
             tracing::warn!(
                 table = t.name(),
@@ -723,15 +726,9 @@ impl Db {
         // opened it: an operator's process, a node that took it over on a stale view) is
         // taken back now rather than left refusing writes until a restart: reopened, its
         // writer epoch fences the intruder and its WAL is replayed.
-        let fenced: Vec<Table> = {
-            let mut open = self.inner.open.lock().await;
-            let ids: Vec<u64> = open
-                .iter()
-                .filter(|(id, t)| t.fenced_shards().iter().any(|s| c.holds(**id, *s)))
-                .map(|(id, _)| *id)
-                .collect();
-            ids.iter().filter_map(|id| open.remove(id)).collect()
-        };
+        let fenced = self
+            .take_open(|id, t| t.fenced_shards().iter().any(|s| c.holds(id, *s)))
+            .await;
         for t in fenced {
             tracing::warn!(
                 table = t.name(),
