@@ -1,5 +1,9 @@
 //! Injects latency and faults (errors, timeouts, lost responses) for tests and benchmarks.
-//! Randomness comes from one seeded RNG so a failing run can be replayed.
+//!
+//! Every decision is a function of the seed and the request alone: the operation, the
+//! object (or listing prefix) and how many times this store has seen that operation on that
+//! object before. Concurrent callers therefore draw the same faults whatever order the
+//! scheduler runs them in, and a failing run replays with its seed.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -38,7 +42,7 @@ pub struct FaultConfig {
     /// a transient error): a put or delete that took effect, a get or list whose answer
     /// never arrived. Exercises retries of conditional writes and of deletes.
     pub lost_response_rate: f64,
-    /// Seed of the RNG.
+    /// Seed of every decision.
     pub seed: u64,
 }
 
@@ -58,7 +62,9 @@ pub enum FaultOp {
 #[derive(Debug)]
 struct State {
     config: FaultConfig,
-    rng: StdRng,
+    /// Requests seen so far per (operation, object), by a hash of the pair: the attempt
+    /// number that, with the seed, decides a request's faults.
+    attempts: HashMap<u64, u32>,
     scripted: HashMap<FaultOp, u32>,
     /// Puts still to land with their response lost (scripted).
     lost_scripted: u32,
@@ -96,6 +102,28 @@ enum Verdict {
     Timeout(Duration),
 }
 
+/// What happens to one request.
+struct Decision {
+    delay: Duration,
+    verdict: Verdict,
+    /// Whether the response is lost if the request reaches the store.
+    lose: bool,
+}
+
+/// FNV-1a over `bytes`, continuing from `h`.
+fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// The key of (operation, object) in [`State::attempts`].
+fn request_key(op: FaultOp, location: &str) -> u64 {
+    fnv(fnv(0xcbf2_9ce4_8422_2325, &[op as u8]), location.as_bytes())
+}
+
 fn injected(kind: &'static str) -> object_store::Error {
     object_store::Error::Generic {
         store: "FaultInjectingStore",
@@ -106,12 +134,11 @@ fn injected(kind: &'static str) -> object_store::Error {
 impl FaultInjectingStore {
     /// Wraps `inner`.
     pub fn new(inner: Arc<dyn ObjectStore>, config: FaultConfig) -> Self {
-        let rng = StdRng::seed_from_u64(config.seed);
         Self {
             inner,
             state: Arc::new(Mutex::new(State {
                 config,
-                rng,
+                attempts: HashMap::new(),
                 scripted: HashMap::new(),
                 lost_scripted: 0,
                 counts: FaultCounts::default(),
@@ -119,7 +146,7 @@ impl FaultInjectingStore {
         }
     }
 
-    /// Replaces the configuration (keeps the RNG stream).
+    /// Replaces the configuration (attempt counts are kept).
     pub fn set_config(&self, config: FaultConfig) {
         self.state.lock().config = config;
     }
@@ -157,97 +184,103 @@ impl FaultInjectingStore {
         self.state.lock().lost_scripted += n;
     }
 
-    fn decide(&self, op: FaultOp) -> (Duration, Verdict) {
+    /// Decides the fate of one request of class `op` on `location` (the object, or the
+    /// prefix of a listing). Scripted faults come first, in call order.
+    fn decide(&self, op: FaultOp, location: &str) -> Decision {
         let mut s = self.state.lock();
         let State {
             config,
-            rng,
+            attempts,
             scripted,
             counts,
-            ..
+            lost_scripted,
         } = &mut *s;
+        let attempt = attempts.entry(request_key(op, location)).or_default();
+        *attempt += 1;
+        let mut rng = StdRng::seed_from_u64(
+            config.seed ^ request_key(op, location).rotate_left(17) ^ u64::from(*attempt),
+        );
         let jitter = if config.latency_ms_jitter > 0 {
             rng.random_range(0..=config.latency_ms_jitter)
         } else {
             0
         };
         let delay = Duration::from_millis(config.latency_ms + jitter);
-        if let Some(n) = scripted.get_mut(&op).filter(|n| **n > 0) {
+        // Every draw is made whatever the outcome, so one rate does not shift the others.
+        let error = rng.random_bool(config.error_rate.clamp(0.0, 1.0));
+        let timeout = rng.random_bool(config.timeout_rate.clamp(0.0, 1.0));
+        let lost = rng.random_bool(config.lost_response_rate.clamp(0.0, 1.0));
+        let lose = if op == FaultOp::Put && *lost_scripted > 0 {
+            *lost_scripted -= 1;
+            true
+        } else {
+            lost
+        };
+        let verdict = if let Some(n) = scripted.get_mut(&op).filter(|n| **n > 0) {
             *n -= 1;
             counts.errors += 1;
-            return (delay, Verdict::Fail("scripted error"));
-        }
-        if config.error_rate > 0.0 && rng.random_bool(config.error_rate.min(1.0)) {
+            Verdict::Fail("scripted error")
+        } else if error {
             counts.errors += 1;
-            return (delay, Verdict::Fail("error"));
-        }
-        if config.timeout_rate > 0.0 && rng.random_bool(config.timeout_rate.min(1.0)) {
+            Verdict::Fail("error")
+        } else if timeout {
             counts.timeouts += 1;
-            return (
-                delay,
-                Verdict::Timeout(Duration::from_millis(config.timeout_ms)),
-            );
+            Verdict::Timeout(Duration::from_millis(config.timeout_ms))
+        } else {
+            Verdict::Pass
+        };
+        Decision {
+            delay,
+            verdict,
+            lose,
         }
-        (delay, Verdict::Pass)
     }
 
-    async fn before(&self, op: FaultOp) -> Result<()> {
-        let (delay, verdict) = self.decide(op);
-        if !delay.is_zero() {
-            tokio::time::sleep(delay).await;
+    /// Waits out a decision's delay and fails the request if it says so; otherwise returns
+    /// whether the response is to be lost.
+    async fn before(&self, op: FaultOp, location: &str) -> Result<bool> {
+        let d = self.decide(op, location);
+        if !d.delay.is_zero() {
+            tokio::time::sleep(d.delay).await;
         }
-        match verdict {
-            Verdict::Pass => Ok(()),
+        match d.verdict {
+            Verdict::Pass => Ok(d.lose),
             Verdict::Fail(kind) => Err(injected(kind)),
-            Verdict::Timeout(d) => {
-                tokio::time::sleep(d).await;
+            Verdict::Timeout(t) => {
+                tokio::time::sleep(t).await;
                 Err(injected("timeout"))
             }
         }
     }
 
+    /// Counts a lost response and returns its error.
+    fn lost(&self) -> object_store::Error {
+        self.state.lock().counts.lost_responses += 1;
+        injected("lost response")
+    }
+
     /// Delays a listing and possibly replaces it with an injected failure.
     fn faulty_listing(
         &self,
+        prefix: Option<&Path>,
         inner: BoxStream<'static, Result<ObjectMeta>>,
     ) -> BoxStream<'static, Result<ObjectMeta>> {
-        let (delay, verdict) = self.decide(FaultOp::List);
+        let d = self.decide(FaultOp::List, prefix.map_or("", |p| p.as_ref()));
         futures::stream::once(async move {
-            tokio::time::sleep(delay).await;
-            match verdict {
+            tokio::time::sleep(d.delay).await;
+            match d.verdict {
                 Verdict::Pass => inner,
                 Verdict::Fail(kind) => {
                     futures::stream::once(async move { Err(injected(kind)) }).boxed()
                 }
-                Verdict::Timeout(d) => {
-                    tokio::time::sleep(d).await;
+                Verdict::Timeout(t) => {
+                    tokio::time::sleep(t).await;
                     futures::stream::once(async { Err(injected("timeout")) }).boxed()
                 }
             }
         })
         .flatten()
         .boxed()
-    }
-
-    /// Whether the response of a put that landed is lost (scripted ones first).
-    fn lose_put_response(&self) -> bool {
-        let mut s = self.state.lock();
-        if s.lost_scripted > 0 {
-            s.lost_scripted -= 1;
-            s.counts.lost_responses += 1;
-            return true;
-        }
-        drop(s);
-        self.lose_response()
-    }
-
-    /// Whether the response of a request that reached the store is lost.
-    fn lose_response(&self) -> bool {
-        let mut s = self.state.lock();
-        let rate = s.config.lost_response_rate;
-        let lose = rate > 0.0 && s.rng.random_bool(rate.min(1.0));
-        s.counts.lost_responses += u64::from(lose);
-        lose
     }
 }
 
@@ -266,10 +299,10 @@ impl ObjectStore for FaultInjectingStore {
         payload: PutPayload,
         opts: PutOptions,
     ) -> Result<PutResult> {
-        self.before(FaultOp::Put).await?;
+        let lose = self.before(FaultOp::Put, location.as_ref()).await?;
         let r = self.inner.put_opts(location, payload, opts).await?;
-        if self.lose_put_response() {
-            return Err(injected("lost response"));
+        if lose {
+            return Err(self.lost());
         }
         Ok(r)
     }
@@ -279,24 +312,24 @@ impl ObjectStore for FaultInjectingStore {
         location: &Path,
         opts: PutMultipartOptions,
     ) -> Result<Box<dyn MultipartUpload>> {
-        self.before(FaultOp::Put).await?;
+        self.before(FaultOp::Put, location.as_ref()).await?;
         self.inner.put_multipart_opts(location, opts).await
     }
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
-        self.before(FaultOp::Get).await?;
+        let lose = self.before(FaultOp::Get, location.as_ref()).await?;
         let r = self.inner.get_opts(location, options).await?;
-        if self.lose_response() {
-            return Err(injected("lost response"));
+        if lose {
+            return Err(self.lost());
         }
         Ok(r)
     }
 
     async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
-        self.before(FaultOp::Get).await?;
+        let lose = self.before(FaultOp::Get, location.as_ref()).await?;
         let r = self.inner.get_ranges(location, ranges).await?;
-        if self.lose_response() {
-            return Err(injected("lost response"));
+        if lose {
+            return Err(self.lost());
         }
         Ok(r)
     }
@@ -311,12 +344,18 @@ impl ObjectStore for FaultInjectingStore {
         };
         let this = Arc::new(this);
         let after = this.clone();
+        // Paths whose delete is to lose its response once it took effect.
+        let doomed = Arc::new(Mutex::new(std::collections::HashSet::<Path>::new()));
+        let marked = doomed.clone();
         let checked = locations
             .then(move |loc| {
                 let this = this.clone();
+                let marked = marked.clone();
                 async move {
                     let loc = loc?;
-                    this.before(FaultOp::Delete).await?;
+                    if this.before(FaultOp::Delete, loc.as_ref()).await? {
+                        marked.lock().insert(loc.clone());
+                    }
                     Ok(loc)
                 }
             })
@@ -325,14 +364,14 @@ impl ObjectStore for FaultInjectingStore {
         self.inner
             .delete_stream(checked)
             .map(move |r| match r {
-                Ok(_) if after.lose_response() => Err(injected("lost response")),
+                Ok(p) if doomed.lock().remove(&p) => Err(after.lost()),
                 other => other,
             })
             .boxed()
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
-        self.faulty_listing(self.inner.list(prefix))
+        self.faulty_listing(prefix, self.inner.list(prefix))
     }
 
     fn list_with_offset(
@@ -340,21 +379,124 @@ impl ObjectStore for FaultInjectingStore {
         prefix: Option<&Path>,
         offset: &Path,
     ) -> BoxStream<'static, Result<ObjectMeta>> {
-        self.faulty_listing(self.inner.list_with_offset(prefix, offset))
+        self.faulty_listing(prefix, self.inner.list_with_offset(prefix, offset))
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
-        self.before(FaultOp::List).await?;
+        self.before(FaultOp::List, prefix.map_or("", |p| p.as_ref()))
+            .await?;
         self.inner.list_with_delimiter(prefix).await
     }
 
     async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
-        self.before(FaultOp::Put).await?;
+        self.before(FaultOp::Put, to.as_ref()).await?;
         self.inner.copy_opts(from, to, options).await
     }
 
     async fn rename_opts(&self, from: &Path, to: &Path, options: RenameOptions) -> Result<()> {
-        self.before(FaultOp::Put).await?;
+        self.before(FaultOp::Put, to.as_ref()).await?;
         self.inner.rename_opts(from, to, options).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use object_store::ObjectStoreExt;
+    use object_store::memory::InMemory;
+
+    fn faulty(seed: u64) -> FaultInjectingStore {
+        FaultInjectingStore::new(
+            Arc::new(InMemory::new()),
+            FaultConfig {
+                error_rate: 0.3,
+                lost_response_rate: 0.3,
+                seed,
+                ..Default::default()
+            },
+        )
+    }
+
+    /// The outcome of three puts and three gets of `name`, in that order.
+    async fn outcomes(store: &FaultInjectingStore, name: &str) -> Vec<String> {
+        let path = Path::from(name);
+        let mut out = Vec::new();
+        for _ in 0..3 {
+            let r = store.put(&path, PutPayload::from_static(b"x")).await;
+            out.push(
+                r.map(|_| ())
+                    .map_err(|e| e.to_string())
+                    .err()
+                    .unwrap_or_default(),
+            );
+        }
+        for _ in 0..3 {
+            let r = store.get(&path).await;
+            out.push(
+                r.map(|_| ())
+                    .map_err(|e| e.to_string())
+                    .err()
+                    .unwrap_or_default(),
+            );
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn a_request_draws_the_same_faults_whatever_runs_beside_it() {
+        let names: Vec<String> = (0..40).map(|i| format!("dir/object-{i}")).collect();
+        let forward = faulty(9);
+        let mut a = Vec::new();
+        for n in &names {
+            a.push(outcomes(&forward, n).await);
+        }
+        // The same requests per object, the objects visited in reverse and with unrelated
+        // requests in between.
+        let backward = faulty(9);
+        let mut b = Vec::new();
+        for n in names.iter().rev() {
+            let _ = backward.get(&Path::from("elsewhere")).await;
+            b.push(outcomes(&backward, n).await);
+        }
+        b.reverse();
+        assert_eq!(a, b);
+        let faults = forward.counts();
+        assert!(faults.errors > 0 && faults.lost_responses > 0, "{faults:?}");
+        // Another seed decides differently.
+        let other = faulty(10);
+        let mut c = Vec::new();
+        for n in &names {
+            c.push(outcomes(&other, n).await);
+        }
+        assert_ne!(a, c);
+    }
+
+    #[tokio::test]
+    async fn scripted_faults_come_first() {
+        let store = FaultInjectingStore::new(Arc::new(InMemory::new()), FaultConfig::default());
+        let path = Path::from("a");
+        store.lose_next(1);
+        assert!(
+            store
+                .put(&path, PutPayload::from_static(b"x"))
+                .await
+                .is_err()
+        );
+        // The put landed; only its response was lost.
+        store.get(&path).await.unwrap();
+        store.fail_next(FaultOp::Get, 2);
+        assert!(store.get(&path).await.is_err());
+        assert!(store.get(&path).await.is_err());
+        store.get(&path).await.unwrap();
+        assert_eq!(
+            store.counts(),
+            FaultCounts {
+                errors: 2,
+                timeouts: 0,
+                lost_responses: 1
+            }
+        );
     }
 }
