@@ -103,10 +103,14 @@ def tree(base: str) -> str:
 
 
 def settled(base: str) -> bool:
-    """No row SST waiting in L0 and no compaction job outstanding, on every shard."""
+    """Nothing left in the memtables (flushed once idle, `engine.memtable_settle_ms`), no
+    row SST waiting in L0 and no compaction job outstanding, on every shard."""
     ss = shards(base)
     return bool(ss) and all(
-        s["nvme_levels"][0]["ssts"] == 0 and not s.get("jobs_outstanding") for s in ss
+        s["last_seq"] <= s["seq_flushed"]
+        and s["nvme_levels"][0]["ssts"] == 0
+        and not s.get("jobs_outstanding")
+        for s in ss
     )
 
 

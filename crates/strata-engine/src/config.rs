@@ -47,6 +47,11 @@ pub struct EngineConfig {
     /// the row-oriented part of a shard stays bounded by these levels' targets, whatever
     /// the data size. Applies to shards created from now on (a shard keeps its levels).
     pub levels: usize,
+    /// An active memtable that has taken no write for this long is flushed however small,
+    /// so that after a burst of writes (a bulk load, say) its rows join the rest of the
+    /// tree on the way to the columnar levels instead of being read row by row by every
+    /// scan until more writes fill it (0: flushed only by size or WAL segment count).
+    pub memtable_settle_ms: u64,
     /// L0 SST count that triggers an L0 -> L1 compaction.
     pub l0_compaction_trigger: usize,
     /// An L0 that has not grown for this long is compacted into L1 even below
@@ -232,6 +237,7 @@ impl Default for EngineConfig {
             wal_segment_bytes_max: 8 << 20,
             write_queue_max: 4096,
             levels: 2,
+            memtable_settle_ms: 10_000,
             l0_compaction_trigger: 4,
             l0_settle_ms: 10_000,
             level_bytes_base: 64 << 20,

@@ -1083,9 +1083,19 @@ async fn writer_loop(
     mut next_seq: u64,
 ) {
     loop {
+        // A memtable left with writes and then idle for `memtable_settle_ms` is flushed.
+        let settle = inner.config.memtable_settle_ms;
+        let idle_flush = settle > 0 && !inner.current().active.is_empty();
         let first = tokio::select! {
             r = rx.recv() => match r { Some(r) => r, None => return },
             _ = inner.cancel.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_millis(settle)), if idle_flush => {
+                if !inner.current().active.is_empty() {
+                    tracing::debug!(shard = %inner.name, "flushing an idle memtable");
+                    freeze(&inner);
+                }
+                continue;
+            }
         };
         // Write stall: too many memtables wait for flush.
         while inner.current().frozen.len() >= inner.config.memtables_frozen_max {

@@ -123,3 +123,63 @@ async fn a_paused_load_settles_into_the_columnar_levels() {
         "repeated lookups are answered from decoded pages ({hits} hits, {misses} misses)"
     );
 }
+
+/// A load smaller than a memtable, then nothing: the memtable is flushed once it has been
+/// idle for `memtable_settle_ms`, and its rows settle into the columnar levels instead of
+/// staying in memory, read row by row by every scan, until more writes come.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_memtable_is_flushed_and_settles() {
+    assert!(
+        EngineConfig::default().memtable_settle_ms > 0,
+        "an idle memtable is flushed by default"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let store = common::memory_store();
+    let mut config = config();
+    config.memtable_bytes_max = 64 << 20;
+    config.memtable_settle_ms = 300;
+    let db = common::open(&store, tmp.path(), config).await;
+    db.create_table("t", common::schema(), &["id"])
+        .await
+        .unwrap();
+    let t = db.table("t").await.unwrap();
+    let keys: Vec<i64> = (0..2_000).collect();
+    let a: Vec<Option<&str>> = keys.iter().map(|_| Some("loaded")).collect();
+    let b: Vec<Option<i64>> = keys.iter().map(|i| Some(i * 3)).collect();
+    for chunk in 0..4 {
+        let part = &keys[chunk * 500..(chunk + 1) * 500];
+        t.upsert(rows(part, &a[..500], &b[chunk * 500..(chunk + 1) * 500]))
+            .await
+            .unwrap();
+    }
+    let shard = t.shards().next().unwrap();
+    assert_eq!(
+        shard.stats().flushes,
+        0,
+        "below the memtable size: no flush yet"
+    );
+    let mut waited = 0;
+    loop {
+        let s = shard.stats();
+        let columnar: u64 = s.s3_bytes.iter().flatten().sum();
+        if s.flushes > 0 && s.ssts_per_level[0] == 0 && columnar > 0 {
+            break;
+        }
+        assert!(
+            waited < 300,
+            "the idle memtable did not settle: {} flushes, L0 {} files, {columnar} columnar bytes",
+            s.flushes,
+            s.ssts_per_level[0]
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        waited += 1;
+    }
+    let want: Vec<_> = keys
+        .iter()
+        .map(|i| (*i, Some("loaded".to_string()), Some(i * 3)))
+        .collect();
+    assert_eq!(scan_all(&t).await, want);
+    // One flush for the idle memtable, not one per settle period.
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert_eq!(shard.stats().flushes, 1, "an empty memtable is not flushed");
+}
