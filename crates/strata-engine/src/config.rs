@@ -102,6 +102,11 @@ pub struct EngineConfig {
     /// quarter of it, so the default (1 GiB) covers the row-oriented top of a shard at the
     /// default row levels (memtables, L0, a 64 MiB L1) decoded as Arrow.
     pub scan_overlay_bytes: u64,
+    /// Under writes the memtables change between any two scans, so scans use a fold of
+    /// them into the overlay through an older sequence number and resolve only newer
+    /// versions row by row; once the memtables have grown by this many bytes (and by a
+    /// quarter) since the fold, a scan folds the newer versions over it in the background.
+    pub scan_memtable_refold_bytes: u64,
     /// Bytes of S3-level data blocks cached in the local directory.
     pub cache_bytes_max: u64,
     /// Bytes of memory for decoded Parquet pages that point lookups read (per process), so
@@ -260,6 +265,7 @@ impl Default for EngineConfig {
             page_cache_bytes: 1 << 30,
             scan_cache_bytes: 2 << 30,
             scan_overlay_bytes: 1 << 30,
+            scan_memtable_refold_bytes: 4 << 20,
             sorted_runs_max: 24,
             jobs: JobsConfig::default(),
             gc: GcConfig::default(),

@@ -166,8 +166,17 @@ impl Memtable {
             .collect()
     }
 
-    /// Up to `max` versions after `after` (or from `start` when `after` is None).
-    fn chunk(&self, after: Option<&InternalKey>, start: &[u8], max: usize) -> Vec<Entry> {
+    /// Up to `max` versions after `after` (or from `start` when `after` is None), newer
+    /// than `seq_floor` and below `end`; also the last version looked at, and whether the
+    /// range is exhausted. Versions at or below the floor are skipped without a copy.
+    fn chunk(
+        &self,
+        after: Option<&InternalKey>,
+        start: &[u8],
+        end: Option<&[u8]>,
+        seq_floor: u64,
+        max: usize,
+    ) -> (Vec<Entry>, Option<InternalKey>, bool) {
         let lower = match after {
             Some(k) => Bound::Excluded(k.clone()),
             None => Bound::Included(InternalKey {
@@ -175,16 +184,32 @@ impl Memtable {
                 seq: u64::MAX,
             }),
         };
-        self.map
-            .range((lower, Bound::Unbounded))
-            .take(max)
-            .map(|e| Entry {
-                key: e.key().key.clone(),
-                seq: e.key().seq,
-                kind: e.value().0,
-                value: e.value().1.clone(),
-            })
-            .collect()
+        let mut out = Vec::new();
+        let mut last: Option<crossbeam_skiplist::map::Entry<'_, InternalKey, (EntryKind, Bytes)>> =
+            None;
+        // Versions looked at per call, so that a range of skipped versions is not walked
+        // in one go while the caller holds nothing to show for it.
+        let mut budget = max.saturating_mul(64).max(1);
+        for e in self.map.range((lower, Bound::Unbounded)) {
+            let k = e.key();
+            if end.is_some_and(|end| k.key.as_ref() >= end) {
+                return (out, last.map(|e| e.key().clone()), true);
+            }
+            if k.seq > seq_floor {
+                out.push(Entry {
+                    key: k.key.clone(),
+                    seq: k.seq,
+                    kind: e.value().0,
+                    value: e.value().1.clone(),
+                });
+            }
+            budget -= 1;
+            if out.len() >= max || budget == 0 {
+                return (out, Some(k.clone()), false);
+            }
+            last = Some(e);
+        }
+        (out, last.map(|e| e.key().clone()), true)
     }
 }
 
@@ -192,6 +217,8 @@ impl Memtable {
 pub struct MemtableIter {
     mem: std::sync::Arc<Memtable>,
     start: Bytes,
+    end: Option<Bytes>,
+    seq_floor: u64,
     last: Option<InternalKey>,
     buf: std::collections::VecDeque<Entry>,
     done: bool,
@@ -200,9 +227,22 @@ pub struct MemtableIter {
 impl MemtableIter {
     /// Iterates `mem` from `start`.
     pub fn new(mem: std::sync::Arc<Memtable>, start: &[u8]) -> Self {
+        Self::newer_than(mem, start, None, 0)
+    }
+
+    /// Iterates the versions of `mem` in `[start, end)` with sequence numbers above
+    /// `seq_floor` (what a fold through `seq_floor` does not hold).
+    pub fn newer_than(
+        mem: std::sync::Arc<Memtable>,
+        start: &[u8],
+        end: Option<&[u8]>,
+        seq_floor: u64,
+    ) -> Self {
         Self {
             mem,
             start: Bytes::copy_from_slice(start),
+            end: end.map(Bytes::copy_from_slice),
+            seq_floor,
             last: None,
             buf: Default::default(),
             done: false,
@@ -212,20 +252,20 @@ impl MemtableIter {
 
 impl EntryIter for MemtableIter {
     fn next_entry(&mut self) -> Result<Option<Entry>> {
-        if self.buf.is_empty() && !self.done {
-            let chunk = self.mem.chunk(self.last.as_ref(), &self.start, 256);
-            if chunk.len() < 256 {
-                self.done = true;
+        while self.buf.is_empty() && !self.done {
+            let (chunk, last, exhausted) = self.mem.chunk(
+                self.last.as_ref(),
+                &self.start,
+                self.end.as_deref(),
+                self.seq_floor,
+                256,
+            );
+            self.done = exhausted;
+            if last.is_some() {
+                self.last = last;
             }
             self.buf.extend(chunk);
         }
-        let next = self.buf.pop_front();
-        if let Some(e) = &next {
-            self.last = Some(InternalKey {
-                key: e.key.clone(),
-                seq: e.seq,
-            });
-        }
-        Ok(next)
+        Ok(self.buf.pop_front())
     }
 }

@@ -56,6 +56,18 @@ pub struct Overlay {
     /// Where the keys fall in the deep level beneath (see [`Positions`]), when known.
     pub(crate) positions: Option<Positions>,
     bytes: u64,
+    /// Memtables folded in, when any (see [`MemtablesFolded`]).
+    pub(crate) memtables: Option<MemtablesFolded>,
+}
+
+/// What of the memtables an overlay holds: every version through `seq` of the memtables
+/// named, which then held `bytes`. A scan at or above `seq` whose memtables include these
+/// takes only their newer versions on the row path.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct MemtablesFolded {
+    pub(crate) seq: u64,
+    pub(crate) ids: Vec<String>,
+    pub(crate) bytes: u64,
 }
 
 impl std::fmt::Debug for Overlay {
@@ -232,6 +244,7 @@ impl Overlay {
             batch,
             positions: None,
             bytes,
+            memtables: None,
         })
     }
 
@@ -385,11 +398,15 @@ struct Slots {
     bytes: u64,
     /// Keys asked about recently ([`OverlayCache::seen_before`]).
     seen: VecDeque<String>,
+    /// Ready overlays being rebuilt ([`OverlayCache::start_refresh`]).
+    refreshing: std::collections::HashSet<String>,
 }
 
 /// Overlays of a process, under a byte budget (see the module documentation).
 pub struct OverlayCache {
     budget: u64,
+    /// See `EngineConfig::scan_memtable_refold_bytes`.
+    refold_bytes: u64,
     slots: Mutex<Slots>,
 }
 
@@ -423,8 +440,21 @@ impl OverlayCache {
     pub fn new(budget: u64) -> Self {
         Self {
             budget,
+            refold_bytes: 4 << 20,
             slots: Mutex::new(Slots::default()),
         }
+    }
+
+    /// This cache, with scans folding the newer versions of the memtables over an older
+    /// fold once they have grown by `bytes` (and by a quarter) since.
+    pub fn with_refold_bytes(mut self, bytes: u64) -> Self {
+        self.refold_bytes = bytes;
+        self
+    }
+
+    /// Growth of the memtables since their fold that makes a scan fold again.
+    pub(crate) fn refold_bytes(&self, folded: u64) -> u64 {
+        (folded / 4).max(self.refold_bytes)
     }
 
     /// The most one overlay may hold: a quarter of the budget, so that a few shards share it.
@@ -481,10 +511,38 @@ impl OverlayCache {
         }
     }
 
-    /// Records the outcome of a build started by [`Self::lookup`]; older overlays are
-    /// dropped, least recently used first, to stay within the budget.
+    /// Marks the ready overlay under `key` as being rebuilt by the caller, who reports with
+    /// [`Self::finish`]; scans keep using it meanwhile. False when it is not ready or
+    /// another caller is rebuilding it.
+    pub(crate) fn start_refresh(&self, key: &str) -> bool {
+        let mut s = self.slots.lock();
+        if !matches!(s.map.get(key), Some(Slot::Ready(_))) || s.refreshing.contains(key) {
+            return false;
+        }
+        s.refreshing.insert(key.to_string());
+        true
+    }
+
+    /// Takes the ready overlay under `key` out of the accounting (it is being replaced).
+    fn forget(s: &mut Slots, key: &str) {
+        if let Some(Slot::Ready(old)) = s.map.remove(key) {
+            s.bytes -= old.bytes;
+            if let Some(i) = s.order.iter().position(|k| k == key) {
+                s.order.remove(i);
+            }
+        }
+    }
+
+    /// Records the outcome of a build started by [`Self::lookup`] or
+    /// [`Self::start_refresh`] (a failed refresh keeps the overlay it was to replace);
+    /// older overlays are dropped, least recently used first, to stay within the budget.
     pub(crate) fn finish(&self, key: &str, built: Result<Option<Overlay>>) -> Option<Arc<Overlay>> {
         let mut s = self.slots.lock();
+        let refresh = s.refreshing.remove(key);
+        if refresh && built.is_err() {
+            return None;
+        }
+        Self::forget(&mut s, key);
         match built {
             Ok(Some(o)) => {
                 let o = Arc::new(o);
@@ -532,6 +590,7 @@ mod tests {
             partial: false,
             positions: None,
             bytes,
+            memtables: None,
         }
     }
 

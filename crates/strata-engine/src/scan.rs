@@ -618,6 +618,10 @@ pub struct ViewBatches {
     /// After a deep level read by position: the overlay's keys past its last row, spliced
     /// from the overlay's columns (nothing else is left for the row path).
     ov_tail: bool,
+    /// After the deep level (or without one), with an overlay: its keys still to come
+    /// spliced from its columns, and only keys with memtable versions (or partial rows)
+    /// resolved row by row (see [`Self::next_spliced_tail`]).
+    spliced_tail: bool,
     /// Slices of a merged or patched batch larger than `batch_rows`, still to be returned.
     queued: std::collections::VecDeque<RecordBatch>,
     paths: ScanPaths,
@@ -686,6 +690,7 @@ impl ViewBatches {
             decided: None,
             tail: None,
             ov_tail: false,
+            spliced_tail: false,
             queued: Default::default(),
             paths: ScanPaths::default(),
             next_row,
@@ -765,12 +770,13 @@ impl ViewBatches {
             .map_or_else(Vec::new, |o| o.entries[range].to_vec())
     }
 
-    /// Upper versions with keys below `bound` (`inclusive`: at most `bound`), of at most
-    /// `max_keys` keys: the memtables' versions, and the overlay's entries taken (a range);
-    /// when it stops early, also the last key taken (every version of it is taken).
+    /// Upper versions with keys below `bound` (`inclusive`: at most `bound`; None: no
+    /// bound), of at most `max_keys` keys: the memtables' versions, and the overlay's
+    /// entries taken (a range); when it stops early, also the last key taken (every version
+    /// of it is taken).
     fn upper_until(
         &mut self,
-        bound: &[u8],
+        bound: Option<&[u8]>,
         inclusive: bool,
         max_keys: usize,
     ) -> Result<(Vec<Entry>, std::ops::Range<usize>, Option<Bytes>)> {
@@ -791,7 +797,8 @@ impl ViewBatches {
                 let mem = self.upper_peek.as_ref().map(|e| e.key.as_ref());
                 let below = gallop(&o.entries[self.ov_pos..self.ov_end], |e| {
                     let k = e.key.as_ref();
-                    (k < bound || (inclusive && k == bound)) && mem.is_none_or(|m| k < m)
+                    bound.is_none_or(|b| k < b || (inclusive && k == b))
+                        && mem.is_none_or(|m| k < m)
                 });
                 let take = below.min(max_keys - keys);
                 if take > 0 {
@@ -805,7 +812,7 @@ impl ViewBatches {
             let Some((key, in_mem, in_ov)) = smaller(mem, ov) else {
                 break;
             };
-            if key.as_ref() > bound || (!inclusive && key.as_ref() == bound) {
+            if bound.is_some_and(|b| key.as_ref() > b || (!inclusive && key.as_ref() == b)) {
                 break;
             }
             if keys == max_keys {
@@ -919,6 +926,12 @@ impl ViewBatches {
             if self.tail.is_some() {
                 return self.next_tail();
             }
+            if self.spliced_tail {
+                match self.next_spliced_tail()? {
+                    Some(b) => return Ok(Some(b)),
+                    None => continue,
+                }
+            }
             if self.ov_tail {
                 match self.next_overlay_tail()? {
                     Some(b) => return Ok(Some(b)),
@@ -932,12 +945,12 @@ impl ViewBatches {
                 }
             }
             let Some(deep) = self.deep.as_mut() else {
-                self.start_tail()?;
+                self.after_deep()?;
                 continue;
             };
             let fresh = deep.pushback.is_none();
             let Some(mut chunk) = deep.next_chunk(self.batch_rows)? else {
-                self.start_tail()?;
+                self.after_deep()?;
                 continue;
             };
             if fresh && deep.meta.is_none() {
@@ -958,7 +971,8 @@ impl ViewBatches {
                 if let Some(deep) = self.deep.as_mut() {
                     deep.pushback = Some(chunk);
                 }
-                let (mut versions, ov, _) = self.upper_until(&first, false, self.batch_rows)?;
+                let (mut versions, ov, _) =
+                    self.upper_until(Some(&first), false, self.batch_rows)?;
                 versions.extend(self.overlay_entries(ov));
                 if let Some(b) = self.merged(versions)? {
                     return Ok(Some(b));
@@ -967,7 +981,7 @@ impl ViewBatches {
             }
             let mut n = chunk.rows();
             let mut last = chunk.keys().key(n - 1);
-            let (upper, ov, cut) = self.upper_until(&last, true, self.batch_rows)?;
+            let (upper, ov, cut) = self.upper_until(Some(&last), true, self.batch_rows)?;
             if let Some(u) = cut {
                 // Many upper keys in the chunk's range: stop the chunk after them.
                 let split = lower_bound(chunk.keys(), &u, true);
@@ -1033,7 +1047,7 @@ impl ViewBatches {
                 self.deep = None;
                 self.ov_tail = true;
             } else {
-                self.start_tail()?;
+                self.after_deep()?;
             }
             return Ok(None);
         };
@@ -1349,6 +1363,96 @@ impl ViewBatches {
         self.ov_tail = false;
         self.start_tail()?;
         Ok(None)
+    }
+
+    /// Past the deep level: the keys above it still to come are spliced from the overlay
+    /// where there is one (and nothing is carried over from the level), else resolved row
+    /// by row.
+    fn after_deep(&mut self) -> Result<()> {
+        if self.carry.is_empty() && self.overlay.is_some() && !self.spliced_tail {
+            self.deep = None;
+            self.spliced_tail = true;
+            return Ok(());
+        }
+        self.start_tail()
+    }
+
+    /// The next run of keys above the deep level past its end (see [`Self::after_deep`]):
+    /// the overlay's whole rows copied from its columns, a delete dropped, and only keys
+    /// with memtable versions or a partial overlay entry resolved row by row. Hands over to
+    /// the (then empty) row path when they are done.
+    fn next_spliced_tail(&mut self) -> Result<Option<RecordBatch>> {
+        let end = self.end.clone();
+        loop {
+            let (upper, ov, _) = self.upper_until(end.as_deref(), false, self.batch_rows)?;
+            if upper.is_empty() && ov.is_empty() {
+                self.spliced_tail = false;
+                self.start_tail()?;
+                return Ok(None);
+            }
+            let overlay = self
+                .overlay
+                .clone()
+                .expect("a spliced tail comes with an overlay");
+            let (ov_entries, ov_rows) = (&overlay.entries[ov.clone()], &overlay.rows[ov]);
+            let mut ukeys: Vec<(usize, bool, From)> =
+                Vec::with_capacity(ov_entries.len() + upper.len());
+            let mut resolved_keys: Vec<Bytes> = Vec::new();
+            let mut versions: Vec<Entry> = Vec::new();
+            let (mut u, mut j) = (0, 0);
+            loop {
+                let mk = upper.get(u).map(|e| &e.key);
+                let ok = ov_entries.get(j).map(|e| &e.key);
+                let Some((key, in_mem, in_ov)) = smaller(mk, ok) else {
+                    break;
+                };
+                let src = if !in_mem {
+                    let e = &ov_entries[j];
+                    j += 1;
+                    match e.kind {
+                        EntryKind::Put => From::Overlay(ov_rows[j - 1] as usize),
+                        EntryKind::Delete => From::Gone,
+                        EntryKind::Partial => {
+                            versions.push(e.clone());
+                            resolved_keys.push(e.key.clone());
+                            From::Resolved(resolved_keys.len() - 1)
+                        }
+                    }
+                } else {
+                    let k = key.clone();
+                    while upper.get(u).is_some_and(|e| e.key == k) {
+                        versions.push(upper[u].clone());
+                        u += 1;
+                    }
+                    if in_ov {
+                        versions.push(ov_entries[j].clone());
+                        j += 1;
+                    }
+                    resolved_keys.push(k);
+                    From::Resolved(resolved_keys.len() - 1)
+                };
+                ukeys.push((0, false, src));
+            }
+            let patched = if versions.is_empty() {
+                Vec::new()
+            } else {
+                self.resolve(versions)?
+            };
+            // No deep rows: an empty base of the types the overlay's columns are spliced as.
+            let base: Vec<ArrayRef> = (0..self.projection.len())
+                .map(|c| {
+                    let t = match &self.ov_columns[c] {
+                        Some(a) => a.data_type().clone(),
+                        None => overlay.batch.column(self.projection[c]).data_type().clone(),
+                    };
+                    arrow::array::new_empty_array(&t)
+                })
+                .collect();
+            let batch = self.assemble(base, 0, &ukeys, patched, &resolved_keys)?;
+            if batch.num_rows() > 0 {
+                return Ok(Some(batch));
+            }
+        }
     }
 
     fn start_tail(&mut self) -> Result<()> {

@@ -235,7 +235,9 @@ impl ShardView {
     /// What identifies the overlay of the immutable upper tiers above the deep run `run`
     /// (see [`crate::overlay`]): the shard, the table's schema, every file folded and the
     /// run's first group's files (the overlay's keys are placed among them). None when
-    /// there is nothing to fold or the view reads older than the newest version folded.
+    /// the view reads older than the newest version folded. With nothing to fold the
+    /// overlay is empty: the memtables are then folded over it alone
+    /// ([`Self::folded_memtables`]).
     fn overlay_key(&self, run: &DeepRun) -> Option<String> {
         use std::fmt::Write;
         let m = &self.state.manifest.value;
@@ -257,7 +259,8 @@ impl ShardView {
             .iter()
             .map(|i| i.seq_max)
             .chain(files.iter().map(|f| f.seq_max))
-            .max()?;
+            .max()
+            .unwrap_or(0);
         if newest > self.read_seq {
             return None;
         }
@@ -467,6 +470,137 @@ impl ShardView {
         })
     }
 
+    /// `base` (the overlay cached under `base_key`) with this view's memtables folded over
+    /// it through some sequence number at most the view's, when one is ready: under
+    /// writes the memtables change between any two scans, so the exact fold of
+    /// [`Self::memtable_overlay`] is never reused, and each scan would resolve every
+    /// memtable row row by row. The scan then takes only the memtable versions newer than
+    /// the fold on the row path. The first wide scan (`start_build`) of a file set with
+    /// memtables starts the fold in the background; a scan that finds the memtables grown by more than a
+    /// quarter since (and at least `scan_memtable_refold_bytes`) starts folding just those
+    /// newer versions over it, and meanwhile uses the older fold.
+    fn folded_memtables(
+        &self,
+        base_key: &str,
+        run: &DeepRun,
+        base: &Arc<crate::overlay::Overlay>,
+        handle: &tokio::runtime::Handle,
+        start_build: bool,
+    ) -> Option<Arc<crate::overlay::Overlay>> {
+        use crate::overlay::{Lookup, MemtablesFolded, Overlay};
+        let mems: Vec<Arc<Memtable>> = self
+            .state
+            .memtables()
+            .filter(|m| !m.is_empty())
+            .cloned()
+            .collect();
+        if mems.is_empty() {
+            return None;
+        }
+        let key = format!("{base_key}|memtables-through");
+        let cache = self.s3.overlays.clone();
+        let ids: Vec<String> = mems.iter().map(|m| m.identity()).collect();
+        let bytes: u64 = mems.iter().map(|m| m.size_bytes() as u64).sum();
+        // Every version through this one is in `mems` (the writer applies a batch before it
+        // publishes its sequence number) and visible to this view.
+        let seq = mems
+            .iter()
+            .map(|m| m.seq_max())
+            .max()
+            .unwrap_or(0)
+            .min(self.read_seq);
+        let usable = |o: &Overlay| {
+            o.memtables
+                .as_ref()
+                .is_some_and(|f| f.seq <= self.read_seq && f.ids.iter().all(|i| ids.contains(i)))
+        };
+        let (table, holds) = (self.table.clone(), self.holds.clone());
+        let (store, paths, s3) = (self.store.clone(), self.paths.clone(), self.s3.clone());
+        let first = run.groups.first().cloned().unwrap_or_default();
+        let positioned = base.positions.is_some();
+        let folded_ids = ids.clone();
+        let h = handle.clone();
+        // Folds the versions of `mems` newer than `from` through `seq` over `under`.
+        let build = move |under: Arc<Overlay>, from: u64, max: u64| -> Result<Option<Overlay>> {
+            let _holds = holds;
+            let sources = mems
+                .into_iter()
+                .map(|m| {
+                    Box::new(crate::memtable::MemtableIter::newer_than(
+                        m,
+                        &[],
+                        None,
+                        from,
+                    )) as Box<dyn EntryIter>
+                })
+                .collect();
+            let started = std::time::Instant::now();
+            let Some(folded) = Overlay::fold(&table, sources, seq, max)? else {
+                return Ok(None);
+            };
+            let Some(mut combined) = under.combine(&table, &folded, max)? else {
+                return Ok(None);
+            };
+            tracing::debug!(
+                keys = folded.keys(),
+                from,
+                seq,
+                ms = started.elapsed().as_millis() as u64,
+                "scan overlay: memtables folded over the upper tiers, through a sequence number"
+            );
+            combined.memtables = Some(MemtablesFolded {
+                seq,
+                ids: folded_ids,
+                bytes,
+            });
+            if !positioned {
+                return Ok(Some(combined));
+            }
+            let files = BucketFiles {
+                store: &store,
+                paths: &paths,
+                s3: &s3,
+            };
+            let deep_files: Vec<_> = first.iter().map(|f| files.parquet_source(f)).collect();
+            Ok(Some(combined.positioned(&table, &deep_files, &h)))
+        };
+        let spawn =
+            |key: String,
+             cache: Arc<crate::overlay::OverlayCache>,
+             job: Box<dyn FnOnce(u64) -> Result<Option<Overlay>> + Send>| {
+                drop(handle.spawn_blocking(move || {
+                    let max = cache.max_overlay_bytes();
+                    let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(max)))
+                        .unwrap_or_else(|_| {
+                            Err(Error::Internal("building a scan overlay panicked".into()))
+                        });
+                    cache.finish(&key, built);
+                }));
+            };
+        match cache.lookup(&key, start_build) {
+            Lookup::Ready(o) if usable(&o) => {
+                let folded = o.memtables.as_ref().map_or(0, |f| f.bytes);
+                let grown = bytes.saturating_sub(folded);
+                if grown > cache.refold_bytes(folded)
+                    && seq > o.memtables.as_ref().map_or(0, |f| f.seq)
+                    && cache.start_refresh(&key)
+                {
+                    let (under, from) = (o.clone(), o.memtables.as_ref().map_or(0, |f| f.seq));
+                    spawn(key, cache, Box::new(move |max| build(under, from, max)));
+                }
+                Some(o)
+            }
+            // Folded from memtables this view no longer has (or newer than it reads).
+            Lookup::Ready(_) => None,
+            Lookup::Build => {
+                let under = base.clone();
+                spawn(key, cache, Box::new(move |max| build(under, 0, max)));
+                None
+            }
+            Lookup::Building | Lookup::Skip => None,
+        }
+    }
+
     /// The deep run's rows as `overlay`'s positions count them, when they hold for the run
     /// read through the groups `groups`: they were computed on its first group (whose files
     /// the overlay's cache key names), and every group read must hold the same versions as
@@ -636,18 +770,39 @@ impl ShardView {
             .as_ref()
             .zip(key.as_ref())
             .and_then(|(r, k)| self.overlay(k.clone(), r, handle, wide, false));
-        // With the memtables folded in too, nothing is left for the row path.
+        // With the memtables folded in too, nothing is left for the row path; with them
+        // folded through an older sequence number, only their newer versions are.
         let combined = match (&overlay, &key, &run) {
-            (Some(base), Some(k), Some(r)) if wide => {
+            (Some(base), Some(k), Some(r)) => if wide {
                 self.memtable_overlay(k, r, base, handle, false)
+            } else {
+                None
             }
+            .or_else(|| self.folded_memtables(k, r, base, handle, wide)),
             _ => None,
         };
-        let memtables_folded = combined.is_some();
+        let memtables_through = combined
+            .as_ref()
+            .map(|o| o.memtables.as_ref().map(|f| f.seq));
         let overlay = combined.or(overlay);
         let files = self.files();
-        let upper = if memtables_folded {
-            MergeIter::with_parts(Vec::new(), table.codec.clone())
+        let upper = if let Some(through) = memtables_through {
+            let sources = match through {
+                Some(seq) => self
+                    .state
+                    .memtables()
+                    .map(|m| {
+                        Box::new(crate::memtable::MemtableIter::newer_than(
+                            m.clone(),
+                            start,
+                            end,
+                            seq,
+                        )) as Box<dyn EntryIter>
+                    })
+                    .collect(),
+                None => Vec::new(),
+            };
+            MergeIter::with_parts(sources, table.codec.clone())
         } else if overlay.is_some() {
             MergeIter::with_parts(self.memtable_sources(start), table.codec.clone())
         } else {

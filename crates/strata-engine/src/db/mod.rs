@@ -162,7 +162,10 @@ impl Db {
                 config.scan_cache_bytes,
             )),
             layout: layout.clone(),
-            overlays: Arc::new(crate::overlay::OverlayCache::new(config.scan_overlay_bytes)),
+            overlays: Arc::new(
+                crate::overlay::OverlayCache::new(config.scan_overlay_bytes)
+                    .with_refold_bytes(config.scan_memtable_refold_bytes),
+            ),
             jobs_published: Arc::default(),
         };
         let workers = tokio_util::sync::CancellationToken::new();
