@@ -104,8 +104,10 @@ pub struct EngineConfig {
     pub scan_overlay_bytes: u64,
     /// Under writes the memtables change between any two scans, so scans use a fold of
     /// them into the overlay through an older sequence number and resolve only newer
-    /// versions row by row; once the memtables have grown by this many bytes (and by a
-    /// quarter) since the fold, a scan folds the newer versions over it in the background.
+    /// versions row by row; once the memtables have grown by this many bytes (and by as
+    /// much as was folded) since the fold, a scan folds the newer versions over it in the
+    /// background, so a growing memtable is folded a logarithmic number of times. 0: scans
+    /// resolve memtables that change under them row by row.
     pub scan_memtable_refold_bytes: u64,
     /// Bytes of S3-level data blocks cached in the local directory.
     pub cache_bytes_max: u64,

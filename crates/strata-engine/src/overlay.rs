@@ -396,8 +396,6 @@ struct Slots {
     /// Ready overlays, least recently used first.
     order: VecDeque<String>,
     bytes: u64,
-    /// Keys asked about recently ([`OverlayCache::seen_before`]).
-    seen: VecDeque<String>,
     /// Ready overlays being rebuilt ([`OverlayCache::start_refresh`]).
     refreshing: std::collections::HashSet<String>,
 }
@@ -446,15 +444,18 @@ impl OverlayCache {
     }
 
     /// This cache, with scans folding the newer versions of the memtables over an older
-    /// fold once they have grown by `bytes` (and by a quarter) since.
+    /// fold once they have grown by `bytes` (and by as much as was folded) since; 0: never.
     pub fn with_refold_bytes(mut self, bytes: u64) -> Self {
         self.refold_bytes = bytes;
         self
     }
 
-    /// Growth of the memtables since their fold that makes a scan fold again.
-    pub(crate) fn refold_bytes(&self, folded: u64) -> u64 {
-        (folded / 4).max(self.refold_bytes)
+    /// Growth of the memtables since their fold (of `folded` bytes) that makes a scan fold
+    /// again: as much as was folded, and at least the configured bytes, so a memtable is
+    /// folded a logarithmic number of times as it grows. None: scans do not fold
+    /// memtables that change under them.
+    pub(crate) fn refold_bytes(&self, folded: u64) -> Option<u64> {
+        (self.refold_bytes > 0).then(|| folded.max(self.refold_bytes))
     }
 
     /// The most one overlay may hold: a quarter of the budget, so that a few shards share it.
@@ -465,24 +466,6 @@ impl OverlayCache {
     /// Bytes held by ready overlays.
     pub fn bytes(&self) -> u64 {
         self.slots.lock().bytes
-    }
-
-    /// Whether `key` was asked about recently; records it otherwise. A fold of the
-    /// memtables is built only once a second scan finds them unchanged: under writes they
-    /// change between scans, and a fold would be wasted work.
-    pub(crate) fn seen_before(&self, key: &str) -> bool {
-        if self.budget == 0 {
-            return false;
-        }
-        let mut s = self.slots.lock();
-        if s.seen.iter().any(|k| k == key) {
-            return true;
-        }
-        s.seen.push_back(key.to_string());
-        if s.seen.len() > 64 {
-            s.seen.pop_front();
-        }
-        false
     }
 
     /// Looks `key` up; on a miss, when `build`, marks it as being built by the caller

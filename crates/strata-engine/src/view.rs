@@ -401,9 +401,8 @@ impl ShardView {
     /// it, when a ready one matches them exactly: every memtable version is visible at the
     /// view's sequence number, and the cache key names each memtable and its newest
     /// sequence number (the writer applies writes in sequence order, so that fixes its
-    /// content). Otherwise, when a scan saw the same memtables before (or `wait`), builds
-    /// it as [`Self::cached_overlay`] does; a memtable that changes between scans is never
-    /// folded.
+    /// content). Otherwise, when `wait`, builds it as [`Self::cached_overlay`] does; scans
+    /// fold the memtables through a sequence number instead ([`Self::folded_memtables`]).
     fn memtable_overlay(
         &self,
         base_key: &str,
@@ -432,7 +431,8 @@ impl ShardView {
             max_seq = max_seq.max(seq);
             let _ = write!(key, "{}:{seq},", m.identity());
         }
-        let build = self.s3.overlays.seen_before(&key) || wait;
+        // Built here only when asked to wait (`warm_overlay`); scans use one if ready.
+        let build = wait;
         let (table, base, holds) = (self.table.clone(), base.clone(), self.holds.clone());
         let (store, paths, s3) = (self.store.clone(), self.paths.clone(), self.s3.clone());
         let h = handle.clone();
@@ -476,9 +476,9 @@ impl ShardView {
     /// [`Self::memtable_overlay`] is never reused, and each scan would resolve every
     /// memtable row row by row. The scan then takes only the memtable versions newer than
     /// the fold on the row path. The first wide scan (`start_build`) of a file set with
-    /// memtables starts the fold in the background; a scan that finds the memtables grown by more than a
-    /// quarter since (and at least `scan_memtable_refold_bytes`) starts folding just those
-    /// newer versions over it, and meanwhile uses the older fold.
+    /// memtables starts the fold in the background; a scan that finds the memtables grown
+    /// by more than what was folded (and by at least `scan_memtable_refold_bytes`) starts
+    /// folding just those newer versions over it, and meanwhile uses the older fold.
     fn folded_memtables(
         &self,
         base_key: &str,
@@ -497,8 +497,9 @@ impl ShardView {
         if mems.is_empty() {
             return None;
         }
-        let key = format!("{base_key}|memtables-through");
         let cache = self.s3.overlays.clone();
+        cache.refold_bytes(0)?;
+        let key = format!("{base_key}|memtables-through");
         let ids: Vec<String> = mems.iter().map(|m| m.identity()).collect();
         let bytes: u64 = mems.iter().map(|m| m.size_bytes() as u64).sum();
         // Every version through this one is in `mems` (the writer applies a batch before it
@@ -581,7 +582,7 @@ impl ShardView {
             Lookup::Ready(o) if usable(&o) => {
                 let folded = o.memtables.as_ref().map_or(0, |f| f.bytes);
                 let grown = bytes.saturating_sub(folded);
-                if grown > cache.refold_bytes(folded)
+                if cache.refold_bytes(folded).is_some_and(|r| grown > r)
                     && seq > o.memtables.as_ref().map_or(0, |f| f.seq)
                     && cache.start_refresh(&key)
                 {
@@ -773,12 +774,12 @@ impl ShardView {
         // With the memtables folded in too, nothing is left for the row path; with them
         // folded through an older sequence number, only their newer versions are.
         let combined = match (&overlay, &key, &run) {
-            (Some(base), Some(k), Some(r)) => if wide {
-                self.memtable_overlay(k, r, base, handle, false)
-            } else {
-                None
-            }
-            .or_else(|| self.folded_memtables(k, r, base, handle, wide)),
+            // Not the exact fold of `memtable_overlay`: under writes two scans that happen
+            // to see the same memtables would each start a fold of all of them, to be
+            // thrown away at the next write; the fold through a sequence number is reused.
+            (Some(base), Some(k), Some(r)) => self
+                .memtable_overlay(k, r, base, handle, false)
+                .or_else(|| self.folded_memtables(k, r, base, handle, wide)),
             _ => None,
         };
         let memtables_through = combined

@@ -714,10 +714,10 @@ async fn views_of_one_wal_tail_share_its_fold() {
     writer.close().await;
 }
 
-/// Memtables every version of which is visible fold into the overlay too (once a scan saw
-/// them unchanged, or `warm_overlay`): a scan then takes no key down the row path. A new
-/// write changes them, and scans fall back to the row path for the memtables until a fold
-/// of the new state is ready.
+/// Memtables every version of which is visible fold into the overlay too (`warm_overlay`,
+/// or a wide scan's fold through a sequence number): a scan then takes no key down the row
+/// path. A new write changes them, and scans fall back to the row path for the memtables
+/// until a fold of the new state is ready.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memtables_fold_into_the_overlay() {
     let (_dir, db, t) = table_t(0, false, false).await;
@@ -737,7 +737,7 @@ async fn memtables_fold_into_the_overlay() {
     // are deleted there).
     assert_eq!((p.overlaid, p.patched, p.merged), (5, 17, 0), "{p:?}");
     assert_eq!(p.positioned, 0, "memtable keys need the key column: {p:?}");
-    // Seen unchanged by a second scan, the new state is folded in the background.
+    // The first wide scan folds the new state in the background.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
         let p = full_scan(db.view("t", None).await.unwrap(), false).await;
