@@ -1123,62 +1123,17 @@ impl ViewBatches {
         let deep = self.deep.as_ref().expect("deep level");
         let keys = chunk.keys();
         let n = chunk.rows();
-        // Per key, in key order: its position in the chunk, whether the chunk holds it,
-        // and where its row comes from. Keys are compared in place; only the few resolved
-        // row by row (memtable keys, partial rows) are copied.
-        let mut ukeys: Vec<(usize, bool, From)> =
-            Vec::with_capacity(ov_entries.len() + upper.len());
-        let mut resolved_keys: Vec<Bytes> = Vec::new();
-        let mut versions: Vec<Entry> = Vec::new();
-        let mut need_deep: Vec<usize> = Vec::new();
-        let (mut from, mut u, mut j) = (0, 0, 0);
-        loop {
-            let mk = upper.get(u).map(|e| &e.key);
-            let ok = ov_entries.get(j).map(|e| &e.key);
-            let Some((key, in_mem, in_ov)) = smaller(mk, ok) else {
-                break;
-            };
+        let mut from = 0;
+        let Sourced {
+            ukeys,
+            resolved_keys,
+            mut versions,
+            need_deep,
+        } = sourced(&upper, ov_entries, ov_rows, self.read_seq, |key| {
             let pos = lower_bound_from(keys, from, key, false);
-            let hit = pos < n && keys.cmp_at(pos, key) == Ordering::Equal;
-            let group = versions.len();
-            let src = if !in_mem {
-                let e = &ov_entries[j];
-                j += 1;
-                match e.kind {
-                    EntryKind::Put => From::Overlay(ov_rows[j - 1] as usize),
-                    EntryKind::Delete => From::Gone,
-                    EntryKind::Partial => {
-                        versions.push(e.clone());
-                        resolved_keys.push(e.key.clone());
-                        From::Resolved(resolved_keys.len() - 1)
-                    }
-                }
-            } else {
-                let k = key.clone();
-                while upper.get(u).is_some_and(|e| e.key == k) {
-                    versions.push(upper[u].clone());
-                    u += 1;
-                }
-                if in_ov {
-                    versions.push(ov_entries[j].clone());
-                    j += 1;
-                }
-                resolved_keys.push(k);
-                From::Resolved(resolved_keys.len() - 1)
-            };
-            if hit && matches!(src, From::Resolved(_)) {
-                // Versions of a key arrive newest first; a whole row or a delete among the
-                // visible ones hides the deep row.
-                let whole = versions[group..]
-                    .iter()
-                    .any(|e| e.seq <= self.read_seq && e.kind != EntryKind::Partial);
-                if !whole {
-                    need_deep.push(pos);
-                }
-            }
-            ukeys.push((pos, hit, src));
             from = pos;
-        }
+            (pos, pos < n && keys.cmp_at(pos, key) == Ordering::Equal)
+        });
         deep.versions(
             &self.table,
             &chunk,
@@ -1345,16 +1300,7 @@ impl ViewBatches {
             if ukeys.is_empty() {
                 continue;
             }
-            // No deep rows: an empty base of the types the overlay's columns are spliced as.
-            let base: Vec<ArrayRef> = (0..self.projection.len())
-                .map(|c| {
-                    let t = match &self.ov_columns[c] {
-                        Some(a) => a.data_type().clone(),
-                        None => overlay.batch.column(self.projection[c]).data_type().clone(),
-                    };
-                    arrow::array::new_empty_array(&t)
-                })
-                .collect();
+            let base = self.empty_base(&overlay);
             let batch = self.assemble(base, 0, &ukeys, Vec::new(), &[])?;
             if batch.num_rows() > 0 {
                 return Ok(Some(batch));
@@ -1395,64 +1341,37 @@ impl ViewBatches {
                 .clone()
                 .expect("a spliced tail comes with an overlay");
             let (ov_entries, ov_rows) = (&overlay.entries[ov.clone()], &overlay.rows[ov]);
-            let mut ukeys: Vec<(usize, bool, From)> =
-                Vec::with_capacity(ov_entries.len() + upper.len());
-            let mut resolved_keys: Vec<Bytes> = Vec::new();
-            let mut versions: Vec<Entry> = Vec::new();
-            let (mut u, mut j) = (0, 0);
-            loop {
-                let mk = upper.get(u).map(|e| &e.key);
-                let ok = ov_entries.get(j).map(|e| &e.key);
-                let Some((key, in_mem, in_ov)) = smaller(mk, ok) else {
-                    break;
-                };
-                let src = if !in_mem {
-                    let e = &ov_entries[j];
-                    j += 1;
-                    match e.kind {
-                        EntryKind::Put => From::Overlay(ov_rows[j - 1] as usize),
-                        EntryKind::Delete => From::Gone,
-                        EntryKind::Partial => {
-                            versions.push(e.clone());
-                            resolved_keys.push(e.key.clone());
-                            From::Resolved(resolved_keys.len() - 1)
-                        }
-                    }
-                } else {
-                    let k = key.clone();
-                    while upper.get(u).is_some_and(|e| e.key == k) {
-                        versions.push(upper[u].clone());
-                        u += 1;
-                    }
-                    if in_ov {
-                        versions.push(ov_entries[j].clone());
-                        j += 1;
-                    }
-                    resolved_keys.push(k);
-                    From::Resolved(resolved_keys.len() - 1)
-                };
-                ukeys.push((0, false, src));
-            }
+            // No deep rows: every key is new.
+            let Sourced {
+                ukeys,
+                resolved_keys,
+                versions,
+                ..
+            } = sourced(&upper, ov_entries, ov_rows, self.read_seq, |_| (0, false));
             let patched = if versions.is_empty() {
                 Vec::new()
             } else {
                 self.resolve(versions)?
             };
-            // No deep rows: an empty base of the types the overlay's columns are spliced as.
-            let base: Vec<ArrayRef> = (0..self.projection.len())
-                .map(|c| {
-                    let t = match &self.ov_columns[c] {
-                        Some(a) => a.data_type().clone(),
-                        None => overlay.batch.column(self.projection[c]).data_type().clone(),
-                    };
-                    arrow::array::new_empty_array(&t)
-                })
-                .collect();
+            let base = self.empty_base(&overlay);
             let batch = self.assemble(base, 0, &ukeys, patched, &resolved_keys)?;
             if batch.num_rows() > 0 {
                 return Ok(Some(batch));
             }
         }
+    }
+
+    /// No deep rows: an empty base of the types the overlay's columns are spliced as.
+    fn empty_base(&self, overlay: &Overlay) -> Vec<ArrayRef> {
+        (0..self.projection.len())
+            .map(|c| {
+                let t = match &self.ov_columns[c] {
+                    Some(a) => a.data_type().clone(),
+                    None => overlay.batch.column(self.projection[c]).data_type().clone(),
+                };
+                arrow::array::new_empty_array(&t)
+            })
+            .collect()
     }
 
     fn start_tail(&mut self) -> Result<()> {
@@ -1501,6 +1420,86 @@ impl ViewBatches {
         self.paths.merged += rows.len() as u64;
         self.rows_batch(&rows).map(Some)
     }
+}
+
+/// Where the keys above a run of deep rows come from (see [`sourced`]).
+struct Sourced {
+    /// Per key, in key order: its position among the deep rows, whether the deep row there
+    /// has the key, and where its row comes from.
+    ukeys: Vec<(usize, bool, From)>,
+    /// The keys resolved row by row ([`From::Resolved`] indexes them).
+    resolved_keys: Vec<Bytes>,
+    /// Their versions, newest first per key.
+    versions: Vec<Entry>,
+    /// Positions of deep rows whose versions the resolution also needs: the key's visible
+    /// upper versions are all partial.
+    need_deep: Vec<usize>,
+}
+
+/// Lines up the memtable versions `upper` and the overlay's entries `ov_entries` (whose
+/// whole rows are at `ov_rows` in its batch) by key, placing each key among the deep rows
+/// with `place` (its position, and whether the deep row there has it). Keys are compared
+/// in place; only the few resolved row by row (memtable keys, partial rows) are copied.
+fn sourced(
+    upper: &[Entry],
+    ov_entries: &[Entry],
+    ov_rows: &[u32],
+    read_seq: u64,
+    mut place: impl FnMut(&Bytes) -> (usize, bool),
+) -> Sourced {
+    let mut out = Sourced {
+        ukeys: Vec::with_capacity(ov_entries.len() + upper.len()),
+        resolved_keys: Vec::new(),
+        versions: Vec::new(),
+        need_deep: Vec::new(),
+    };
+    let (mut u, mut j) = (0, 0);
+    loop {
+        let mk = upper.get(u).map(|e| &e.key);
+        let ok = ov_entries.get(j).map(|e| &e.key);
+        let Some((key, in_mem, in_ov)) = smaller(mk, ok) else {
+            break;
+        };
+        let (pos, hit) = place(key);
+        let group = out.versions.len();
+        let src = if !in_mem {
+            let e = &ov_entries[j];
+            j += 1;
+            match e.kind {
+                EntryKind::Put => From::Overlay(ov_rows[j - 1] as usize),
+                EntryKind::Delete => From::Gone,
+                EntryKind::Partial => {
+                    out.versions.push(e.clone());
+                    out.resolved_keys.push(e.key.clone());
+                    From::Resolved(out.resolved_keys.len() - 1)
+                }
+            }
+        } else {
+            let k = key.clone();
+            while upper.get(u).is_some_and(|e| e.key == k) {
+                out.versions.push(upper[u].clone());
+                u += 1;
+            }
+            if in_ov {
+                out.versions.push(ov_entries[j].clone());
+                j += 1;
+            }
+            out.resolved_keys.push(k);
+            From::Resolved(out.resolved_keys.len() - 1)
+        };
+        if hit && matches!(src, From::Resolved(_)) {
+            // Versions of a key arrive newest first; a whole row or a delete among the
+            // visible ones hides the deep row.
+            let whole = out.versions[group..]
+                .iter()
+                .any(|e| e.seq <= read_seq && e.kind != EntryKind::Partial);
+            if !whole {
+                out.need_deep.push(pos);
+            }
+        }
+        out.ukeys.push((pos, hit, src));
+    }
+    out
 }
 
 /// Where a key's output row comes from in a patched chunk.

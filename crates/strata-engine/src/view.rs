@@ -225,6 +225,15 @@ impl ShardView {
     }
 
     /// The memtables (or WAL tail) from `start`, newest first.
+    /// The view's memtables that hold anything.
+    fn nonempty_memtables(&self) -> Vec<Arc<Memtable>> {
+        self.state
+            .memtables()
+            .filter(|m| !m.is_empty())
+            .cloned()
+            .collect()
+    }
+
     fn memtable_sources(&self, start: &[u8]) -> Vec<Box<dyn EntryIter>> {
         self.state
             .memtables()
@@ -412,12 +421,7 @@ impl ShardView {
         wait: bool,
     ) -> Option<Arc<crate::overlay::Overlay>> {
         use std::fmt::Write;
-        let mems: Vec<Arc<Memtable>> = self
-            .state
-            .memtables()
-            .filter(|m| !m.is_empty())
-            .cloned()
-            .collect();
+        let mems = self.nonempty_memtables();
         if mems.is_empty() {
             return None;
         }
@@ -488,12 +492,7 @@ impl ShardView {
         start_build: bool,
     ) -> Option<Arc<crate::overlay::Overlay>> {
         use crate::overlay::{Lookup, MemtablesFolded, Overlay};
-        let mems: Vec<Arc<Memtable>> = self
-            .state
-            .memtables()
-            .filter(|m| !m.is_empty())
-            .cloned()
-            .collect();
+        let mems = self.nonempty_memtables();
         if mems.is_empty() {
             return None;
         }
