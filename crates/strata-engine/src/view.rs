@@ -224,7 +224,6 @@ impl ShardView {
         sources
     }
 
-    /// The memtables (or WAL tail) from `start`, newest first.
     /// The view's memtables that hold anything.
     fn nonempty_memtables(&self) -> Vec<Arc<Memtable>> {
         self.state
@@ -234,6 +233,63 @@ impl ShardView {
             .collect()
     }
 
+    /// A fold of the versions of `mems` newer than `from` and through `seq` over an
+    /// overlay (`under`), with its keys placed in the deep run `run` when `under`'s are;
+    /// None when it would hold more than `max` bytes. Blocking: run it on a blocking
+    /// thread; the view's pins keep its files meanwhile.
+    fn memtable_folder(
+        &self,
+        run: &DeepRun,
+        mems: Vec<Arc<Memtable>>,
+        handle: &tokio::runtime::Handle,
+    ) -> impl FnOnce(
+        Arc<crate::overlay::Overlay>,
+        u64,
+        u64,
+        u64,
+    ) -> Result<Option<crate::overlay::Overlay>>
+    + Send
+    + 'static {
+        let (table, holds) = (self.table.clone(), self.holds.clone());
+        let (store, paths, s3) = (self.store.clone(), self.paths.clone(), self.s3.clone());
+        let first = run.groups.first().cloned().unwrap_or_default();
+        let h = handle.clone();
+        move |under, from, seq, max| {
+            let _holds = holds;
+            let sources = mems
+                .into_iter()
+                .map(|m| {
+                    Box::new(MemtableIter::newer_than(m, &[], None, from)) as Box<dyn EntryIter>
+                })
+                .collect();
+            let started = std::time::Instant::now();
+            let Some(folded) = crate::overlay::Overlay::fold(&table, sources, seq, max)? else {
+                return Ok(None);
+            };
+            let Some(combined) = under.combine(&table, &folded, max)? else {
+                return Ok(None);
+            };
+            tracing::debug!(
+                keys = folded.keys(),
+                from,
+                seq,
+                ms = started.elapsed().as_millis() as u64,
+                "scan overlay: memtables folded over the upper tiers"
+            );
+            if under.positions.is_none() {
+                return Ok(Some(combined));
+            }
+            let files = BucketFiles {
+                store: &store,
+                paths: &paths,
+                s3: &s3,
+            };
+            let deep_files: Vec<_> = first.iter().map(|f| files.parquet_source(f)).collect();
+            Ok(Some(combined.positioned(&table, &deep_files, &h)))
+        }
+    }
+
+    /// The memtables (or WAL tail) from `start`, newest first.
     fn memtable_sources(&self, start: &[u8]) -> Vec<Box<dyn EntryIter>> {
         self.state
             .memtables()
@@ -436,41 +492,10 @@ impl ShardView {
             let _ = write!(key, "{}:{seq},", m.identity());
         }
         // Built here only when asked to wait (`warm_overlay`); scans use one if ready.
-        let build = wait;
-        let (table, base, holds) = (self.table.clone(), base.clone(), self.holds.clone());
-        let (store, paths, s3) = (self.store.clone(), self.paths.clone(), self.s3.clone());
-        let h = handle.clone();
-        let first = run.groups.first().cloned().unwrap_or_default();
-        self.cached_overlay(key, handle, build, wait, move |max| {
-            let _holds = holds;
-            let sources = mems
-                .into_iter()
-                .map(|m| Box::new(MemtableIter::new(m, &[])) as Box<dyn EntryIter>)
-                .collect();
-            let started = std::time::Instant::now();
-            let Some(folded) = crate::overlay::Overlay::fold(&table, sources, max_seq, max)? else {
-                return Ok(None);
-            };
-            let fold_ms = started.elapsed().as_millis() as u64;
-            let Some(combined) = base.combine(&table, &folded, max)? else {
-                return Ok(None);
-            };
-            tracing::debug!(
-                keys = folded.keys(),
-                fold_ms,
-                combine_ms = started.elapsed().as_millis() as u64 - fold_ms,
-                "scan overlay: memtables folded over the upper tiers"
-            );
-            if base.positions.is_none() {
-                return Ok(Some(combined));
-            }
-            let files = BucketFiles {
-                store: &store,
-                paths: &paths,
-                s3: &s3,
-            };
-            let deep_files: Vec<_> = first.iter().map(|f| files.parquet_source(f)).collect();
-            Ok(Some(combined.positioned(&table, &deep_files, &h)))
+        let base = base.clone();
+        let fold = self.memtable_folder(run, mems, handle);
+        self.cached_overlay(key, handle, wait, wait, move |max| {
+            fold(base, 0, max_seq, max)
         })
     }
 
@@ -514,55 +539,18 @@ impl ShardView {
                 .as_ref()
                 .is_some_and(|f| f.seq <= self.read_seq && f.ids.iter().all(|i| ids.contains(i)))
         };
-        let (table, holds) = (self.table.clone(), self.holds.clone());
-        let (store, paths, s3) = (self.store.clone(), self.paths.clone(), self.s3.clone());
-        let first = run.groups.first().cloned().unwrap_or_default();
-        let positioned = base.positions.is_some();
+        let fold = self.memtable_folder(run, mems, handle);
         let folded_ids = ids.clone();
-        let h = handle.clone();
-        // Folds the versions of `mems` newer than `from` through `seq` over `under`.
+        // Folds the versions newer than `from` over `under`, and records what it holds.
         let build = move |under: Arc<Overlay>, from: u64, max: u64| -> Result<Option<Overlay>> {
-            let _holds = holds;
-            let sources = mems
-                .into_iter()
-                .map(|m| {
-                    Box::new(crate::memtable::MemtableIter::newer_than(
-                        m,
-                        &[],
-                        None,
-                        from,
-                    )) as Box<dyn EntryIter>
-                })
-                .collect();
-            let started = std::time::Instant::now();
-            let Some(folded) = Overlay::fold(&table, sources, seq, max)? else {
-                return Ok(None);
-            };
-            let Some(mut combined) = under.combine(&table, &folded, max)? else {
-                return Ok(None);
-            };
-            tracing::debug!(
-                keys = folded.keys(),
-                from,
-                seq,
-                ms = started.elapsed().as_millis() as u64,
-                "scan overlay: memtables folded over the upper tiers, through a sequence number"
-            );
-            combined.memtables = Some(MemtablesFolded {
-                seq,
-                ids: folded_ids,
-                bytes,
-            });
-            if !positioned {
-                return Ok(Some(combined));
-            }
-            let files = BucketFiles {
-                store: &store,
-                paths: &paths,
-                s3: &s3,
-            };
-            let deep_files: Vec<_> = first.iter().map(|f| files.parquet_source(f)).collect();
-            Ok(Some(combined.positioned(&table, &deep_files, &h)))
+            Ok(fold(under, from, seq, max)?.map(|mut o| {
+                o.memtables = Some(MemtablesFolded {
+                    seq,
+                    ids: folded_ids,
+                    bytes,
+                });
+                o
+            }))
         };
         let spawn =
             |key: String,
