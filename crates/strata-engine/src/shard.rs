@@ -115,7 +115,7 @@ pub(crate) struct ShardInner {
     pub(crate) readers: Mutex<BTreeMap<u64, usize>>,
     /// Since when writes are refused as overloaded (a stall).
     pub(crate) overloaded_since: Mutex<Option<std::time::Instant>>,
-    pub(crate) stats: crate::metrics::ShardStats,
+    pub(crate) stats: Arc<crate::metrics::ShardStats>,
     /// When sequence numbers were acknowledged since the last manifest commit.
     pub(crate) time_index: Mutex<Vec<SeqTime>>,
     /// When L0 last gained a file (clock ms): an L0 unchanged for `l0_settle_ms` settles.
@@ -132,10 +132,16 @@ pub struct Shard {
 impl ShardInner {
     /// A key as the process-wide hotness tracker knows it: table id, shard id, key.
     pub(crate) fn hotness_key(&self, key: &[u8]) -> Vec<u8> {
-        let mut k = Vec::with_capacity(12 + key.len());
+        let mut k = self.hotness_prefix();
+        k.extend_from_slice(key);
+        k
+    }
+
+    /// The hotness tracker's key prefix of the shard: table id, shard id.
+    pub(crate) fn hotness_prefix(&self) -> Vec<u8> {
+        let mut k = Vec::with_capacity(64);
         k.extend_from_slice(&self.table.entry.id.to_be_bytes());
         k.extend_from_slice(&self.shard_id.to_be_bytes());
-        k.extend_from_slice(key);
         k
     }
 }
@@ -827,7 +833,11 @@ impl Shard {
             self.inner.s3.clone(),
             self.inner.seq_times(),
             vec![Box::new(snap), Box::new(guard)],
-        ))
+        )
+        .reporting_to(crate::view::PointReadReport {
+            stats: self.inner.stats.clone(),
+            hotness_prefix: self.inner.hotness_prefix(),
+        }))
     }
 
     /// Point read of an encoded key; the row's non-key values, or None.

@@ -91,6 +91,19 @@ pub struct ShardView {
     pub(crate) seq_times: Vec<SeqTime>,
     /// Shared with background work reading the view's files (an overlay build).
     holds: Arc<Vec<Box<dyn Hold>>>,
+    /// Where point reads through the view are reported (None: a view of a shard this
+    /// process does not write, read from the bucket).
+    report: Option<PointReadReport>,
+}
+
+/// What a point read through a view reports to its shard, as `Shard::get` does: the tier
+/// that answered (`strata_point_reads_total`) and the access (the hotness tracker, which
+/// HotRAP's retention reads). SQL over a single key is such a read.
+#[derive(Clone)]
+pub(crate) struct PointReadReport {
+    pub(crate) stats: Arc<crate::metrics::ShardStats>,
+    /// The tracker's key prefix of the shard (`ShardInner::hotness_prefix`).
+    pub(crate) hotness_prefix: Vec<u8>,
 }
 
 impl std::fmt::Debug for ShardView {
@@ -127,7 +140,14 @@ impl ShardView {
             s3,
             seq_times,
             holds: Arc::new(holds),
+            report: None,
         }
+    }
+
+    /// The view, reporting its point reads to `report`.
+    pub(crate) fn reporting_to(mut self, report: PointReadReport) -> Self {
+        self.report = Some(report);
+        self
     }
 
     /// The sequence number reads see.
@@ -870,8 +890,10 @@ impl ShardView {
     /// row undecided. Blocking: call it on a blocking thread.
     pub fn point(&self, key: &[u8], handle: &tokio::runtime::Handle) -> Result<Option<RowValues>> {
         let codec = &self.table.codec;
-        let (mut versions, _) = crate::shard::point_versions(&self.state, key, self.read_seq)?;
+        let (mut versions, mut source) =
+            crate::shard::point_versions(&self.state, key, self.read_seq)?;
         if !crate::s3::decided(codec, &mut versions)? {
+            source = crate::metrics::ReadSource::S3;
             crate::s3::s3_point_versions(
                 &self.table,
                 &self.files(),
@@ -883,7 +905,22 @@ impl ShardView {
             )?;
             crate::s3::coalesce(codec, &mut versions)?;
         }
-        crate::iter::resolve(codec, &versions)
+        let row = crate::iter::resolve(codec, &versions)?;
+        if let Some(report) = &self.report {
+            report.stats.record_point_read(source);
+            if let (Some(t), Some(_)) = (&self.s3.hotness, &row) {
+                let mut k = report.hotness_prefix.clone();
+                k.extend_from_slice(key);
+                let value_len = versions.first().map_or(0, |e| e.value.len()) as u32;
+                // Losing an access loses warmth, never data: log and go on.
+                if t.buffer_access(&k, value_len)
+                    && let Err(e) = t.flush_full()
+                {
+                    tracing::warn!(shard = %self.paths.dir(), "hotness tracker: {e}");
+                }
+            }
+        }
+        Ok(row)
     }
 
     /// The run a scan needing the non-key columns `needed` reads column-wise (see

@@ -92,3 +92,78 @@ async fn point_reads_feed_the_hotness_tracker() {
     let db = common::open(&store, tmp.path(), config).await;
     assert_eq!(db.hotness_stats().unwrap().records, 0);
 }
+
+/// A point read through a view (what SQL over a single key runs) reports to the shard as
+/// `Table::get` does: the tier that answered, and the access to the hotness tracker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn point_reads_through_a_view_count_and_feed_the_tracker() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = common::memory_store();
+    let mut config = common::small_config();
+    config.hotness.enabled = true;
+    config.hotness.nvme_budget_bytes = 1 << 20;
+    let db = common::open(&store, tmp.path(), config).await;
+    db.create_table("t", common::schema(), &["id"])
+        .await
+        .unwrap();
+    let t = db.table("t").await.unwrap();
+    // Key 1 goes to S3, key 2 to an NVMe SST, key 3 stays in the memtable.
+    t.upsert(rows(&[1], &[Some("one")], &[Some(1)]))
+        .await
+        .unwrap();
+    t.drain_to_s3().await.unwrap();
+    t.upsert(rows(&[2], &[Some("two")], &[Some(2)]))
+        .await
+        .unwrap();
+    t.flush().await.unwrap();
+    t.upsert(rows(&[3], &[Some("three")], &[Some(3)]))
+        .await
+        .unwrap();
+    let counts = |t: &strata_engine::Table| {
+        let s = t.shards().next().unwrap().stats();
+        (s.point_reads_memtable, s.point_reads_nvme, s.point_reads_s3)
+    };
+    let schema = t.table_schema().clone();
+    let read = |id: i64| {
+        let (db, schema) = (db.clone(), schema.clone());
+        async move {
+            let view = db.view("t", None).await.unwrap();
+            let handle = tokio::runtime::Handle::current();
+            tokio::task::spawn_blocking(move || {
+                let key = |k: i64| schema.encode_key(&[Value::Int(k)]).unwrap();
+                let (start, end) = (key(id), key(id + 1));
+                let mut b = view.shards[0]
+                    .batches(&start, Some(&end), &[0, 1, 2], 64, &handle)
+                    .unwrap();
+                let mut n = 0;
+                while let Some(batch) = b.next_batch().unwrap() {
+                    n += batch.num_rows();
+                }
+                n
+            })
+            .await
+            .unwrap()
+        }
+    };
+    assert_eq!(counts(&t), (0, 0, 0));
+    for (id, want) in [(3, (1, 0, 0)), (2, (1, 1, 0)), (1, (1, 1, 1))] {
+        assert_eq!(read(id).await, 1, "key {id}");
+        assert_eq!(counts(&t), want, "after reading key {id}");
+    }
+    assert_eq!(read(9).await, 0);
+    assert_eq!(counts(&t), (1, 1, 2), "a key that is nowhere asked S3 too");
+    for _ in 0..20 {
+        read(1).await;
+    }
+    let tracker = db.hotness().unwrap();
+    let entry = db.describe("t").await.unwrap();
+    let key = |id: i64| {
+        let mut k = entry.id.to_be_bytes().to_vec();
+        k.extend_from_slice(&0u32.to_be_bytes());
+        k.extend(schema.encode_key(&[Value::Int(id)]).unwrap());
+        k
+    };
+    assert!(tracker.is_hot(&key(1)), "a key read over and over is hot");
+    assert!(!tracker.is_hot(&key(9)), "a miss is not an access");
+    db.close().await;
+}
