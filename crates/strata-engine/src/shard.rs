@@ -137,6 +137,69 @@ impl ShardInner {
         k
     }
 
+    /// Whether point reads at the latest sequence number go through the promotion cache
+    /// (HotRAP §3.3): hot-record tracking and promotion both on.
+    pub(crate) fn promotes(&self) -> bool {
+        self.s3.hotness.is_some() && self.config.hotness.promotion
+    }
+
+    /// The versions of `key` the promotion cache holds for a read at `seq`.
+    pub(crate) fn promoted(&self, key: &[u8], seq: u64) -> Option<Vec<Entry>> {
+        self.promotion
+            .lock()
+            .get(key, seq)
+            .map(|c| c.versions.clone())
+    }
+
+    /// Offers `versions` of `key`, read from the columnar levels at `seq`, to the promotion
+    /// cache. `epoch` is the promotion epoch taken before the state they were read from:
+    /// a cross-tier commit since then makes them stale, and the cache refuses them. A cache
+    /// that fills starts promotion by flush (one round at a time) on `runtime`.
+    pub(crate) fn offer_promotion(
+        self: &Arc<Self>,
+        key: &[u8],
+        versions: Vec<Entry>,
+        seq: u64,
+        epoch: u64,
+        runtime: &tokio::runtime::Handle,
+    ) {
+        let read = crate::promotion::Cached {
+            versions,
+            read_seq: seq,
+        };
+        let full = {
+            let mut pc = self.promotion.lock();
+            if pc.insert(key, read, epoch) {
+                pc.bytes() >= self.config.hotness.promotion_cache_bytes
+                    && !std::mem::replace(&mut pc.flushing, true)
+            } else {
+                self.stats.record_promotion_abort();
+                false
+            }
+        };
+        if !full {
+            return;
+        }
+        let inner = self.clone();
+        runtime.spawn(async move {
+            // Reads during a round refill the cache without starting another (one round at
+            // a time), and reads the cache answers insert nothing: a cache full again when
+            // a round ends is flushed again. Each round empties it.
+            loop {
+                if let Err(e) = promote_by_flush(&inner).await {
+                    tracing::warn!(shard = %inner.name, "promotion by flush: {e}");
+                    inner.promotion.lock().flushing = false;
+                    break;
+                }
+                let mut pc = inner.promotion.lock();
+                if pc.bytes() < inner.config.hotness.promotion_cache_bytes {
+                    pc.flushing = false;
+                    break;
+                }
+            }
+        });
+    }
+
     /// The hotness tracker's key prefix of the shard: table id, shard id.
     pub(crate) fn hotness_prefix(&self) -> Vec<u8> {
         let mut k = Vec::with_capacity(64);
@@ -823,6 +886,9 @@ impl Shard {
     pub fn view(&self) -> Result<crate::view::ShardView> {
         self.inner.check_open()?;
         let snap = self.snapshot();
+        // The promotion epoch before the state, as in `get`: versions a point read through
+        // the view finds in the columnar levels are offered to the promotion cache under it.
+        let promotion_epoch = self.inner.promotion.lock().epoch;
         let (state, guard) = self.inner.read_state();
         Ok(crate::view::ShardView::new(
             self.inner.table.clone(),
@@ -837,6 +903,8 @@ impl Shard {
         .reporting_to(crate::view::PointReadReport {
             stats: self.inner.stats.clone(),
             hotness_prefix: self.inner.hotness_prefix(),
+            shard: Arc::downgrade(&self.inner),
+            promotion_epoch,
         }))
     }
 
@@ -866,16 +934,12 @@ impl Shard {
             point_versions(&state, &key, seq)?
         };
         let codec = &inner.table.codec;
-        let promote =
-            snapshot.is_none() && inner.s3.hotness.is_some() && inner.config.hotness.promotion;
-        let mut cache_full = false;
+        let promote = snapshot.is_none() && inner.promotes();
         if !crate::s3::decided(codec, &mut versions)? {
-            let cached = promote
-                .then(|| inner.promotion.lock().get(&key, seq).cloned())
-                .flatten();
+            let cached = promote.then(|| inner.promoted(&key, seq)).flatten();
             if let Some(c) = cached {
                 source = ReadSource::PromotionCache;
-                versions.extend(c.versions);
+                versions.extend(c);
             } else {
                 source = ReadSource::S3;
                 let before = versions.len();
@@ -894,17 +958,13 @@ impl Shard {
                 )
                 .await?;
                 if promote && versions.len() > before {
-                    let read = crate::promotion::Cached {
-                        versions: versions[before..].to_vec(),
-                        read_seq: seq,
-                    };
-                    let mut pc = inner.promotion.lock();
-                    if pc.insert(&key, read, epoch) {
-                        cache_full = pc.bytes() >= inner.config.hotness.promotion_cache_bytes
-                            && !std::mem::replace(&mut pc.flushing, true);
-                    } else {
-                        inner.stats.record_promotion_abort();
-                    }
+                    inner.offer_promotion(
+                        &key,
+                        versions[before..].to_vec(),
+                        seq,
+                        epoch,
+                        &tokio::runtime::Handle::current(),
+                    );
                 }
             }
             crate::s3::coalesce(codec, &mut versions)?;
@@ -924,26 +984,6 @@ impl Shard {
                     tracing::warn!(shard = %inner.name, "hotness tracker: {e}");
                 }
             }
-        }
-        if cache_full {
-            let inner = inner.clone();
-            tokio::spawn(async move {
-                // Reads during a round refill the cache without starting another (one
-                // round at a time), and reads the cache answers insert nothing: a cache
-                // full again when a round ends is flushed again. Each round empties it.
-                loop {
-                    if let Err(e) = promote_by_flush(&inner).await {
-                        tracing::warn!(shard = %inner.name, "promotion by flush: {e}");
-                        inner.promotion.lock().flushing = false;
-                        break;
-                    }
-                    let mut pc = inner.promotion.lock();
-                    if pc.bytes() < inner.config.hotness.promotion_cache_bytes {
-                        pc.flushing = false;
-                        break;
-                    }
-                }
-            });
         }
         // A read answered from memory never waits; without this, a loop of them on a
         // runtime thread would starve flushes and compactions queued behind it.

@@ -96,14 +96,19 @@ pub struct ShardView {
     report: Option<PointReadReport>,
 }
 
-/// What a point read through a view reports to its shard, as `Shard::get` does: the tier
-/// that answered (`strata_point_reads_total`) and the access (the hotness tracker, which
-/// HotRAP's retention reads). SQL over a single key is such a read.
+/// What a point read through a view shares with its shard, as `Shard::get` does: the tier
+/// that answered (`strata_point_reads_total`), the access (the hotness tracker, which
+/// HotRAP's retention reads) and, at the latest sequence number, the promotion cache
+/// (HotRAP §3.3). SQL over a single key is such a read.
 #[derive(Clone)]
 pub(crate) struct PointReadReport {
     pub(crate) stats: Arc<crate::metrics::ShardStats>,
     /// The tracker's key prefix of the shard (`ShardInner::hotness_prefix`).
     pub(crate) hotness_prefix: Vec<u8>,
+    /// The shard, for its promotion cache (a view does not keep a closed shard alive).
+    pub(crate) shard: Weak<crate::shard::ShardInner>,
+    /// The promotion epoch taken before the view's state.
+    pub(crate) promotion_epoch: u64,
 }
 
 impl std::fmt::Debug for ShardView {
@@ -893,16 +898,44 @@ impl ShardView {
         let (mut versions, mut source) =
             crate::shard::point_versions(&self.state, key, self.read_seq)?;
         if !crate::s3::decided(codec, &mut versions)? {
-            source = crate::metrics::ReadSource::S3;
-            crate::s3::s3_point_versions(
-                &self.table,
-                &self.files(),
-                &self.state,
-                key,
-                self.read_seq,
-                &mut versions,
-                handle,
-            )?;
+            // Through the promotion cache only at the latest sequence number (not time
+            // travel), as `Shard::get` without a snapshot.
+            let promoting = self
+                .report
+                .as_ref()
+                .filter(|_| self.read_seq == self.latest_seq)
+                .and_then(|r| Some((r.shard.upgrade()?, r.promotion_epoch)))
+                .filter(|(shard, _)| shard.promotes());
+            let cached = promoting
+                .as_ref()
+                .and_then(|(shard, _)| shard.promoted(key, self.read_seq));
+            if let Some(c) = cached {
+                source = crate::metrics::ReadSource::PromotionCache;
+                versions.extend(c);
+            } else {
+                source = crate::metrics::ReadSource::S3;
+                let before = versions.len();
+                crate::s3::s3_point_versions(
+                    &self.table,
+                    &self.files(),
+                    &self.state,
+                    key,
+                    self.read_seq,
+                    &mut versions,
+                    handle,
+                )?;
+                if let Some((shard, epoch)) = &promoting
+                    && versions.len() > before
+                {
+                    shard.offer_promotion(
+                        key,
+                        versions[before..].to_vec(),
+                        self.read_seq,
+                        *epoch,
+                        handle,
+                    );
+                }
+            }
             crate::s3::coalesce(codec, &mut versions)?;
         }
         let row = crate::iter::resolve(codec, &versions)?;

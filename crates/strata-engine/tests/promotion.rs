@@ -352,3 +352,85 @@ async fn promotion_races_never_resurrect_old_versions() {
     assert_eq!(everything(&db, &t).await, want, "after a last drain");
     db.close().await;
 }
+
+/// A point read through a view (SQL over a single key).
+async fn view_get(db: &Db, t: &Table, k: i64) -> Option<(i64, Option<String>, Option<i64>)> {
+    let view = db.view("t", None).await.unwrap();
+    let schema = t.table_schema().clone();
+    let handle = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || {
+        let key = |k: i64| schema.encode_key(&[Value::Int(k)]).unwrap();
+        let (start, end) = (key(k), key(k + 1));
+        let mut b = view.shards[0]
+            .batches(&start, Some(&end), &[0, 1, 2], 64, &handle)
+            .unwrap();
+        let mut out = Vec::new();
+        while let Some(batch) = b.next_batch().unwrap() {
+            out.extend(decode(&batch));
+        }
+        out.pop()
+    })
+    .await
+    .unwrap()
+}
+
+/// SQL point reads take part in promotion as `Table::get` does: a cold key read from S3
+/// enters the promotion cache, the next read is answered by it, and keys read over and
+/// over are promoted to L0 by flush; a newer version still wins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn point_reads_through_a_view_are_promoted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = common::memory_store();
+    let db = common::open(&store, tmp.path(), config()).await;
+    db.create_table("t", common::schema(), &["id"])
+        .await
+        .unwrap();
+    let t = db.table("t").await.unwrap();
+    let ids: Vec<i64> = (0..200).collect();
+    let names: Vec<String> = ids.iter().map(|i| format!("v{i}")).collect();
+    let a: Vec<Option<&str>> = names.iter().map(|s| Some(s.as_str())).collect();
+    let b: Vec<Option<i64>> = ids.iter().map(|i| Some(*i)).collect();
+    t.upsert(rows(&ids, &a, &b)).await.unwrap();
+    t.drain_to_s3().await.unwrap();
+
+    let s0 = sources(&t);
+    assert_eq!(
+        view_get(&db, &t, 5).await,
+        Some((5, Some("v5".into()), Some(5)))
+    );
+    let s1 = sources(&t);
+    assert_eq!((s1.2 - s0.2, s1.1 - s0.1), (1, 0), "first read: S3");
+    assert_eq!(
+        view_get(&db, &t, 5).await,
+        Some((5, Some("v5".into()), Some(5)))
+    );
+    assert_eq!(sources(&t).1 - s1.1, 1, "second read: the promotion cache");
+
+    for _ in 0..4 {
+        for k in 0..40 {
+            assert_eq!(view_get(&db, &t, k).await.unwrap().2, Some(k));
+        }
+    }
+    let mut waited = 0;
+    while sources(&t).3 == 0 {
+        assert!(waited < 100, "nothing promoted by flush: {:?}", sources(&t));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        waited += 1;
+    }
+    t.upsert(rows(&[7], &[Some("new")], &[Some(-7)]))
+        .await
+        .unwrap();
+    assert_eq!(
+        view_get(&db, &t, 7).await,
+        Some((7, Some("new".into()), Some(-7)))
+    );
+    assert_eq!(get(&t, 7).await, Some((7, Some("new".into()), Some(-7))));
+    let want: Vec<_> = (0..200)
+        .map(|k| match k {
+            7 => (7, Some("new".to_string()), Some(-7)),
+            k => (k, Some(format!("v{k}")), Some(k)),
+        })
+        .collect();
+    assert_eq!(everything(&db, &t).await, want);
+    db.close().await;
+}
