@@ -11,7 +11,8 @@
 #
 #   bash loadtest/sustained.sh [records] [ops] [record_bytes]
 #   # e.g. 1000000 10000000 1000: 1 GB loaded, then 10 GB written per phase
-# STRATA_LOADTEST_BIN=path uses that binary instead of building one.
+# STRATA_LOADTEST_BIN=path uses that binary instead of building one. ENGINE_JSON='{...}'
+# overrides engine settings in both phases (a tuned run, reported beside the default one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source ci/env.sh
@@ -30,7 +31,7 @@ run() { # name mode [extra args]
   rm -rf "$OUT/$name-data" && mkdir -p "$OUT/$name-data"
   "$BIN" --workload w --distribution uniform --records "$RECORDS" --ops "$OPS" \
     --record-bytes "$BYTES" --clients "$CLIENTS" --mode "$mode" --dir "$OUT/$name-data" \
-    --json "$OUT/$name.json" "$@" >"$OUT/$name.log" 2>&1
+    --json "$OUT/$name.json" ${ENGINE_JSON:+--engine-json "$ENGINE_JSON"} "$@" >"$OUT/$name.log" 2>&1
   sed -n '1,/^{/p' "$OUT/$name.log" | sed '$d'
   rm -rf "$OUT/$name-data"
 }
