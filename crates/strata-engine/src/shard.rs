@@ -115,7 +115,7 @@ pub(crate) struct ShardInner {
     pub(crate) readers: Mutex<BTreeMap<u64, usize>>,
     /// Since when writes are refused as overloaded (a stall).
     pub(crate) overloaded_since: Mutex<Option<std::time::Instant>>,
-    pub(crate) stats: Arc<crate::metrics::ShardStats>,
+    pub(crate) stats: crate::metrics::ShardStats,
     /// When sequence numbers were acknowledged since the last manifest commit.
     pub(crate) time_index: Mutex<Vec<SeqTime>>,
     /// When L0 last gained a file (clock ms): an L0 unchanged for `l0_settle_ms` settles.
@@ -132,9 +132,24 @@ pub struct Shard {
 impl ShardInner {
     /// A key as the process-wide hotness tracker knows it: table id, shard id, key.
     pub(crate) fn hotness_key(&self, key: &[u8]) -> Vec<u8> {
-        let mut k = self.hotness_prefix();
+        let mut k = Vec::with_capacity(12 + key.len());
+        k.extend_from_slice(&self.table.entry.id.to_be_bytes());
+        k.extend_from_slice(&self.shard_id.to_be_bytes());
         k.extend_from_slice(key);
         k
+    }
+
+    /// Records a point read that found `key` (its newest version `value_len` bytes) in the
+    /// hotness tracker, when there is one; returns the tracker when its buffer is full and
+    /// must be flushed (blocking work: the caller's to place).
+    pub(crate) fn note_access(
+        &self,
+        key: &[u8],
+        value_len: u32,
+    ) -> Option<Arc<crate::hotness::HotnessTracker>> {
+        let t = self.s3.hotness.as_ref()?;
+        t.buffer_access(&self.hotness_key(key), value_len)
+            .then(|| t.clone())
     }
 
     /// Whether point reads at the latest sequence number go through the promotion cache
@@ -198,14 +213,6 @@ impl ShardInner {
                 }
             }
         });
-    }
-
-    /// The hotness tracker's key prefix of the shard: table id, shard id.
-    pub(crate) fn hotness_prefix(&self) -> Vec<u8> {
-        let mut k = Vec::with_capacity(64);
-        k.extend_from_slice(&self.table.entry.id.to_be_bytes());
-        k.extend_from_slice(&self.shard_id.to_be_bytes());
-        k
     }
 }
 
@@ -900,12 +907,7 @@ impl Shard {
             self.inner.seq_times(),
             vec![Box::new(snap), Box::new(guard)],
         )
-        .reporting_to(crate::view::PointReadReport {
-            stats: self.inner.stats.clone(),
-            hotness_prefix: self.inner.hotness_prefix(),
-            shard: Arc::downgrade(&self.inner),
-            promotion_epoch,
-        }))
+        .reporting_to(Arc::downgrade(&self.inner), promotion_epoch))
     }
 
     /// Point read of an encoded key; the row's non-key values, or None.
@@ -971,18 +973,17 @@ impl Shard {
         }
         inner.stats.record_point_read(source);
         let row = resolve(codec, &versions)?;
-        if let (Some(t), Some(_)) = (&inner.s3.hotness, &row) {
+        let value_len = versions.first().map_or(0, |e| e.value.len()) as u32;
+        if row.is_some()
+            && let Some(t) = inner.note_access(&key, value_len)
+        {
             // Losing an access loses warmth, never data: log and go on.
-            let value_len = versions.first().map_or(0, |e| e.value.len()) as u32;
-            if t.buffer_access(&inner.hotness_key(&key), value_len) {
-                let t = t.clone();
-                let flushed = tokio::task::spawn_blocking(move || t.flush_full())
-                    .await
-                    .map_err(|e| Error::Internal(e.to_string()))
-                    .and_then(|r| r);
-                if let Err(e) = flushed {
-                    tracing::warn!(shard = %inner.name, "hotness tracker: {e}");
-                }
+            let flushed = tokio::task::spawn_blocking(move || t.flush_full())
+                .await
+                .map_err(|e| Error::Internal(e.to_string()))
+                .and_then(|r| r);
+            if let Err(e) = flushed {
+                tracing::warn!(shard = %inner.name, "hotness tracker: {e}");
             }
         }
         // A read answered from memory never waits; without this, a loop of them on a

@@ -91,24 +91,14 @@ pub struct ShardView {
     pub(crate) seq_times: Vec<SeqTime>,
     /// Shared with background work reading the view's files (an overlay build).
     holds: Arc<Vec<Box<dyn Hold>>>,
-    /// Where point reads through the view are reported (None: a view of a shard this
-    /// process does not write, read from the bucket).
-    report: Option<PointReadReport>,
-}
-
-/// What a point read through a view shares with its shard, as `Shard::get` does: the tier
-/// that answered (`strata_point_reads_total`), the access (the hotness tracker, which
-/// HotRAP's retention reads) and, at the latest sequence number, the promotion cache
-/// (HotRAP §3.3). SQL over a single key is such a read.
-#[derive(Clone)]
-pub(crate) struct PointReadReport {
-    pub(crate) stats: Arc<crate::metrics::ShardStats>,
-    /// The tracker's key prefix of the shard (`ShardInner::hotness_prefix`).
-    pub(crate) hotness_prefix: Vec<u8>,
-    /// The shard, for its promotion cache (a view does not keep a closed shard alive).
-    pub(crate) shard: Weak<crate::shard::ShardInner>,
-    /// The promotion epoch taken before the view's state.
-    pub(crate) promotion_epoch: u64,
+    /// The shard point reads through the view report to (None: a view of a shard this
+    /// process does not write, read from the bucket), and its promotion epoch taken before
+    /// the view's state. A point read reports as `Shard::get` does: the tier that answered
+    /// (`strata_point_reads_total`), the access (the hotness tracker, which HotRAP's
+    /// retention reads) and, at the latest sequence number, the promotion cache (HotRAP
+    /// §3.3). SQL over a single key is such a read. Weak: a view does not keep a closed
+    /// shard alive.
+    shard: Option<(Weak<crate::shard::ShardInner>, u64)>,
 }
 
 impl std::fmt::Debug for ShardView {
@@ -145,13 +135,17 @@ impl ShardView {
             s3,
             seq_times,
             holds: Arc::new(holds),
-            report: None,
+            shard: None,
         }
     }
 
-    /// The view, reporting its point reads to `report`.
-    pub(crate) fn reporting_to(mut self, report: PointReadReport) -> Self {
-        self.report = Some(report);
+    /// The view, reporting its point reads to `shard` (promotion epoch `promotion_epoch`).
+    pub(crate) fn reporting_to(
+        mut self,
+        shard: Weak<crate::shard::ShardInner>,
+        promotion_epoch: u64,
+    ) -> Self {
+        self.shard = Some((shard, promotion_epoch));
         self
     }
 
@@ -895,20 +889,19 @@ impl ShardView {
     /// row undecided. Blocking: call it on a blocking thread.
     pub fn point(&self, key: &[u8], handle: &tokio::runtime::Handle) -> Result<Option<RowValues>> {
         let codec = &self.table.codec;
+        let shard = self
+            .shard
+            .as_ref()
+            .and_then(|(s, epoch)| Some((s.upgrade()?, *epoch)));
         let (mut versions, mut source) =
             crate::shard::point_versions(&self.state, key, self.read_seq)?;
         if !crate::s3::decided(codec, &mut versions)? {
             // Through the promotion cache only at the latest sequence number (not time
             // travel), as `Shard::get` without a snapshot.
-            let promoting = self
-                .report
+            let promoting = shard
                 .as_ref()
-                .filter(|_| self.read_seq == self.latest_seq)
-                .and_then(|r| Some((r.shard.upgrade()?, r.promotion_epoch)))
-                .filter(|(shard, _)| shard.promotes());
-            let cached = promoting
-                .as_ref()
-                .and_then(|(shard, _)| shard.promoted(key, self.read_seq));
+                .filter(|(s, _)| self.read_seq == self.latest_seq && s.promotes());
+            let cached = promoting.and_then(|(shard, _)| shard.promoted(key, self.read_seq));
             if let Some(c) = cached {
                 source = crate::metrics::ReadSource::PromotionCache;
                 versions.extend(c);
@@ -924,7 +917,7 @@ impl ShardView {
                     &mut versions,
                     handle,
                 )?;
-                if let Some((shard, epoch)) = &promoting
+                if let Some((shard, epoch)) = promoting
                     && versions.len() > before
                 {
                     shard.offer_promotion(
@@ -939,18 +932,15 @@ impl ShardView {
             crate::s3::coalesce(codec, &mut versions)?;
         }
         let row = crate::iter::resolve(codec, &versions)?;
-        if let Some(report) = &self.report {
-            report.stats.record_point_read(source);
-            if let (Some(t), Some(_)) = (&self.s3.hotness, &row) {
-                let mut k = report.hotness_prefix.clone();
-                k.extend_from_slice(key);
-                let value_len = versions.first().map_or(0, |e| e.value.len()) as u32;
+        if let Some((shard, _)) = &shard {
+            shard.stats.record_point_read(source);
+            let value_len = versions.first().map_or(0, |e| e.value.len()) as u32;
+            if row.is_some()
+                && let Some(t) = shard.note_access(key, value_len)
+                && let Err(e) = t.flush_full()
+            {
                 // Losing an access loses warmth, never data: log and go on.
-                if t.buffer_access(&k, value_len)
-                    && let Err(e) = t.flush_full()
-                {
-                    tracing::warn!(shard = %self.paths.dir(), "hotness tracker: {e}");
-                }
+                tracing::warn!(shard = %shard.name, "hotness tracker: {e}");
             }
         }
         Ok(row)
