@@ -39,6 +39,22 @@ async fn get(t: &Table, k: i64) -> Option<(i64, Option<String>, Option<i64>)> {
         .map(|b| decode(&b).remove(0))
 }
 
+/// Table `t` with keys 0..200 (`a` = "v<k>", `b` = k), all drained to S3.
+async fn in_s3(local: &std::path::Path) -> (Db, Table) {
+    let db = common::open(&common::memory_store(), local, config()).await;
+    db.create_table("t", common::schema(), &["id"])
+        .await
+        .unwrap();
+    let t = db.table("t").await.unwrap();
+    let ids: Vec<i64> = (0..200).collect();
+    let names: Vec<String> = ids.iter().map(|i| format!("v{i}")).collect();
+    let a: Vec<Option<&str>> = names.iter().map(|s| Some(s.as_str())).collect();
+    let b: Vec<Option<i64>> = ids.iter().map(|i| Some(*i)).collect();
+    t.upsert(rows(&ids, &a, &b)).await.unwrap();
+    t.drain_to_s3().await.unwrap();
+    (db, t)
+}
+
 /// Every row through the engine's scan and through the columnar view scan (what SQL reads).
 async fn everything(db: &Db, t: &Table) -> Vec<(i64, Option<String>, Option<i64>)> {
     let all = t
@@ -75,18 +91,7 @@ async fn everything(db: &Db, t: &Table) -> Vec<(i64, Option<String>, Option<i64>
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_from_s3_are_promoted_and_newer_versions_win() {
     let tmp = tempfile::tempdir().unwrap();
-    let store = common::memory_store();
-    let db = common::open(&store, tmp.path(), config()).await;
-    db.create_table("t", common::schema(), &["id"])
-        .await
-        .unwrap();
-    let t = db.table("t").await.unwrap();
-    let ids: Vec<i64> = (0..200).collect();
-    let names: Vec<String> = ids.iter().map(|i| format!("v{i}")).collect();
-    let a: Vec<Option<&str>> = names.iter().map(|s| Some(s.as_str())).collect();
-    let b: Vec<Option<i64>> = ids.iter().map(|i| Some(*i)).collect();
-    t.upsert(rows(&ids, &a, &b)).await.unwrap();
-    t.drain_to_s3().await.unwrap();
+    let (db, t) = in_s3(tmp.path()).await;
     assert_eq!(
         t.shards()
             .next()
@@ -353,62 +358,30 @@ async fn promotion_races_never_resurrect_old_versions() {
     db.close().await;
 }
 
-/// A point read through a view (SQL over a single key).
-async fn view_get(db: &Db, t: &Table, k: i64) -> Option<(i64, Option<String>, Option<i64>)> {
-    let view = db.view("t", None).await.unwrap();
-    let schema = t.table_schema().clone();
-    let handle = tokio::runtime::Handle::current();
-    tokio::task::spawn_blocking(move || {
-        let key = |k: i64| schema.encode_key(&[Value::Int(k)]).unwrap();
-        let (start, end) = (key(k), key(k + 1));
-        let mut b = view.shards[0]
-            .batches(&start, Some(&end), &[0, 1, 2], 64, &handle)
-            .unwrap();
-        let mut out = Vec::new();
-        while let Some(batch) = b.next_batch().unwrap() {
-            out.extend(decode(&batch));
-        }
-        out.pop()
-    })
-    .await
-    .unwrap()
-}
-
 /// SQL point reads take part in promotion as `Table::get` does: a cold key read from S3
 /// enters the promotion cache, the next read is answered by it, and keys read over and
 /// over are promoted to L0 by flush; a newer version still wins.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn point_reads_through_a_view_are_promoted() {
     let tmp = tempfile::tempdir().unwrap();
-    let store = common::memory_store();
-    let db = common::open(&store, tmp.path(), config()).await;
-    db.create_table("t", common::schema(), &["id"])
-        .await
-        .unwrap();
-    let t = db.table("t").await.unwrap();
-    let ids: Vec<i64> = (0..200).collect();
-    let names: Vec<String> = ids.iter().map(|i| format!("v{i}")).collect();
-    let a: Vec<Option<&str>> = names.iter().map(|s| Some(s.as_str())).collect();
-    let b: Vec<Option<i64>> = ids.iter().map(|i| Some(*i)).collect();
-    t.upsert(rows(&ids, &a, &b)).await.unwrap();
-    t.drain_to_s3().await.unwrap();
+    let (db, t) = in_s3(tmp.path()).await;
 
     let s0 = sources(&t);
     assert_eq!(
-        view_get(&db, &t, 5).await,
+        common::view_point(&db, "t", 5).await,
         Some((5, Some("v5".into()), Some(5)))
     );
     let s1 = sources(&t);
     assert_eq!((s1.2 - s0.2, s1.1 - s0.1), (1, 0), "first read: S3");
     assert_eq!(
-        view_get(&db, &t, 5).await,
+        common::view_point(&db, "t", 5).await,
         Some((5, Some("v5".into()), Some(5)))
     );
     assert_eq!(sources(&t).1 - s1.1, 1, "second read: the promotion cache");
 
     for _ in 0..4 {
         for k in 0..40 {
-            assert_eq!(view_get(&db, &t, k).await.unwrap().2, Some(k));
+            assert_eq!(common::view_point(&db, "t", k).await.unwrap().2, Some(k));
         }
     }
     let mut waited = 0;
@@ -421,7 +394,7 @@ async fn point_reads_through_a_view_are_promoted() {
         .await
         .unwrap();
     assert_eq!(
-        view_get(&db, &t, 7).await,
+        common::view_point(&db, "t", 7).await,
         Some((7, Some("new".into()), Some(-7)))
     );
     assert_eq!(get(&t, 7).await, Some((7, Some("new".into()), Some(-7))));

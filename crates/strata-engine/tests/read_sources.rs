@@ -7,20 +7,8 @@ mod common;
 use common::rows;
 use strata_engine::Value;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn point_reads_count_the_tier_that_answered() {
-    let tmp = tempfile::tempdir().unwrap();
-    let store = common::memory_store();
-    let db = common::open(&store, tmp.path(), common::small_config()).await;
-    db.create_table("t", common::schema(), &["id"])
-        .await
-        .unwrap();
-    let t = db.table("t").await.unwrap();
-    let counts = |t: &strata_engine::Table| {
-        let s = t.shards().next().unwrap().stats();
-        (s.point_reads_memtable, s.point_reads_nvme, s.point_reads_s3)
-    };
-    // Key 1 goes to S3, key 2 to an NVMe SST, key 3 stays in the memtable.
+/// Key 1 in S3, key 2 in an NVMe SST, key 3 in the memtable.
+async fn three_tiers(t: &strata_engine::Table) {
     t.upsert(rows(&[1], &[Some("one")], &[Some(1)]))
         .await
         .unwrap();
@@ -32,6 +20,39 @@ async fn point_reads_count_the_tier_that_answered() {
     t.upsert(rows(&[3], &[Some("three")], &[Some(3)]))
         .await
         .unwrap();
+}
+
+/// Point reads so far by the tier that answered: (memtable, NVMe, S3).
+fn counts(t: &strata_engine::Table) -> (u64, u64, u64) {
+    let s = t.shards().next().unwrap().stats();
+    (s.point_reads_memtable, s.point_reads_nvme, s.point_reads_s3)
+}
+
+/// The hotness tracker's key of a key of `t` (shard 0): table id, shard id, encoded key.
+async fn tracker_key(
+    db: &strata_engine::Db,
+    t: &strata_engine::Table,
+) -> impl Fn(i64) -> Vec<u8> + use<> {
+    let id = db.describe("t").await.unwrap().id;
+    let schema = t.table_schema().clone();
+    move |k| {
+        let mut out = id.to_be_bytes().to_vec();
+        out.extend_from_slice(&0u32.to_be_bytes());
+        out.extend(schema.encode_key(&[Value::Int(k)]).unwrap());
+        out
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn point_reads_count_the_tier_that_answered() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = common::memory_store();
+    let db = common::open(&store, tmp.path(), common::small_config()).await;
+    db.create_table("t", common::schema(), &["id"])
+        .await
+        .unwrap();
+    let t = db.table("t").await.unwrap();
+    three_tiers(&t).await;
     assert_eq!(counts(&t), (0, 0, 0));
     for (id, want) in [(3, (1, 0, 0)), (2, (1, 1, 0)), (1, (1, 1, 1))] {
         let got = t.get(&[Value::Int(id)], None, None).await.unwrap();
@@ -78,13 +99,7 @@ async fn point_reads_feed_the_hotness_tracker() {
     assert_eq!(s.records, 1, "{s:?}");
     assert!(s.hot_bytes > 0, "{s:?}");
     let tracker = db.hotness().unwrap();
-    let entry = db.describe("t").await.unwrap();
-    let key = |id: i64| {
-        let mut k = entry.id.to_be_bytes().to_vec();
-        k.extend_from_slice(&0u32.to_be_bytes());
-        k.extend(t.table_schema().encode_key(&[Value::Int(id)]).unwrap());
-        k
-    };
+    let key = tracker_key(&db, &t).await;
     assert!(tracker.is_hot(&key(7)));
     assert!(!tracker.is_hot(&key(8)));
     db.close().await;
@@ -107,62 +122,27 @@ async fn point_reads_through_a_view_count_and_feed_the_tracker() {
         .await
         .unwrap();
     let t = db.table("t").await.unwrap();
-    // Key 1 goes to S3, key 2 to an NVMe SST, key 3 stays in the memtable.
-    t.upsert(rows(&[1], &[Some("one")], &[Some(1)]))
-        .await
-        .unwrap();
-    t.drain_to_s3().await.unwrap();
-    t.upsert(rows(&[2], &[Some("two")], &[Some(2)]))
-        .await
-        .unwrap();
-    t.flush().await.unwrap();
-    t.upsert(rows(&[3], &[Some("three")], &[Some(3)]))
-        .await
-        .unwrap();
-    let counts = |t: &strata_engine::Table| {
-        let s = t.shards().next().unwrap().stats();
-        (s.point_reads_memtable, s.point_reads_nvme, s.point_reads_s3)
-    };
-    let schema = t.table_schema().clone();
-    let read = |id: i64| {
-        let (db, schema) = (db.clone(), schema.clone());
-        async move {
-            let view = db.view("t", None).await.unwrap();
-            let handle = tokio::runtime::Handle::current();
-            tokio::task::spawn_blocking(move || {
-                let key = |k: i64| schema.encode_key(&[Value::Int(k)]).unwrap();
-                let (start, end) = (key(id), key(id + 1));
-                let mut b = view.shards[0]
-                    .batches(&start, Some(&end), &[0, 1, 2], 64, &handle)
-                    .unwrap();
-                let mut n = 0;
-                while let Some(batch) = b.next_batch().unwrap() {
-                    n += batch.num_rows();
-                }
-                n
-            })
-            .await
-            .unwrap()
-        }
-    };
+    three_tiers(&t).await;
     assert_eq!(counts(&t), (0, 0, 0));
-    for (id, want) in [(3, (1, 0, 0)), (2, (1, 1, 0)), (1, (1, 1, 1))] {
-        assert_eq!(read(id).await, 1, "key {id}");
+    for (id, name, want) in [
+        (3, "three", (1, 0, 0)),
+        (2, "two", (1, 1, 0)),
+        (1, "one", (1, 1, 1)),
+    ] {
+        assert_eq!(
+            common::view_point(&db, "t", id).await,
+            Some((id, Some(name.to_string()), Some(id))),
+            "key {id}"
+        );
         assert_eq!(counts(&t), want, "after reading key {id}");
     }
-    assert_eq!(read(9).await, 0);
+    assert_eq!(common::view_point(&db, "t", 9).await, None);
     assert_eq!(counts(&t), (1, 1, 2), "a key that is nowhere asked S3 too");
     for _ in 0..20 {
-        read(1).await;
+        common::view_point(&db, "t", 1).await.unwrap();
     }
     let tracker = db.hotness().unwrap();
-    let entry = db.describe("t").await.unwrap();
-    let key = |id: i64| {
-        let mut k = entry.id.to_be_bytes().to_vec();
-        k.extend_from_slice(&0u32.to_be_bytes());
-        k.extend(schema.encode_key(&[Value::Int(id)]).unwrap());
-        k
-    };
+    let key = tracker_key(&db, &t).await;
     assert!(tracker.is_hot(&key(1)), "a key read over and over is hot");
     assert!(!tracker.is_hot(&key(9)), "a miss is not an access");
     db.close().await;

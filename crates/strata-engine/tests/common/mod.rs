@@ -82,6 +82,33 @@ pub fn keys(ids: &[i64]) -> RecordBatch {
     only(&[("id", Arc::new(Int64Array::from(ids.to_vec())))])
 }
 
+/// The row of key `k` of table `table` (the `schema()` table, one shard) read through a
+/// view, as SQL over a single key reads it (`ShardView::point`).
+pub async fn view_point(
+    db: &Db,
+    table: &str,
+    k: i64,
+) -> Option<(i64, Option<String>, Option<i64>)> {
+    let view = db.view(table, None).await.unwrap();
+    let codec = db.table(table).await.unwrap().table_schema().clone();
+    let handle = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || {
+        let key = |k: i64| codec.encode_key(&[strata_engine::Value::Int(k)]).unwrap();
+        let (start, end) = (key(k), key(k + 1));
+        let mut b = view.shards[0]
+            .batches(&start, Some(&end), &[0, 1, 2], 64, &handle)
+            .unwrap();
+        let mut out = Vec::new();
+        while let Some(batch) = b.next_batch().unwrap() {
+            out.extend(decode(&batch));
+        }
+        assert!(out.len() <= 1, "one key, at most one row: {out:?}");
+        out.pop()
+    })
+    .await
+    .unwrap()
+}
+
 /// Rows of a scan result as (id, a, b).
 pub fn decode(batch: &RecordBatch) -> Vec<(i64, Option<String>, Option<i64>)> {
     let id = batch
