@@ -130,6 +130,16 @@ pub struct EngineConfig {
     /// How far back time travel (`AS OF`) reaches: compaction keeps every version written
     /// within this window (0 keeps only what pinned snapshots need).
     pub history_retention_ms: u64,
+    /// Time travel's window is also capped by size, so a table rewritten quickly does not
+    /// carry many times its data in old versions through every merge: a version inside
+    /// the window is kept only while the bytes written to the shard after it (its WAL
+    /// bytes) stay under this fraction of the shard's stored bytes (or under
+    /// `history_bytes_min`, whichever is larger). 0 turns the cap off (the whole window is
+    /// kept whatever it holds).
+    pub history_bytes_ratio: f64,
+    /// History a shard always keeps within the window, whatever `history_bytes_ratio`
+    /// allows: a small table's time travel reaches its whole window.
+    pub history_bytes_min: u64,
     /// A durable snapshot pin (a reader in another process, e.g. a query) lapses this long
     /// after its last renewal; readers renew at a third of it.
     pub pin_lease_ms: u64,
@@ -272,6 +282,8 @@ impl Default for EngineConfig {
             jobs: JobsConfig::default(),
             gc: GcConfig::default(),
             history_retention_ms: 15 * 60_000,
+            history_bytes_ratio: 0.5,
+            history_bytes_min: 64 << 20,
             pin_lease_ms: 60_000,
             catalog_refresh_ms: 1_000,
             hotness: HotnessConfig::default(),

@@ -31,7 +31,7 @@ pub enum Error {
     },
     /// Sequence number requested is older than what is retained.
     #[error(
-        "snapshot too old: sequence {requested} is below the oldest retained sequence {floor} (compaction keeps history for history_retention_ms, and for pinned snapshots)"
+        "snapshot too old: sequence {requested} is below the oldest retained sequence {floor} (compaction keeps history for history_retention_ms while it is under history_bytes_ratio of the shard, and for pinned snapshots)"
     )]
     SnapshotTooOld {
         /// Requested sequence number.

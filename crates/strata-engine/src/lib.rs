@@ -20,6 +20,7 @@ mod deep_run;
 pub mod entry;
 pub mod error;
 pub mod gc;
+pub mod history;
 pub mod hotness;
 pub mod iter;
 pub mod jobs;

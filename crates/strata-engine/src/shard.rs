@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Durability, EngineConfig};
 use crate::entry::Entry;
 use crate::error::{Error, Result};
+use crate::history::{HorizonInputs, merge_seq_times, push_seq_time, seq_time_quantum};
 use crate::iter::{EntryIter, MergeIter, RowIter, resolve};
 use crate::memtable::{Memtable, MemtableIter};
 use crate::metrics::ReadSource;
@@ -118,6 +119,9 @@ pub(crate) struct ShardInner {
     pub(crate) stats: crate::metrics::ShardStats,
     /// When sequence numbers were acknowledged since the last manifest commit.
     pub(crate) time_index: Mutex<Vec<SeqTime>>,
+    /// Bytes written to the shard since its creation (WAL segment bytes, continued from the
+    /// manifest's last seq-time entry on open): what [`SeqTime::bytes`] samples.
+    pub(crate) written_bytes: AtomicU64,
     /// When L0 last gained a file (clock ms): an L0 unchanged for `l0_settle_ms` settles.
     pub(crate) l0_grown_ms: AtomicU64,
 }
@@ -330,11 +334,14 @@ impl ShardInner {
         let mut next = prev.value.clone();
         change(&mut next);
         next.written_at_ms = self.clock.now_ms();
+        let horizon = self.history_horizon();
         let pending = std::mem::take(&mut *self.time_index.lock());
-        let cutoff = next
-            .written_at_ms
-            .saturating_sub(self.config.history_retention_ms);
-        next.seq_times = merge_seq_times(&next.seq_times, &pending, cutoff);
+        next.seq_times = merge_seq_times(
+            &next.seq_times,
+            &pending,
+            horizon,
+            seq_time_quantum(self.config.history_bytes_min),
+        );
         match self.manifests.commit(Some(&prev), next).await {
             Ok(v) => Ok(Arc::new(v)),
             Err(strata_manifest::Error::Conflict { .. }) => {
@@ -351,35 +358,58 @@ impl ShardInner {
         }
     }
 
-    /// Records that every write up to `seq` is acknowledged now (at most one entry a second).
-    pub(crate) fn note_acknowledged(&self, seq: u64) {
+    /// Records that every write up to `seq` is acknowledged now, after `bytes` more were
+    /// written (about one entry a second, more when a second writes more than the byte
+    /// budget's precision).
+    pub(crate) fn note_acknowledged(&self, seq: u64, bytes: u64) {
         let now = self.clock.now_ms();
-        let mut index = self.time_index.lock();
-        match index.last_mut() {
-            Some(last) if last.ms / 1000 == now / 1000 => *last = SeqTime { ms: now, seq },
-            _ => index.push(SeqTime { ms: now, seq }),
-        }
+        let bytes = self.written_bytes.fetch_add(bytes, Ordering::AcqRel) + bytes;
+        let entry = SeqTime {
+            ms: now,
+            seq,
+            bytes,
+        };
+        let quantum = seq_time_quantum(self.config.history_bytes_min);
+        push_seq_time(&mut self.time_index.lock(), entry, quantum);
     }
 
-    /// The history horizon: every version above this sequence number was written within
-    /// `history_retention_ms` and is kept by compaction (time travel reads it exactly).
+    /// The history horizon: every version above this sequence number is kept by
+    /// compaction (time travel reads it exactly): written within `history_retention_ms`,
+    /// and with at most the history's byte budget written after it
+    /// ([`crate::history::horizon`]).
     pub(crate) fn history_horizon(&self) -> u64 {
         let retention = self.config.history_retention_ms;
         if retention == 0 {
             return self.last_seq.load(Ordering::Acquire);
         }
-        let cutoff = self.clock.now_ms().saturating_sub(retention);
         let manifest = self.current().manifest.clone();
-        let pending = self.time_index.lock();
-        manifest
+        let stored = manifest
             .value
-            .seq_times
+            .levels
             .iter()
-            .chain(pending.iter())
-            .filter(|t| t.ms <= cutoff)
-            .map(|t| t.seq)
-            .max()
-            .unwrap_or(0)
+            .map(|l| l.size_bytes())
+            .sum::<u64>()
+            + manifest
+                .value
+                .s3_levels
+                .iter()
+                .flat_map(|l| l.groups.iter())
+                .map(|g| g.size_bytes())
+                .sum::<u64>();
+        let pending = self.time_index.lock();
+        crate::history::horizon(
+            manifest.value.seq_times.iter().chain(pending.iter()),
+            HorizonInputs {
+                now_ms: self.clock.now_ms(),
+                retention_ms: retention,
+                written_bytes: self.written_bytes.load(Ordering::Acquire),
+                bytes_max: crate::history::bytes_budget(
+                    self.config.history_bytes_ratio,
+                    self.config.history_bytes_min,
+                    stored,
+                ),
+            },
+        )
     }
 
     /// The seq-time entries known to this writer (committed plus pending), ascending.
@@ -533,6 +563,9 @@ impl Shard {
             }
         }
         drop(segments);
+        // The byte count continues from the last committed entry (writes replayed above
+        // are not counted again: an undercount only keeps more history).
+        let written_bytes = manifest.value.seq_times.last().map_or(0, |t| t.bytes);
 
         // 4. Still the owner? (A newer writer may have fenced us while we replayed.)
         if let Some(latest) = manifests.latest().await?
@@ -622,6 +655,7 @@ impl Shard {
             readers: Mutex::new(BTreeMap::new()),
             overloaded_since: Mutex::new(None),
             time_index: Mutex::new(Vec::new()),
+            written_bytes: AtomicU64::new(written_bytes),
             l0_grown_ms: AtomicU64::new(opened_ms),
         });
         crate::s3::clear_stale_jobs(&inner).await?;
@@ -1203,6 +1237,7 @@ async fn writer_loop(
                 .map(|(seq, entries, _, _)| (*seq, entries.as_slice()))
                 .collect();
             let data = Bytes::from(Segment::encode(inner.epoch, &records));
+            let data_len = data.len() as u64;
             let mut applied = false;
             if writes.iter().any(|w| w.2 == Durability::Local) {
                 match write_local_wal(&inner, wal_id, &data).await {
@@ -1246,7 +1281,7 @@ async fn writer_loop(
                 apply(&inner, wal_id, &writes);
             }
             if let Some(last) = writes.last() {
-                inner.note_acknowledged(last.0);
+                inner.note_acknowledged(last.0, data_len);
             }
             for w in writes.iter_mut() {
                 if let Some(reply) = w.3.take() {
@@ -1615,33 +1650,6 @@ fn has_version(state: &ShardState, key: &[u8]) -> bool {
             .flatten()
             .any(|h| h.covers(key) && h.reader.get(key, u64::MAX).is_ok_and(|v| !v.is_empty()))
 }
-
-/// Merges newly acknowledged seq-times into a manifest's list: ascending, one entry a
-/// second, entries older than `cutoff_ms` dropped except the newest of them (the anchor the
-/// history horizon resolves to), at most `SEQ_TIMES_MAX` entries (oldest thinned first).
-pub(crate) fn merge_seq_times(old: &[SeqTime], new: &[SeqTime], cutoff_ms: u64) -> Vec<SeqTime> {
-    let mut out: Vec<SeqTime> = Vec::with_capacity(old.len() + new.len());
-    for t in old.iter().chain(new.iter()) {
-        match out.last_mut() {
-            Some(last) if t.ms < last.ms || t.seq < last.seq => continue,
-            Some(last) if last.ms / 1000 == t.ms / 1000 => *last = *t,
-            _ => out.push(*t),
-        }
-    }
-    let older = out.iter().filter(|t| t.ms <= cutoff_ms).count();
-    if older > 1 {
-        out.drain(..older - 1);
-    }
-    if out.len() > SEQ_TIMES_MAX {
-        let excess = out.len() - SEQ_TIMES_MAX;
-        // Keep the anchor (index 0); thin the oldest entries after it.
-        out.drain(1..=excess);
-    }
-    out
-}
-
-/// Bound on a manifest's seq-time entries (about 30 bytes each in JSON).
-pub(crate) const SEQ_TIMES_MAX: usize = 4096;
 
 /// SSTs a shard's open downloads at once (a replacement node with an empty directory).
 const SST_DOWNLOADS_CONCURRENT: usize = 8;

@@ -1356,6 +1356,7 @@ impl RemoteViews {
                 times.push(SeqTime {
                     ms: meta.last_modified.timestamp_millis().max(0) as u64,
                     seq: top,
+                    bytes: 0, // a reader resolves times; only the writer bounds history
                 });
             }
         }

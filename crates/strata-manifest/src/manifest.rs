@@ -154,6 +154,10 @@ pub struct SeqTime {
     pub ms: u64,
     /// Sequence number.
     pub seq: u64,
+    /// Bytes written to the shard up to `seq` (its WAL bytes, counted from the shard's
+    /// creation; 0 where not recorded): bounds time travel's history by size.
+    #[serde(default)]
+    pub bytes: u64,
 }
 
 impl Manifest {

@@ -89,10 +89,20 @@ pub async fn view_point(
     table: &str,
     k: i64,
 ) -> Option<(i64, Option<String>, Option<i64>)> {
-    let view = db.view(table, None).await.unwrap();
+    view_point_at(db, table, k, None).await.unwrap()
+}
+
+/// [`view_point`] at a snapshot (`AS OF`): the view's error when it cannot be read.
+pub async fn view_point_at(
+    db: &Db,
+    table: &str,
+    k: i64,
+    as_of: Option<strata_engine::AsOf>,
+) -> strata_engine::Result<Option<(i64, Option<String>, Option<i64>)>> {
+    let view = db.view(table, as_of).await?;
     let codec = db.table(table).await.unwrap().table_schema().clone();
     let handle = tokio::runtime::Handle::current();
-    tokio::task::spawn_blocking(move || {
+    let row = tokio::task::spawn_blocking(move || {
         let key = |k: i64| codec.encode_key(&[strata_engine::Value::Int(k)]).unwrap();
         let (start, end) = (key(k), key(k + 1));
         let mut b = view.shards[0]
@@ -106,7 +116,8 @@ pub async fn view_point(
         out.pop()
     })
     .await
-    .unwrap()
+    .unwrap();
+    Ok(row)
 }
 
 /// Rows of a scan result as (id, a, b).
