@@ -204,14 +204,14 @@ pub(crate) async fn collect(inner: &ShardInner) -> Result<GcReport> {
     for v in &plan.manifests {
         inner.manifests.delete(*v).await?;
     }
-    for p in plan
+    let files: Vec<object_store::path::Path> = plan
         .ssts
         .iter()
         .chain(&plan.wal_segments)
         .chain(&plan.parquet)
-    {
-        delete(inner, p).await?;
-    }
+        .cloned()
+        .collect();
+    delete_all(&inner.store, files).await?;
     let layout = &inner.s3.layout;
     for id in &plan.jobs {
         crate::jobs::remove(&inner.store, layout, id).await?;
@@ -399,11 +399,25 @@ async fn plan_pass(inner: &ShardInner, tidy: bool, now: u64, min_age: u64) -> Re
     Ok(report)
 }
 
-async fn delete(inner: &ShardInner, path: &object_store::path::Path) -> Result<()> {
-    match inner.store.delete(path).await {
-        Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-        Err(e) => Err(Error::store(format!("delete {path}"))(e)),
+/// Deletes `paths` through one `delete_stream` (the store deletes them concurrently, in
+/// any order; what is already gone counts as deleted); how many.
+pub(crate) async fn delete_all(
+    store: &strata_objstore::StoreRef,
+    paths: Vec<object_store::path::Path>,
+) -> Result<u64> {
+    use futures::StreamExt;
+    if paths.is_empty() {
+        return Ok(0);
     }
+    let mut done = store.delete_stream(futures::stream::iter(paths.into_iter().map(Ok)).boxed());
+    let mut deleted = 0;
+    while let Some(r) = done.next().await {
+        match r {
+            Ok(_) | Err(object_store::Error::NotFound { .. }) => deleted += 1,
+            Err(e) => return Err(Error::store("delete unreferenced objects")(e)),
+        }
+    }
+    Ok(deleted)
 }
 
 #[cfg(test)]

@@ -69,6 +69,9 @@ struct State {
     /// Puts still to land with their response lost (scripted).
     lost_scripted: u32,
     counts: FaultCounts,
+    /// Requests waiting out their latency now, and the most there have been at once.
+    waiting: u64,
+    waiting_peak: u64,
 }
 
 /// Faults injected so far, by kind.
@@ -142,6 +145,8 @@ impl FaultInjectingStore {
                 scripted: HashMap::new(),
                 lost_scripted: 0,
                 counts: FaultCounts::default(),
+                waiting: 0,
+                waiting_peak: 0,
             })),
         }
     }
@@ -159,6 +164,12 @@ impl FaultInjectingStore {
     /// How many faults were injected so far.
     pub fn injected(&self) -> u64 {
         self.state.lock().counts.total()
+    }
+
+    /// The most requests that were waiting out their injected latency at once (0 without
+    /// latency): how many requests a caller had in flight together.
+    pub fn concurrent_peak(&self) -> u64 {
+        self.state.lock().waiting_peak
     }
 
     /// How many faults of each kind were injected so far.
@@ -194,6 +205,7 @@ impl FaultInjectingStore {
             scripted,
             counts,
             lost_scripted,
+            ..
         } = &mut *s;
         let attempt = attempts.entry(request_key(op, location)).or_default();
         *attempt += 1;
@@ -241,7 +253,13 @@ impl FaultInjectingStore {
     async fn before(&self, op: FaultOp, location: &str) -> Result<bool> {
         let d = self.decide(op, location);
         if !d.delay.is_zero() {
+            {
+                let mut s = self.state.lock();
+                s.waiting += 1;
+                s.waiting_peak = s.waiting_peak.max(s.waiting);
+            }
             tokio::time::sleep(d.delay).await;
+            self.state.lock().waiting -= 1;
         }
         match d.verdict {
             Verdict::Pass => Ok(d.lose),

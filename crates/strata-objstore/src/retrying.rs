@@ -22,6 +22,9 @@ use object_store::{
 use rand::Rng;
 
 use crate::config::RetryConfig;
+
+/// Deletes of one `delete_stream` in flight at once (completions come out of order).
+pub const DELETES_CONCURRENT: usize = 32;
 use crate::error::is_transient;
 
 /// Retrying decorator.
@@ -182,11 +185,13 @@ impl ObjectStore for RetryingStore {
         &self,
         locations: BoxStream<'static, Result<Path>>,
     ) -> BoxStream<'static, Result<Path>> {
-        // Deletes are idempotent: retry each one on its own.
+        // Deletes are idempotent: retry each one on its own, DELETES_CONCURRENT at once (a
+        // GC pass deletes thousands of WAL segments; one round trip at a time it falls
+        // behind a writer on S3).
         let inner = self.inner.clone();
         let policy = self.policy.clone();
         locations
-            .then(move |loc| {
+            .map(move |loc| {
                 let store = RetryingStore::new(inner.clone(), policy.clone());
                 async move {
                     let loc = loc?;
@@ -201,6 +206,7 @@ impl ObjectStore for RetryingStore {
                     Ok(loc)
                 }
             })
+            .buffer_unordered(DELETES_CONCURRENT)
             .boxed()
     }
 
@@ -233,5 +239,56 @@ impl ObjectStore for RetryingStore {
             self.inner.rename_opts(from, to, options.clone())
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fault::{FaultConfig, FaultInjectingStore};
+    use object_store::memory::InMemory;
+    use object_store::{ObjectStoreExt, PutPayload};
+
+    /// A GC pass hands thousands of deletes to one `delete_stream`: they go out together,
+    /// not one round trip after another, and each is still retried on its own.
+    #[tokio::test]
+    async fn a_delete_stream_deletes_concurrently_and_retries_each() {
+        let memory: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let paths: Vec<Path> = (0..100)
+            .map(|i| Path::from(format!("wal/{i:04}")))
+            .collect();
+        for p in &paths {
+            memory.put(p, PutPayload::from_static(b"x")).await.unwrap();
+        }
+        let faulty = Arc::new(FaultInjectingStore::new(
+            memory.clone(),
+            FaultConfig {
+                latency_ms: 20,
+                ..Default::default()
+            },
+        ));
+        faulty.fail_next(crate::fault::FaultOp::Delete, 3);
+        let store = RetryingStore::new(faulty.clone(), RetryConfig::default());
+        let mut gone: Vec<Path> = store
+            .delete_stream(futures::stream::iter(paths.clone().into_iter().map(Ok)).boxed())
+            .map(|r| r.unwrap())
+            .collect()
+            .await;
+        gone.sort();
+        assert_eq!(gone, paths);
+        assert!(
+            memory.list(None).next().await.is_none(),
+            "every object deleted"
+        );
+        assert_eq!(
+            faulty.counts().errors,
+            3,
+            "the scripted failures were retried"
+        );
+        assert!(
+            faulty.concurrent_peak() > 1,
+            "deletes went out one at a time (peak {})",
+            faulty.concurrent_peak()
+        );
     }
 }

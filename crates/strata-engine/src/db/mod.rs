@@ -615,17 +615,9 @@ impl Db {
                 tracing::debug!(table = d.name, "dropped table still pinned by a reader");
                 continue;
             }
-            for o in &objects {
-                match store.delete(o).await {
-                    Ok(()) | Err(object_store::Error::NotFound { .. }) => deleted += 1,
-                    Err(e) => return Err(Error::store(format!("delete {o}"))(e)),
-                }
-            }
-            tracing::info!(
-                table = d.name,
-                objects = objects.len(),
-                "collected a dropped table"
-            );
+            let count = objects.len();
+            deleted += crate::gc::delete_all(store, objects).await?;
+            tracing::info!(table = d.name, objects = count, "collected a dropped table");
         }
         if !gone.is_empty() {
             self.update_catalog(|c| {
