@@ -6,10 +6,16 @@ use std::time::Duration;
 
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
+use datafusion::catalog::{
+    CatalogProvider, CatalogProviderList, MemoryCatalogProvider, MemoryCatalogProviderList,
+    MemorySchemaProvider,
+};
 use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::object_store::ObjectStoreRegistry;
-use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
+use datafusion::execution::session_state::SessionState;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::SendableRecordBatchStream;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
@@ -58,7 +64,16 @@ pub struct QueryService {
     db: Db,
     config: QueryConfig,
     writable: bool,
+    /// The session every query's session is cloned from: settings, built-in functions,
+    /// planners and rules, built once (building them took about a twentieth of the server's
+    /// CPU under LASER's HTAP mix). Each query adds its own catalog, `as_of` and, at
+    /// execution, its own memory-limited runtime.
+    base: Arc<std::sync::OnceLock<SessionState>>,
 }
+
+/// The catalog every session's tables are in (its schemas are the namespaces; unqualified
+/// names are in [`DEFAULT_NAMESPACE`]).
+const CATALOG: &str = "strata";
 
 /// Refuses every URL: SQL reads Strata tables only, never the server's files or the web.
 #[derive(Debug)]
@@ -99,6 +114,7 @@ impl QueryService {
             db,
             config,
             writable,
+            base: Arc::default(),
         }
     }
 
@@ -144,41 +160,73 @@ impl QueryService {
     /// A fresh session with the catalog as of now, holding only the namespaces `who` may
     /// read: tables of other namespaces do not exist for the session.
     pub async fn context_for(&self, who: &Principal) -> Result<SessionContext, QueryError> {
-        let partitions = if self.config.scan_partitions == 0 {
-            cores()
-        } else {
-            self.config.scan_partitions
-        };
         let options = TableOptions {
             batch_rows: self.config.batch_rows,
-            partitions,
+            partitions: self.partitions(),
             writable: self.writable,
         };
         let namespaces = StrataSchema::load(self.db.clone(), options, who).await?;
+        let mut state = self.base_state()?;
+        let catalog = Arc::new(MemoryCatalogProvider::new());
+        catalog.register_schema(DEFAULT_NAMESPACE, Arc::new(MemorySchemaProvider::new()))?;
+        for (ns, schema) in &namespaces {
+            catalog.register_schema(ns, schema.clone())?;
+        }
+        let catalogs = Arc::new(MemoryCatalogProviderList::new());
+        catalogs.register_catalog(CATALOG.to_string(), catalog);
+        state.register_catalog_list(catalogs);
+        state.register_udtf("as_of", Arc::new(AsOfFunction { namespaces }));
+        Ok(SessionContext::new_with_state(state))
+    }
+
+    /// Scan partitions per table.
+    fn partitions(&self) -> usize {
+        if self.config.scan_partitions == 0 {
+            cores()
+        } else {
+            self.config.scan_partitions
+        }
+    }
+
+    /// A copy of the base session (built at the first query).
+    fn base_state(&self) -> Result<SessionState, QueryError> {
+        if let Some(base) = self.base.get() {
+            return Ok(base.clone());
+        }
+        // No memory limit here: a query's operators run under the runtime of
+        // `query_runtime`, with the limit. Planning reads no files and spills nothing.
         let runtime = RuntimeEnvBuilder::new()
-            .with_memory_limit(self.config.memory_limit_bytes, 1.0)
             .with_disk_manager_builder(
                 DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
             )
             .with_object_store_registry(Arc::new(NoFiles))
             .build_arc()?;
         let config = SessionConfig::new()
-            .with_default_catalog_and_schema("strata", "public")
-            .with_create_default_catalog_and_schema(true)
+            .with_default_catalog_and_schema(CATALOG, DEFAULT_NAMESPACE)
+            .with_create_default_catalog_and_schema(false)
             .with_information_schema(true)
-            .with_target_partitions(partitions)
+            .with_target_partitions(self.partitions())
             .with_batch_size(self.config.batch_rows)
             // Strata stores Utf8; `VARCHAR` in CREATE TABLE maps to it.
             .set_bool("datafusion.sql_parser.map_string_types_to_utf8view", false);
-        let ctx = SessionContext::new_with_config_rt(config, runtime);
-        let catalog = ctx
-            .catalog("strata")
-            .ok_or_else(|| QueryError::new(QueryErrorKind::Internal, "default catalog missing"))?;
-        for (ns, schema) in &namespaces {
-            catalog.register_schema(ns, schema.clone())?;
-        }
-        ctx.register_udtf("as_of", Arc::new(AsOfFunction { namespaces }));
-        Ok(ctx)
+        let built = SessionStateBuilder::new()
+            .with_config(config)
+            .with_runtime_env(runtime)
+            .with_default_features()
+            .build();
+        Ok(self.base.get_or_init(|| built).clone())
+    }
+
+    /// The runtime one query's operators run under: its own memory pool of
+    /// `memory_limit_bytes`, no spilling, no files.
+    fn query_runtime(&self) -> Result<Arc<RuntimeEnv>, QueryError> {
+        Ok(RuntimeEnvBuilder::new()
+            .with_memory_limit(self.config.memory_limit_bytes, 1.0)
+            .with_disk_manager_builder(
+                DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
+            )
+            .with_object_store_registry(Arc::new(NoFiles))
+            .build_arc()?)
     }
 
     /// Plans one SQL statement, refusing what SQL over Strata must not do.
@@ -384,9 +432,11 @@ impl QueryService {
         planned: Planned,
         deadline: tokio::time::Instant,
     ) -> Result<(SchemaRef, SendableRecordBatchStream), QueryError> {
-        let stream = tokio::time::timeout_at(deadline, planned.df.execute_stream())
+        let task = Arc::new(planned.df.task_ctx().with_runtime(self.query_runtime()?));
+        let plan = tokio::time::timeout_at(deadline, planned.df.create_physical_plan())
             .await
             .map_err(|_| self.timed_out())??;
+        let stream = datafusion::physical_plan::execute_stream(plan, task)?;
         let schema = stream.schema();
         let ctx = planned.ctx;
         let timeout_ms = self.config.timeout_ms;
