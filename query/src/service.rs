@@ -98,12 +98,14 @@ impl ObjectStoreRegistry for NoFiles {
     }
 }
 
-/// A planned query: its session (keeps the snapshot alive) and its data frame.
+/// A planned query: its session (keeps the snapshot alive) and its data frame. Run it with
+/// [`QueryService::stream_planned`], which gives its operators the query's memory limit
+/// (the session's own runtime has none: it is shared by every session).
 pub struct Planned {
     /// The session the plan belongs to.
-    pub ctx: SessionContext,
+    pub(crate) ctx: SessionContext,
     /// The plan.
-    pub df: DataFrame,
+    pub(crate) df: DataFrame,
 }
 
 impl QueryService {
@@ -152,14 +154,9 @@ impl QueryService {
         )
     }
 
-    /// A fresh session with the catalog as of now: every table.
-    pub async fn context(&self) -> Result<SessionContext, QueryError> {
-        self.context_for(&Principal::unrestricted()).await
-    }
-
     /// A fresh session with the catalog as of now, holding only the namespaces `who` may
     /// read: tables of other namespaces do not exist for the session.
-    pub async fn context_for(&self, who: &Principal) -> Result<SessionContext, QueryError> {
+    pub(crate) async fn context_for(&self, who: &Principal) -> Result<SessionContext, QueryError> {
         let options = TableOptions {
             batch_rows: self.config.batch_rows,
             partitions: self.partitions(),

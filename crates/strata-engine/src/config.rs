@@ -127,8 +127,9 @@ pub struct EngineConfig {
     pub jobs: JobsConfig,
     /// Garbage collection settings.
     pub gc: GcConfig,
-    /// How far back time travel (`AS OF`) reaches: compaction keeps every version written
-    /// within this window (0 keeps only what pinned snapshots need).
+    /// How far back time travel (`AS OF`) reaches at most: compaction keeps every version
+    /// written within this window while the history is under `history_bytes_ratio` (0
+    /// keeps only what pinned snapshots need).
     pub history_retention_ms: u64,
     /// Time travel's window is also capped by size, so a table rewritten quickly does not
     /// carry many times its data in old versions through every merge: a version inside

@@ -16,15 +16,20 @@ use strata_manifest::SeqTime;
 pub(crate) const SEQ_TIMES_MAX: usize = 4096;
 
 /// Appends `t` to ascending seq-time entries: it replaces the last entry when both fall in
-/// the same second and less than `quantum` bytes were written between them (so the byte
-/// budget resolves to within `quantum` even when a second writes more), and is dropped
-/// when older than the last.
-pub(crate) fn push_seq_time(out: &mut Vec<SeqTime>, t: SeqTime, quantum: u64) {
+/// the same second and the last entry would still span at most `quantum` bytes from the
+/// entry before it (so consecutive entries are at most a second or a quantum apart, and
+/// the byte budget resolves that finely even when a second writes more), and is dropped
+/// when older than the last. `before`: the bytes of the entry preceding `out`'s first (0
+/// if none).
+pub(crate) fn push_seq_time(out: &mut Vec<SeqTime>, t: SeqTime, quantum: u64, before: u64) {
+    let start = match out.len() {
+        0 | 1 => before,
+        n => out[n - 2].bytes,
+    };
     match out.last_mut() {
         Some(last) if t.ms < last.ms || t.seq < last.seq => {}
         Some(last)
-            if last.ms / 1000 == t.ms / 1000
-                && t.bytes.saturating_sub(last.bytes) < quantum.max(1) =>
+            if last.ms / 1000 == t.ms / 1000 && t.bytes.saturating_sub(start) <= quantum.max(1) =>
         {
             *last = t
         }
@@ -35,6 +40,9 @@ pub(crate) fn push_seq_time(out: &mut Vec<SeqTime>, t: SeqTime, quantum: u64) {
 /// Merges a manifest's seq-time entries with newer ones ([`push_seq_time`]), keeping only
 /// one entry at or below `horizon` (the anchor that resolves times just inside the
 /// history) and at most [`SEQ_TIMES_MAX`] entries (the oldest after the anchor thinned).
+/// The caller passes a horizon no newer than what compaction has merged (the manifest's
+/// `compaction_floor_seq`): a time whose entry is gone must be refused as too old, never
+/// resolved to an empty table.
 pub(crate) fn merge_seq_times(
     old: &[SeqTime],
     new: &[SeqTime],
@@ -43,7 +51,7 @@ pub(crate) fn merge_seq_times(
 ) -> Vec<SeqTime> {
     let mut out: Vec<SeqTime> = Vec::with_capacity(old.len() + new.len());
     for t in old.iter().chain(new.iter()) {
-        push_seq_time(&mut out, *t, quantum);
+        push_seq_time(&mut out, *t, quantum, 0);
     }
     let older = out.iter().filter(|t| t.seq <= horizon).count();
     if older > 1 {
@@ -175,16 +183,34 @@ mod tests {
     }
 
     #[test]
-    fn a_second_that_writes_more_than_the_quantum_keeps_several_entries() {
-        let mut out = Vec::new();
-        for (i, bytes) in [10, 50, 150, 160, 400].into_iter().enumerate() {
-            push_seq_time(&mut out, t(1_000 + i as u64, i as u64 + 1, bytes), 100);
+    fn a_second_that_writes_more_than_the_quantum_keeps_entries_a_quantum_apart() {
+        let mut out = vec![t(500, 1, 0)];
+        for (i, bytes) in [10, 60, 110, 160, 210].into_iter().enumerate() {
+            push_seq_time(&mut out, t(1_000 + i as u64, i as u64 + 2, bytes), 100, 0);
         }
-        // All in one second: 50 replaces 10 (40 bytes on), 150 is 100 past 50 and starts
-        // an entry, 160 replaces it, 400 starts another.
+        // All in one second, 50 bytes at a time: an entry spans at most 100 bytes from the
+        // one before it (not 50 from its own last update, which would keep one entry).
         assert_eq!(
             out.iter().map(|t| t.bytes).collect::<Vec<_>>(),
-            vec![50, 160, 400]
+            vec![0, 60, 160, 210]
+        );
+        for w in out.windows(2) {
+            assert!(w[1].bytes - w[0].bytes <= 100, "{out:?}");
+        }
+        // A writer's pending entries continue from the manifest's last one: the first of
+        // them does not swallow a second's writes either.
+        let mut pending = Vec::new();
+        for (i, bytes) in [1_050, 1_100, 1_150, 1_200].into_iter().enumerate() {
+            push_seq_time(
+                &mut pending,
+                t(7_000 + i as u64, 10 + i as u64, bytes),
+                100,
+                1_000,
+            );
+        }
+        assert_eq!(
+            pending.iter().map(|t| t.bytes).collect::<Vec<_>>(),
+            vec![1_100, 1_200]
         );
     }
 }

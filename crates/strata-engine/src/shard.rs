@@ -334,7 +334,9 @@ impl ShardInner {
         let mut next = prev.value.clone();
         change(&mut next);
         next.written_at_ms = self.clock.now_ms();
-        let horizon = self.history_horizon();
+        // Entries go only once compaction has merged what they resolve to (the floor): a
+        // time with no entry left is then refused as too old, not read as an empty table.
+        let horizon = self.history_horizon().min(next.compaction_floor_seq);
         let pending = std::mem::take(&mut *self.time_index.lock());
         next.seq_times = merge_seq_times(
             &next.seq_times,
@@ -370,7 +372,14 @@ impl ShardInner {
             bytes,
         };
         let quantum = seq_time_quantum(self.config.history_bytes_min);
-        push_seq_time(&mut self.time_index.lock(), entry, quantum);
+        let before = self
+            .current()
+            .manifest
+            .value
+            .seq_times
+            .last()
+            .map_or(0, |t| t.bytes);
+        push_seq_time(&mut self.time_index.lock(), entry, quantum, before);
     }
 
     /// The history horizon: every version above this sequence number is kept by

@@ -17,7 +17,8 @@
 //!
 //! Time travel reads a view at an older sequence number: exact for any number at or above
 //! the manifest's `compaction_floor_seq` (compaction keeps every version written within
-//! `history_retention_ms`), refused with `SnapshotTooOld` below it.
+//! `history_retention_ms`, as far back as `history_bytes_ratio` allows), refused with
+//! `SnapshotTooOld` below it.
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -154,8 +154,9 @@ pub struct SeqTime {
     pub ms: u64,
     /// Sequence number.
     pub seq: u64,
-    /// Bytes written to the shard up to `seq` (its WAL bytes, counted from the shard's
-    /// creation; 0 where not recorded): bounds time travel's history by size.
+    /// Bytes written to the shard up to `seq` (its WAL bytes, counted by its writers, each
+    /// continuing from the last committed entry; 0 where not recorded): bounds time
+    /// travel's history by size. Only differences between entries matter.
     #[serde(default)]
     pub bytes: u64,
 }
