@@ -258,8 +258,15 @@ impl FaultInjectingStore {
                 s.waiting += 1;
                 s.waiting_peak = s.waiting_peak.max(s.waiting);
             }
+            // Counted out on drop too: a caller may drop the request mid-latency.
+            struct Waiting<'a>(&'a Mutex<State>);
+            impl Drop for Waiting<'_> {
+                fn drop(&mut self) {
+                    self.0.lock().waiting -= 1;
+                }
+            }
+            let _waiting = Waiting(&self.state);
             tokio::time::sleep(d.delay).await;
-            self.state.lock().waiting -= 1;
         }
         match d.verdict {
             Verdict::Pass => Ok(d.lose),
