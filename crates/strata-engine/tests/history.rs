@@ -25,32 +25,52 @@ fn value(round: usize, k: i64) -> String {
     s
 }
 
-/// A table whose keys were each rewritten `ROUNDS` times (one flush a round), then moved to
-/// the bottom of the tree (every compaction and cross-tier job has run); the sequence number
-/// of each round.
-async fn rewritten(ratio: f64) -> (tempfile::TempDir, Db, Vec<u64>) {
+/// A table whose keys were each rewritten `ROUNDS` times, one flush (a manifest commit) a
+/// round and nothing compacted in the background; with `drain`, then moved to the bottom
+/// of the tree (every compaction and cross-tier job run). The sequence number and the
+/// writer's clock after each round.
+struct Rounds {
+    _tmp: tempfile::TempDir,
+    db: Db,
+    seqs: Vec<u64>,
+    times: Vec<u64>,
+}
+
+async fn rewritten(ratio: f64, drain: bool) -> Rounds {
     let tmp = tempfile::tempdir().unwrap();
     let store = common::memory_store();
     let mut c = common::small_config();
     c.history_retention_ms = 3_600_000; // the window alone would keep every round
     c.history_bytes_ratio = ratio;
     c.history_bytes_min = 16 << 10; // a round writes more than this
+    c.l0_compaction_trigger = 1_000;
+    c.l0_settle_ms = 0;
     let db = common::open(&store, tmp.path(), c).await;
     db.create_table("t", common::schema(), &["id"])
         .await
         .unwrap();
     let t = db.table("t").await.unwrap();
     let ids: Vec<i64> = (0..KEYS).collect();
-    let mut seqs = Vec::new();
+    let (mut seqs, mut times) = (Vec::new(), Vec::new());
     for round in 0..ROUNDS {
         let a: Vec<String> = ids.iter().map(|&k| value(round, k)).collect();
         let a: Vec<Option<&str>> = a.iter().map(|s| Some(s.as_str())).collect();
         let b: Vec<Option<i64>> = vec![Some(round as i64); ids.len()];
         seqs.push(t.upsert(rows(&ids, &a, &b)).await.unwrap());
+        times.push(strata_common::clock::system().now_ms()); // the clock the writer uses
         t.flush().await.unwrap();
+        // Rounds a few milliseconds apart: a time resolves to one of them.
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
-    t.drain_to_s3().await.unwrap();
-    (tmp, db, seqs)
+    if drain {
+        t.drain_to_s3().await.unwrap();
+    }
+    Rounds {
+        _tmp: tmp,
+        db,
+        seqs,
+        times,
+    }
 }
 
 /// Key `k` as of round `round`'s sequence number, or the view's error.
@@ -65,7 +85,7 @@ async fn as_of_round(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_rewritten_past_its_byte_budget_keeps_a_shorter_exact_history() {
-    let (_tmp, db, seqs) = rewritten(0.5).await;
+    let Rounds { _tmp, db, seqs, .. } = rewritten(0.5, true).await;
     // The newest rounds read exactly as they were written.
     for round in [ROUNDS - 2, ROUNDS - 1] {
         for k in [0, 77, KEYS - 1] {
@@ -97,7 +117,7 @@ async fn a_table_rewritten_past_its_byte_budget_keeps_a_shorter_exact_history() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_byte_budget_the_whole_window_is_kept() {
-    let (_tmp, db, seqs) = rewritten(0.0).await;
+    let Rounds { _tmp, db, seqs, .. } = rewritten(0.0, true).await;
     for round in [0, ROUNDS / 2, ROUNDS - 1] {
         let got = as_of_round(&db, &seqs, round, 77).await.unwrap();
         assert_eq!(
@@ -114,30 +134,9 @@ async fn without_a_byte_budget_the_whole_window_is_kept() {
 /// empty table).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_time_inside_the_window_reads_exactly_before_anything_is_merged() {
-    let tmp = tempfile::tempdir().unwrap();
-    let store = common::memory_store();
-    let mut c = common::small_config();
-    c.history_retention_ms = 3_600_000;
-    c.history_bytes_ratio = 0.5;
-    c.history_bytes_min = 16 << 10;
-    c.l0_compaction_trigger = 1_000; // nothing is compacted
-    c.l0_settle_ms = 0;
-    let db = common::open(&store, tmp.path(), c).await;
-    db.create_table("t", common::schema(), &["id"])
-        .await
-        .unwrap();
-    let t = db.table("t").await.unwrap();
-    let ids: Vec<i64> = (0..KEYS).collect();
-    let mut times = Vec::new();
-    for round in 0..ROUNDS {
-        let a: Vec<String> = ids.iter().map(|&k| value(round, k)).collect();
-        let a: Vec<Option<&str>> = a.iter().map(|s| Some(s.as_str())).collect();
-        let b: Vec<Option<i64>> = vec![Some(round as i64); ids.len()];
-        t.upsert(rows(&ids, &a, &b)).await.unwrap();
-        times.push(strata_common::clock::system().now_ms()); // the clock the writer uses
-        t.flush().await.unwrap(); // a manifest commit: the index is pruned here
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    }
+    let Rounds {
+        _tmp, db, times, ..
+    } = rewritten(0.5, false).await;
     for round in [0, 1, ROUNDS - 1] {
         let got = view_point_at(&db, "t", 77, Some(AsOf::TimestampMs(times[round])))
             .await
