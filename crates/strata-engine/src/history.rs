@@ -72,7 +72,7 @@ pub(crate) fn seq_time_quantum(history_bytes_min: u64) -> u64 {
 }
 
 /// The byte budget of a shard's history: `ratio` of its stored bytes, at least `min`;
-/// `None` (no cap) when `ratio` is 0.
+/// `None` (no cap) when `ratio` is 0 (`Db::open` refuses negative or non-finite ones).
 pub(crate) fn bytes_budget(ratio: f64, min: u64, stored_bytes: u64) -> Option<u64> {
     if ratio <= 0.0 || !ratio.is_finite() {
         return None;

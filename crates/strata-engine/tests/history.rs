@@ -148,3 +148,33 @@ async fn a_time_inside_the_window_reads_exactly_before_anything_is_merged() {
         );
     }
 }
+
+/// A byte ratio that is not a number >= 0 is refused when the database opens, naming the
+/// setting, rather than silently turning the cap off.
+#[tokio::test]
+async fn a_bad_byte_ratio_is_refused_at_open() {
+    for bad in [-0.5, f64::NAN, f64::INFINITY] {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut c = common::small_config();
+        c.history_bytes_ratio = bad;
+        let err = Db::open_with_store(
+            common::memory_store(),
+            None,
+            Default::default(),
+            tmp.path().to_path_buf(),
+            c,
+            strata_common::clock::system(),
+        )
+        .await
+        .err()
+        .unwrap_or_else(|| panic!("ratio {bad} was accepted"));
+        assert!(
+            err.to_string().contains("history_bytes_ratio"),
+            "ratio {bad}: {err}"
+        );
+        assert!(
+            std::fs::read_dir(tmp.path()).unwrap().next().is_none(),
+            "ratio {bad}: the local directory was written"
+        );
+    }
+}

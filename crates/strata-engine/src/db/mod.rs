@@ -123,6 +123,12 @@ impl Db {
                 "levels must be at least 2 (L0 and L1)".into(),
             ));
         }
+        if !(config.history_bytes_ratio >= 0.0 && config.history_bytes_ratio.is_finite()) {
+            return Err(Error::Invalid(format!(
+                "history_bytes_ratio must be a number >= 0 (0 turns the cap off), got {}",
+                config.history_bytes_ratio
+            )));
+        }
         std::fs::create_dir_all(&local_dir)
             .map_err(Error::io(format!("create {}", local_dir.display())))?;
         let layout = Layout::new(&config.root_prefix);
