@@ -400,17 +400,8 @@ pub async fn execute(
             .await
             .map_err(Error::io(format!("create {}", scratch.display())))?;
         for s in ssts {
-            let data = store
-                .get(&paths.sst(&s.id))
-                .await
-                .map_err(Error::store(format!("read sst {}", s.id)))?
-                .bytes()
-                .await
-                .map_err(Error::store(format!("read sst {}", s.id)))?;
             let local = scratch.join(format!("{}-{}.sst", spec.id, s.id));
-            tokio::fs::write(&local, &data)
-                .await
-                .map_err(Error::io("write scratch sst"))?;
+            crate::sst::download(store, &paths.sst(&s.id), &local, None).await?;
             let l = local.clone();
             let reader = tokio::task::spawn_blocking(move || SstReader::open(&l))
                 .await

@@ -1428,28 +1428,11 @@ pub(crate) async fn fetch_sst(
         .await
         .is_ok_and(|m| m.len() == info.size_bytes);
     if !local_ok {
-        let data = store
-            .get(&paths.sst(&info.id))
-            .await
-            .map_err(Error::store(format!("download sst {}", info.id)))?
-            .bytes()
-            .await
-            .map_err(Error::store(format!("download sst {}", info.id)))?;
-        if data.len() as u64 != info.size_bytes {
-            return Err(Error::Corrupt(format!(
-                "sst {} is {} bytes in the bucket, the manifest says {}",
-                info.id,
-                data.len(),
-                info.size_bytes
-            )));
-        }
         // Unique per download: concurrent views may fetch the same SST at once.
         static DOWNLOADS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = DOWNLOADS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let tmp = path.with_extension(format!("sst.download-{}-{n}", std::process::id()));
-        tokio::fs::write(&tmp, &data)
-            .await
-            .map_err(Error::io("write downloaded sst"))?;
+        crate::sst::download(store, &paths.sst(&info.id), &tmp, Some(info.size_bytes)).await?;
         tokio::fs::rename(&tmp, &path)
             .await
             .map_err(Error::io("rename downloaded sst"))?;
