@@ -98,9 +98,10 @@ pub struct EngineConfig {
     pub cache_block_bytes: u64,
     /// Bytes of memory for scans' merged, columnar copies of the immutable upper tiers
     /// (NVMe-tier SSTs and shallower S3 levels), one per shard and file set, reused until a
-    /// flush or compaction changes the files; 0 turns them off. One overlay holds at most a
-    /// quarter of it, so the default (1 GiB) covers the row-oriented top of a shard at the
-    /// default row levels (memtables, L0, a 64 MiB L1) decoded as Arrow.
+    /// flush or compaction changes the files; 0 turns them off. One overlay holds at most
+    /// half of it, so the default (2 GiB) covers the row-oriented top of a shard at the
+    /// default row levels (memtables, L0, a 64 MiB L1) and a first-level columnar file that
+    /// overlaps the level below, decoded as Arrow.
     pub scan_overlay_bytes: u64,
     /// Under writes the memtables change between any two scans, so scans use a fold of
     /// them into the overlay through an older sequence number and resolve only newer
@@ -277,7 +278,7 @@ impl Default for EngineConfig {
             cache_bytes_max: 4 << 30,
             page_cache_bytes: 1 << 30,
             scan_cache_bytes: 2 << 30,
-            scan_overlay_bytes: 1 << 30,
+            scan_overlay_bytes: 2 << 30,
             scan_memtable_refold_bytes: 4 << 20,
             sorted_runs_max: 24,
             jobs: JobsConfig::default(),

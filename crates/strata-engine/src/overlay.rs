@@ -458,9 +458,12 @@ impl OverlayCache {
         (self.refold_bytes > 0).then(|| folded.max(self.refold_bytes))
     }
 
-    /// The most one overlay may hold: a quarter of the budget, so that a few shards share it.
+    /// The most one overlay may hold: half the budget, so that two shards (or a shard at
+    /// two sets of files) share it. A quarter was too little at 10M rows of a 31-column
+    /// table, where the newest columnar file overlapping the deeper level (rows of the
+    /// first level's last job) joins the row levels in the overlay.
     pub(crate) fn max_overlay_bytes(&self) -> u64 {
-        self.budget / 4
+        self.budget / 2
     }
 
     /// Bytes held by ready overlays.
@@ -575,6 +578,16 @@ mod tests {
             bytes,
             memtables: None,
         }
+    }
+
+    #[test]
+    fn one_overlay_may_take_half_the_budget() {
+        assert_eq!(OverlayCache::new(100).max_overlay_bytes(), 50);
+        assert_eq!(
+            OverlayCache::new(crate::config::EngineConfig::default().scan_overlay_bytes)
+                .max_overlay_bytes(),
+            1 << 30
+        );
     }
 
     #[test]
