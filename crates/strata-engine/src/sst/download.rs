@@ -36,7 +36,8 @@ pub async fn download(
             let (local, object, range) = (local.to_path_buf(), object.clone(), got.range);
             tokio::task::spawn_blocking(move || copy_file(file, range, &local, &object))
                 .await
-                .map_err(|e| Error::Internal(e.to_string()))?
+                .map_err(|e| Error::Internal(e.to_string()))
+                .and_then(|copied| copied)
         }
         GetResultPayload::Stream(stream) => copy_stream(stream, local, object).await,
     };
@@ -145,6 +146,9 @@ mod tests {
         let bytes: Vec<u8> = (0..(2 * WRITE_BUFFER_BYTES + 5)).map(|i| i as u8).collect();
         let object = Path::from("t/sst/4.sst");
         store.put(&object, bytes.clone().into()).await.unwrap();
+        // The case this test is for: the store gives a file, not a byte stream.
+        let got = store.get(&object).await.unwrap();
+        assert!(matches!(got.payload, GetResultPayload::File(..)));
         let dir = tempfile::tempdir().unwrap();
         let local = dir.path().join("4.sst");
         assert_eq!(
