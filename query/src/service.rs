@@ -75,6 +75,22 @@ pub struct QueryService {
 /// names are in [`DEFAULT_NAMESPACE`]).
 const CATALOG: &str = "strata";
 
+/// A runtime that reads no files and never spills, with a memory pool of `memory_limit`
+/// bytes when given (a query's operators) or none (the shared base session, which only
+/// plans).
+fn runtime(memory_limit: Option<usize>) -> Result<Arc<RuntimeEnv>, QueryError> {
+    let mut builder = RuntimeEnvBuilder::new();
+    if let Some(limit) = memory_limit {
+        builder = builder.with_memory_limit(limit, 1.0);
+    }
+    Ok(builder
+        .with_disk_manager_builder(
+            DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
+        )
+        .with_object_store_registry(Arc::new(NoFiles))
+        .build_arc()?)
+}
+
 /// Refuses every URL: SQL reads Strata tables only, never the server's files or the web.
 #[derive(Debug)]
 struct NoFiles;
@@ -192,12 +208,7 @@ impl QueryService {
         }
         // No memory limit here: a query's operators run under the runtime of
         // `query_runtime`, with the limit. Planning reads no files and spills nothing.
-        let runtime = RuntimeEnvBuilder::new()
-            .with_disk_manager_builder(
-                DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
-            )
-            .with_object_store_registry(Arc::new(NoFiles))
-            .build_arc()?;
+        let runtime = runtime(None)?;
         let config = SessionConfig::new()
             .with_default_catalog_and_schema(CATALOG, DEFAULT_NAMESPACE)
             .with_create_default_catalog_and_schema(false)
@@ -217,13 +228,7 @@ impl QueryService {
     /// The runtime one query's operators run under: its own memory pool of
     /// `memory_limit_bytes`, no spilling, no files.
     fn query_runtime(&self) -> Result<Arc<RuntimeEnv>, QueryError> {
-        Ok(RuntimeEnvBuilder::new()
-            .with_memory_limit(self.config.memory_limit_bytes, 1.0)
-            .with_disk_manager_builder(
-                DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
-            )
-            .with_object_store_registry(Arc::new(NoFiles))
-            .build_arc()?)
+        runtime(Some(self.config.memory_limit_bytes))
     }
 
     /// Plans one SQL statement, refusing what SQL over Strata must not do.
