@@ -27,6 +27,7 @@ use strata_manifest::{Layout, ParquetFileInfo, ShardPaths, SstInfo, TableEntry};
 use strata_objstore::StoreRef;
 use tokio_util::sync::CancellationToken;
 
+use crate::columnar::reader::block_on_unless;
 use crate::columnar::{FileShape, GroupFormat, MetaCache, ParquetSource, RunIter, RunWriter};
 use crate::compaction::collapse;
 use crate::entry::Entry;
@@ -380,7 +381,8 @@ impl EntryIter for ProjectIter {
 }
 
 /// Runs a job's merge: reads the inputs, writes the outputs of attempt `attempt`, and
-/// returns them (nothing is committed here). `scratch` holds downloaded SSTs.
+/// returns them (nothing is committed here). `scratch` holds downloaded SSTs. Once `stop`
+/// is cancelled, the merge ends with [`Error::Closed`] at its next read or key.
 pub async fn execute(
     store: &StoreRef,
     spec: &JobSpec,
@@ -388,6 +390,7 @@ pub async fn execute(
     scratch: &std::path::Path,
     metas: &Arc<MetaCache>,
     pause_per_file_ms: u64,
+    stop: &CancellationToken,
 ) -> Result<JobResult> {
     let started = std::time::Instant::now();
     let table = Arc::new(TableSchema::new(spec.table.clone())?);
@@ -452,28 +455,34 @@ pub async fn execute(
                     .cloned()
                     .ok_or_else(|| Error::Invalid(format!("job {}: no source group", spec.id)))?;
                 sources.push(Box::new(ProjectIter {
-                    inner: Box::new(RunIter::new(
-                        handle.clone(),
-                        from.clone(),
-                        files.iter().map(source_of).collect(),
-                        &[],
-                        None,
-                        None,
-                    )),
+                    inner: Box::new(
+                        RunIter::new(
+                            handle.clone(),
+                            from.clone(),
+                            files.iter().map(source_of).collect(),
+                            &[],
+                            None,
+                            None,
+                        )
+                        .stop_on(stop.clone()),
+                    ),
                     from: from.codec.clone(),
                     from_columns: Some(from.columns.clone()),
                     to: to.clone(),
                 }));
             }
         }
-        sources.push(Box::new(RunIter::new(
-            handle.clone(),
-            to.clone(),
-            target.overlapping.iter().map(source_of).collect(),
-            &[],
-            None,
-            None,
-        )));
+        sources.push(Box::new(
+            RunIter::new(
+                handle.clone(),
+                to.clone(),
+                target.overlapping.iter().map(source_of).collect(),
+                &[],
+                None,
+                None,
+            )
+            .stop_on(stop.clone()),
+        ));
         let writer = RunWriter::new(
             store.clone(),
             to.clone(),
@@ -492,7 +501,7 @@ pub async fn execute(
         );
         let (pins, bottommost, codec) = (spec.pins.clone(), spec.bottommost, to.codec.clone());
         let keep_above = spec.keep_above;
-        let h = handle.clone();
+        let (h, stop) = (handle.clone(), stop.clone());
         let files = tokio::task::spawn_blocking(move || -> Result<Vec<ParquetFileInfo>> {
             let mut writer = writer;
             // Copies of one version (a record retained on NVMe, or promoted, beside the
@@ -510,14 +519,14 @@ pub async fn execute(
                 if boundary && !group.is_empty() {
                     let collapsed = collapse(&codec, &group, &pins, keep_above, bottommost)?;
                     group.clear();
-                    h.block_on(writer.add_key(collapsed))?;
+                    block_on_unless(&h, Some(&stop), writer.add_key(collapsed))??;
                 }
                 match next {
                     Some(e) => group.push(e),
                     None => break,
                 }
             }
-            h.block_on(writer.finish())
+            block_on_unless(&h, Some(&stop), writer.finish())?
         })
         .await
         .map_err(|e| Error::Internal(e.to_string()))??;
@@ -735,7 +744,9 @@ impl Worker {
     ) -> Result<()> {
         let attempt = held.lease.attempt;
         tracing::info!(worker = %self.config.name, job = %spec.id, attempt, input_bytes = spec.input_bytes, "compaction job claimed");
-        let lost = CancellationToken::new();
+        // Cancelled with the worker (synchronously: the merge on its blocking thread stops
+        // before the runtime's timers go), or when the lease is lost.
+        let lost = cancel.child_token();
         let heartbeat = {
             let (store, layout, clock) =
                 (self.store.clone(), self.layout.clone(), self.clock.clone());
@@ -767,6 +778,7 @@ impl Worker {
             &scratch,
             &self.metas,
             self.config.debug_pause_per_file_ms,
+            &lost,
         );
         let outcome = tokio::select! {
             r = run => Some(r),

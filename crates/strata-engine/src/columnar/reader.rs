@@ -972,6 +972,32 @@ pub struct RunIter {
     /// For scans: the group's columns read (positions in the group, ascending); the others
     /// are not read (see [`GroupFormat::scan_entries`]).
     scan: Option<Vec<usize>>,
+    /// Once cancelled, reads fail with [`Error::Closed`] instead of starting (see
+    /// [`block_on_unless`]).
+    stop: Option<tokio_util::sync::CancellationToken>,
+}
+
+/// Runs `fut` on `handle` from a blocking thread, unless `stop` is cancelled: checked
+/// first and raced with `fut`, so work stopped (a worker shutting down, a lease lost) never
+/// polls a timer of a runtime being shut down, which panics.
+pub(crate) fn block_on_unless<F: std::future::Future>(
+    handle: &tokio::runtime::Handle,
+    stop: Option<&tokio_util::sync::CancellationToken>,
+    fut: F,
+) -> Result<F::Output> {
+    let Some(stop) = stop else {
+        return Ok(handle.block_on(fut));
+    };
+    if stop.is_cancelled() {
+        return Err(Error::Closed("stopped".into()));
+    }
+    handle.block_on(async {
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => Err(Error::Closed("stopped".into())),
+            out = fut => Ok(out),
+        }
+    })
 }
 
 impl RunIter {
@@ -1001,7 +1027,14 @@ impl RunIter {
             end: end.map(|e| e.to_vec()),
             widen,
             scan: None,
+            stop: None,
         }
+    }
+
+    /// This iterator, stopping with [`Error::Closed`] once `stop` is cancelled.
+    pub fn stop_on(mut self, stop: tokio_util::sync::CancellationToken) -> Self {
+        self.stop = Some(stop);
+        self
     }
 
     /// Iterates `files` for a scan that needs only the group's columns at `read`
@@ -1043,18 +1076,17 @@ impl EntryIter for RunIter {
                     c.extend(read.iter().map(|p| 4 + k + p));
                     c
                 });
-                let s = self.handle.block_on(f.stream(
-                    &start,
-                    self.end.as_deref(),
-                    columns.as_deref(),
-                    4096,
-                ))?;
+                let s = block_on_unless(
+                    &self.handle,
+                    self.stop.as_ref(),
+                    f.stream(&start, self.end.as_deref(), columns.as_deref(), 4096),
+                )??;
                 self.stream = Some((f.path.to_string(), s));
             }
             let Some((origin, stream)) = self.stream.as_mut() else {
                 continue;
             };
-            match self.handle.block_on(stream.next()) {
+            match block_on_unless(&self.handle, self.stop.as_ref(), stream.next())? {
                 None => self.stream = None,
                 Some(batch) => {
                     let batch =
