@@ -92,6 +92,38 @@ fn overlapping(files: &[ParquetFileInfo], lo: &[u8], hi: &[u8]) -> Vec<ParquetFi
         .collect()
 }
 
+/// Most rows of the level below a [`straggler`] may overlap, per row of the file.
+const STRAGGLER_OVERLAP: u64 = 4;
+
+/// The file of `files` (one run of a columnar level) to move into the level below,
+/// `below`, while nothing else is due: one whose keys interleave with `below`'s, so that
+/// scans cannot read it as part of the deep run (see [`crate::deep_run`]) and fold it,
+/// row by row, into the overlay of every file set. A load in key order leaves one such file
+/// at its tail (at 10M rows, 856 K rows folded into every scan's overlay, which then took
+/// seconds to build after each change). Only files overlapping at most
+/// [`STRAGGLER_OVERLAP`] times their rows below qualify, the least overlapping first: under
+/// uniform writes every file of a level overlaps all of the level below, and moving them
+/// early would rewrite that level again and again.
+pub(crate) fn straggler<'a>(
+    files: &'a [ParquetFileInfo],
+    below: &[ParquetFileInfo],
+) -> Option<&'a ParquetFileInfo> {
+    files
+        .iter()
+        .filter_map(|f| {
+            // Rows, not bytes: the level below may be laid out in other column groups.
+            let over: u64 = overlapping(below, &f.key_min, &f.key_max)
+                .iter()
+                .map(|b| b.rows)
+                .sum();
+            let rows = f.rows.max(1);
+            (over > 0 && over <= STRAGGLER_OVERLAP.saturating_mul(rows))
+                .then_some((over as f64 / rows as f64, f))
+        })
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, f)| f)
+}
+
 /// The key span `[lo, hi]` of a set of SSTs.
 fn sst_span(ssts: &[strata_manifest::SstInfo]) -> (Vec<u8>, Vec<u8>) {
     let lo = ssts.iter().map(|s| s.key_min.clone()).min();
@@ -319,40 +351,87 @@ impl ShardInner {
                     });
                     best.cloned().into_iter().collect()
                 };
-                let lo = files
-                    .iter()
-                    .map(|f| f.key_min.clone())
-                    .min()
-                    .unwrap_or_default();
-                let hi = files
-                    .iter()
-                    .map(|f| f.key_max.clone())
-                    .max()
-                    .unwrap_or_default();
-                let bytes = size(&files);
-                let mut res: HashSet<Resource> = children
-                    .iter()
-                    .map(|c| Resource::Run(level + 1, *c))
-                    .collect();
-                res.insert(Resource::Run(level, g));
-                out.push((
-                    self.spec(
-                        m,
-                        JobSource::Group {
-                            level,
-                            group: g,
-                            files,
-                        },
-                        level + 1,
-                        children,
-                        &lo,
-                        &hi,
-                        bytes,
-                    ),
-                    res,
-                ));
+                out.push(self.group_job(m, level, g, children, files));
             }
             target = target.saturating_mul(mult);
+        }
+        if out.is_empty() && !force {
+            out.extend(self.straggler_jobs(m));
+        }
+        out
+    }
+
+    /// A job moving `files` of group `g` of S3 level `level` into its `children` groups of
+    /// the level below, with the resources it holds.
+    fn group_job(
+        &self,
+        m: &Manifest,
+        level: usize,
+        g: usize,
+        children: Vec<usize>,
+        files: Vec<ParquetFileInfo>,
+    ) -> (JobSpec, HashSet<Resource>) {
+        let lo = files
+            .iter()
+            .map(|f| f.key_min.clone())
+            .min()
+            .unwrap_or_default();
+        let hi = files
+            .iter()
+            .map(|f| f.key_max.clone())
+            .max()
+            .unwrap_or_default();
+        let bytes = size(&files);
+        let mut res: HashSet<Resource> = children
+            .iter()
+            .map(|c| Resource::Run(level + 1, *c))
+            .collect();
+        res.insert(Resource::Run(level, g));
+        (
+            self.spec(
+                m,
+                JobSource::Group {
+                    level,
+                    group: g,
+                    files,
+                },
+                level + 1,
+                children,
+                &lo,
+                &hi,
+                bytes,
+            ),
+            res,
+        )
+    }
+
+    /// Jobs that keep the columnar levels disjoint while nothing else is due: per group of
+    /// the level just above the deepest one holding files, its [`straggler`] moved down.
+    fn straggler_jobs(&self, m: &Manifest) -> Vec<(JobSpec, HashSet<Resource>)> {
+        let Some(deepest) = m
+            .s3_levels
+            .iter()
+            .rposition(|l| l.groups.iter().any(|g| !g.files.is_empty()))
+        else {
+            return Vec::new();
+        };
+        let Some(level) = deepest.checked_sub(1) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (g, run) in m.s3_levels[level].groups.iter().enumerate() {
+            let children = self.table.child_groups(deepest, Some(g));
+            // Every child group holds the versions the parent's jobs wrote: one is enough.
+            let Some(below) = children
+                .first()
+                .and_then(|c| m.s3_levels[deepest].groups.get(*c))
+            else {
+                continue;
+            };
+            if let Some(f) = straggler(&run.files, &below.files) {
+                let files = vec![f.clone()];
+                out.push(self.group_job(m, level, g, children, files));
+            }
         }
         out
     }
@@ -1083,4 +1162,70 @@ pub(crate) fn decided(codec: &crate::row::RowCodec, versions: &mut Vec<Entry>) -
         }
     }
     Ok(f.values.iter().all(Option::is_some))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file holding keys `lo..=hi` (one byte each): `mb` MiB, a thousand rows a MiB.
+    fn file(name: &str, lo: u8, hi: u8, mb: u64) -> ParquetFileInfo {
+        ParquetFileInfo {
+            name: name.into(),
+            key_min: vec![lo],
+            key_max: vec![hi],
+            seq_min: 1,
+            seq_max: 1,
+            rows: mb * 1000,
+            size_bytes: mb << 20,
+            tail_offset: 0,
+        }
+    }
+
+    #[test]
+    fn straggler_is_the_least_overlapping_file_within_bounds() {
+        // (level, level below, the file expected to move down)
+        let cases: Vec<(Vec<ParquetFileInfo>, Vec<ParquetFileInfo>, Option<&str>)> = vec![
+            // Nothing below, or nothing overlapping: every file joins the deep run.
+            (vec![file("a", 10, 20, 100)], vec![], None),
+            (
+                vec![file("a", 10, 20, 100), file("b", 30, 40, 100)],
+                vec![file("x", 0, 9, 100), file("y", 21, 29, 100)],
+                None,
+            ),
+            // An in-order load's tail: the newest file interleaves with two below.
+            (
+                vec![file("a", 10, 20, 100), file("tail", 70, 99, 120)],
+                vec![
+                    file("x", 0, 9, 100),
+                    file("y", 75, 80, 90),
+                    file("z", 81, 90, 90),
+                ],
+                Some("tail"),
+            ),
+            // The least overlapping per row goes first.
+            (
+                vec![file("a", 10, 20, 100), file("b", 30, 40, 100)],
+                vec![file("x", 15, 16, 300), file("y", 35, 36, 50)],
+                Some("b"),
+            ),
+            // Overlapping more than four times its rows: left where it is (uniform
+            // writes: every file overlaps the whole level below).
+            (
+                vec![file("a", 0, 99, 100)],
+                vec![file("x", 0, 49, 300), file("y", 50, 99, 300)],
+                None,
+            ),
+            // Exactly four times: moved.
+            (
+                vec![file("a", 0, 99, 100)],
+                vec![file("x", 0, 49, 200), file("y", 50, 99, 200)],
+                Some("a"),
+            ),
+        ];
+        for (i, (files, below, want)) in cases.into_iter().enumerate() {
+            let got = straggler(&files, &below).map(|f| f.name.as_str());
+            assert_eq!(got, want, "case {i}");
+        }
+    }
 }
