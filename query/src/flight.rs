@@ -1,13 +1,20 @@
-//! Arrow Flight SQL over gRPC: `GetFlightInfo(CommandStatementQuery)` plans a query and
-//! returns a ticket carrying the SQL; `DoGet` runs it (a fresh snapshot) and streams Arrow
-//! batches; `DoPut(CommandStatementUpdate)` runs INSERT / UPDATE / DELETE / CREATE / DROP and
-//! returns the row count; `DoPut(CommandStatementIngest)` bulk-loads a stream of Arrow
-//! batches into a table ([`crate::ingest`]: upserts; `TABLE_NOT_EXIST_OPTION_CREATE` with a
-//! `primary_key` option of comma-separated columns creates it). Errors map to gRPC statuses
-//! in [`crate::error`].
+//! Arrow Flight SQL over gRPC.
 //!
-//! Not yet: prepared statements, catalog metadata commands (`GetTables`, ...), Substrait,
-//! transactions.
+//! - Statements: `GetFlightInfo(CommandStatementQuery)` plans a query (the plan waits for
+//!   its DoGet, see [`Handoff`]; the ticket also carries the SQL) and `DoGet` streams its
+//!   Arrow batches. A statement that changes data or tables (INSERT / UPDATE / DELETE,
+//!   CREATE / DROP TABLE) runs at GetFlightInfo, exactly once, fetched or not.
+//!   `DoPut(CommandStatementUpdate)` runs one and returns its row count.
+//! - Bulk ingest: `DoPut(CommandStatementIngest)` loads a stream of Arrow batches into a
+//!   table ([`crate::ingest`]: upserts; `TABLE_NOT_EXIST_OPTION_CREATE` with a
+//!   `primary_key` option of comma-separated columns creates it).
+//! - Prepared statements ([`crate::prepared`]): create, bind parameters by `DoPut`, run as
+//!   a query or an update (one run per parameter row), close.
+//! - Catalog metadata ([`crate::metadata`]): catalogs, schemas (namespaces), tables,
+//!   table types, primary keys, SQL info and XDBC type info, filtered by the caller's key.
+//!
+//! Errors map to gRPC statuses in [`crate::error`]. Not yet: Substrait, transactions,
+//! Basic-auth handshakes (keys travel as bearer tokens).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -17,18 +24,24 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use arrow::array::UInt64Array;
+use arrow::ipc::writer::IpcWriteOptions;
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_server::FlightServiceServer;
 use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
 use arrow_flight::sql::{
-    Any, CommandStatementIngest, CommandStatementQuery, CommandStatementUpdate, ProstMessageExt,
-    SqlInfo, TableExistsOption, TableNotExistOption, TicketStatementQuery,
+    ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest,
+    ActionCreatePreparedStatementResult, Any, CommandGetCatalogs, CommandGetDbSchemas,
+    CommandGetPrimaryKeys, CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables,
+    CommandGetXdbcTypeInfo, CommandPreparedStatementQuery, CommandPreparedStatementUpdate,
+    CommandStatementIngest, CommandStatementQuery, CommandStatementUpdate,
+    DoPutPreparedStatementResult, ProstMessageExt, SqlInfo, TableExistsOption, TableNotExistOption,
+    TicketStatementQuery,
 };
 use arrow_flight::{
-    FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, Ticket,
-    flight_service_server::FlightService,
+    Action, FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse,
+    IpcMessage, SchemaAsIpc, Ticket, flight_service_server::FlightService,
 };
 use futures::{Stream, TryStreamExt};
 use prost::Message;
@@ -38,6 +51,8 @@ use crate::auth::{Authenticator, Principal};
 
 use crate::error::{QueryError, QueryErrorKind};
 use crate::ingest::{IfExists, IfMissing, IngestRequest};
+use crate::metadata;
+use crate::prepared::Statements;
 use crate::service::{Planned, QueryService, query_error};
 
 /// The Flight SQL service.
@@ -46,6 +61,7 @@ pub struct FlightSql {
     q: QueryService,
     auth: Authenticator,
     handoff: Arc<Handoff>,
+    prepared: Arc<Statements>,
 }
 
 /// Statements GetFlightInfo planned, kept for the DoGet that follows (a client asks for the
@@ -126,10 +142,19 @@ impl FlightSql {
             q,
             auth,
             handoff: Arc::default(),
+            prepared: Arc::default(),
         }
     }
 
     /// The caller of a request: its `authorization: Bearer <key>` metadata.
+    /// What the caller may see of the catalog (metadata commands).
+    async fn visible<T>(&self, request: &Request<T>) -> Result<metadata::Visible, Status> {
+        let who = self.caller(request)?;
+        metadata::Visible::load(self.q.db(), &who)
+            .await
+            .map_err(status)
+    }
+
     fn caller<T>(&self, request: &Request<T>) -> Result<Principal, Status> {
         let header = request
             .metadata()
@@ -283,14 +308,16 @@ impl FlightSqlService for FlightSql {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let who = self.caller(&request)?;
-        let (schema, planned) = self
+        let (schema, planned, ran) = self
             .q
-            .prepare_as(&query.query, &who)
+            .prepare_as(&query.query, &[], &who)
             .await
             .map_err(status)?;
-        let plan = planned.map(|p| self.handoff.put(who, p));
+        let plan = self.handoff.put(who, planned);
+        // A statement that ran here must not run again: its ticket carries no SQL.
+        let sql = if ran { "" } else { query.query.as_str() };
         let ticket = TicketStatementQuery {
-            statement_handle: ticket_handle(plan, &query.query).into(),
+            statement_handle: ticket_handle(Some(plan), sql).into(),
         };
         let endpoint =
             FlightEndpoint::new().with_ticket(Ticket::new(ticket.as_any().encode_to_vec()));
@@ -311,6 +338,7 @@ impl FlightSqlService for FlightSql {
         let (plan, sql) = parse_ticket(&ticket.statement_handle)?;
         let (schema, stream) = match plan.and_then(|id| self.handoff.take(id, &who)) {
             Some(planned) => self.q.stream_planned(planned, self.q.deadline()).await,
+            None if sql.is_empty() => return Err(already_ran()),
             None => self.q.stream_as(&sql, &who).await,
         }
         .map_err(status)?;
@@ -336,12 +364,7 @@ impl FlightSqlService for FlightSql {
             .collect_as(&ticket.query, &who)
             .await
             .map_err(status)?;
-        let count = batches
-            .first()
-            .and_then(|b| b.column_by_name("count"))
-            .and_then(|c| c.as_any().downcast_ref::<UInt64Array>())
-            .map_or(0, |a| a.value(0));
-        Ok(count as i64)
+        Ok(update_count(&batches))
     }
 
     async fn do_put_statement_ingest(
@@ -380,7 +403,387 @@ impl FlightSqlService for FlightSql {
         )))
     }
 
+    async fn get_flight_info_catalogs(
+        &self,
+        query: CommandGetCatalogs,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.caller(&request)?;
+        let schema = query.into_builder().schema();
+        metadata_info(&schema, query.as_any(), request)
+    }
+
+    async fn do_get_catalogs(
+        &self,
+        query: CommandGetCatalogs,
+        request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        self.caller(&request)?;
+        one_batch(metadata::catalogs(query).map_err(status)?)
+    }
+
+    async fn get_flight_info_schemas(
+        &self,
+        query: CommandGetDbSchemas,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.caller(&request)?;
+        let schema = query.clone().into_builder().schema();
+        metadata_info(&schema, query.as_any(), request)
+    }
+
+    async fn do_get_schemas(
+        &self,
+        query: CommandGetDbSchemas,
+        request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let v = self.visible(&request).await?;
+        one_batch(metadata::schemas(query, &v).map_err(status)?)
+    }
+
+    async fn get_flight_info_tables(
+        &self,
+        query: CommandGetTables,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.caller(&request)?;
+        let schema = query.clone().into_builder().schema();
+        metadata_info(&schema, query.as_any(), request)
+    }
+
+    async fn do_get_tables(
+        &self,
+        query: CommandGetTables,
+        request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let v = self.visible(&request).await?;
+        one_batch(metadata::tables(query, &v).map_err(status)?)
+    }
+
+    async fn get_flight_info_table_types(
+        &self,
+        query: CommandGetTableTypes,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.caller(&request)?;
+        let schema = query.into_builder().schema();
+        metadata_info(&schema, query.as_any(), request)
+    }
+
+    async fn do_get_table_types(
+        &self,
+        query: CommandGetTableTypes,
+        request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        self.caller(&request)?;
+        one_batch(metadata::table_types(query).map_err(status)?)
+    }
+
+    async fn get_flight_info_primary_keys(
+        &self,
+        query: CommandGetPrimaryKeys,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.caller(&request)?;
+        metadata_info(&metadata::primary_keys_schema(), query.as_any(), request)
+    }
+
+    async fn do_get_primary_keys(
+        &self,
+        query: CommandGetPrimaryKeys,
+        request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let v = self.visible(&request).await?;
+        one_batch(metadata::primary_keys(query, &v).map_err(status)?)
+    }
+
+    async fn get_flight_info_sql_info(
+        &self,
+        query: CommandGetSqlInfo,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.caller(&request)?;
+        let data = metadata::sql_info(!self.q.is_writable());
+        let schema = query.clone().into_builder(data).schema();
+        metadata_info(&schema, query.as_any(), request)
+    }
+
+    async fn do_get_sql_info(
+        &self,
+        query: CommandGetSqlInfo,
+        request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        self.caller(&request)?;
+        let b = query.into_builder(metadata::sql_info(!self.q.is_writable()));
+        let schema = b.schema();
+        let batch = b.build().map_err(|e| Status::internal(e.to_string()))?;
+        one_batch((schema, batch))
+    }
+
+    async fn get_flight_info_xdbc_type_info(
+        &self,
+        query: CommandGetXdbcTypeInfo,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.caller(&request)?;
+        let schema = query.into_builder(metadata::xdbc_types()).schema();
+        metadata_info(&schema, query.as_any(), request)
+    }
+
+    async fn do_get_xdbc_type_info(
+        &self,
+        query: CommandGetXdbcTypeInfo,
+        request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        self.caller(&request)?;
+        let b = query.into_builder(metadata::xdbc_types());
+        let schema = b.schema();
+        let batch = b.build().map_err(|e| Status::internal(e.to_string()))?;
+        one_batch((schema, batch))
+    }
+
+    async fn do_action_create_prepared_statement(
+        &self,
+        query: ActionCreatePreparedStatementRequest,
+        request: Request<Action>,
+    ) -> Result<ActionCreatePreparedStatementResult, Status> {
+        let who = self.caller(&request)?;
+        if query.transaction_id.is_some() {
+            return Err(Status::unimplemented("Strata has no transactions"));
+        }
+        let (results, params) = self
+            .q
+            .prepare_statement_as(&query.query, &who)
+            .await
+            .map_err(status)?;
+        let handle = self.prepared.open(who, query.query);
+        Ok(ActionCreatePreparedStatementResult {
+            prepared_statement_handle: handle.into(),
+            dataset_schema: schema_bytes(&results)?,
+            parameter_schema: schema_bytes(&params)?,
+        })
+    }
+
+    async fn do_action_close_prepared_statement(
+        &self,
+        query: ActionClosePreparedStatementRequest,
+        request: Request<Action>,
+    ) -> Result<(), Status> {
+        let who = self.caller(&request)?;
+        self.prepared.close(&query.prepared_statement_handle, &who);
+        Ok(())
+    }
+
+    async fn do_put_prepared_statement_query(
+        &self,
+        query: CommandPreparedStatementQuery,
+        request: Request<PeekableFlightDataStream>,
+    ) -> Result<DoPutPreparedStatementResult, Status> {
+        let who = self.caller(&request)?;
+        let params = parameter_batch(request).await?;
+        self.prepared
+            .bind(&query.prepared_statement_handle, &who, params)
+            .map_err(status)?;
+        Ok(DoPutPreparedStatementResult {
+            prepared_statement_handle: Some(query.prepared_statement_handle),
+        })
+    }
+
+    async fn get_flight_info_prepared_statement(
+        &self,
+        cmd: CommandPreparedStatementQuery,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let who = self.caller(&request)?;
+        let (sql, rows) = self
+            .prepared
+            .get(&cmd.prepared_statement_handle, &who)
+            .map_err(status)?;
+        let [params] = rows.as_slice() else {
+            return Err(Status::invalid_argument(format!(
+                "a prepared query runs with one row of parameters, not {}",
+                rows.len()
+            )));
+        };
+        // Planned now (its schema, and the plan its DoGet runs), or run now when it changes
+        // data or tables. A DoGet that finds no plan plans the query again with the
+        // parameters bound then; one of a statement that ran here fails instead.
+        let (schema, planned, ran) = self
+            .q
+            .prepare_as(&sql, params, &who)
+            .await
+            .map_err(status)?;
+        let plan = self.handoff.put(who, planned);
+        let mark = if ran { "!" } else { "#" };
+        let ticket = CommandPreparedStatementQuery {
+            prepared_statement_handle: [
+                &cmd.prepared_statement_handle[..],
+                format!("{mark}{plan}").as_bytes(),
+            ]
+            .concat()
+            .into(),
+        };
+        let endpoint =
+            FlightEndpoint::new().with_ticket(Ticket::new(ticket.as_any().encode_to_vec()));
+        let info = FlightInfo::new()
+            .try_with_schema(&schema)
+            .map_err(|e| Status::internal(format!("encoding the schema: {e}")))?
+            .with_endpoint(endpoint)
+            .with_descriptor(request.into_inner());
+        Ok(Response::new(info))
+    }
+
+    async fn do_get_prepared_statement(
+        &self,
+        query: CommandPreparedStatementQuery,
+        request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let who = self.caller(&request)?;
+        let raw = &query.prepared_statement_handle[..];
+        let (handle, plan, ran) = match raw.iter().rposition(|b| *b == b'#' || *b == b'!') {
+            Some(at) => (
+                &raw[..at],
+                std::str::from_utf8(&raw[at + 1..])
+                    .ok()
+                    .and_then(|p| p.parse::<u64>().ok()),
+                raw[at] == b'!',
+            ),
+            None => (raw, None, false),
+        };
+        let planned = match plan.and_then(|id| self.handoff.take(id, &who)) {
+            Some(p) => p,
+            None if ran => return Err(already_ran()),
+            None => {
+                let (sql, rows) = self.prepared.get(handle, &who).map_err(status)?;
+                let params = rows.into_iter().next().unwrap_or_default();
+                self.q
+                    .plan_bound_as(&sql, &params, &who)
+                    .await
+                    .map_err(status)?
+            }
+        };
+        let (schema, stream) = self
+            .q
+            .stream_planned(planned, self.q.deadline())
+            .await
+            .map_err(status)?;
+        let batches = stream.map_err(|e| FlightError::Tonic(Box::new(status(query_error(e)))));
+        let data = FlightDataEncoderBuilder::new()
+            .with_schema(schema)
+            .build(batches)
+            .map_err(|e| match e {
+                FlightError::Tonic(s) => *s,
+                other => Status::internal(other.to_string()),
+            });
+        Ok(Response::new(Box::pin(data)))
+    }
+
+    async fn do_put_prepared_statement_update(
+        &self,
+        query: CommandPreparedStatementUpdate,
+        request: Request<PeekableFlightDataStream>,
+    ) -> Result<i64, Status> {
+        let who = self.caller(&request)?;
+        let params = parameter_batch(request).await?;
+        let handle = &query.prepared_statement_handle;
+        if params.num_columns() > 0 {
+            self.prepared.bind(handle, &who, params).map_err(status)?;
+        }
+        let (sql, rows) = self.prepared.get(handle, &who).map_err(status)?;
+        // One run per parameter row (a JDBC batch), in order; the counts add up.
+        let mut total = 0i64;
+        for params in rows {
+            let (_, batches) = self
+                .q
+                .collect_bound_as(&sql, &params, &who)
+                .await
+                .map_err(status)?;
+            total += update_count(&batches);
+        }
+        Ok(total)
+    }
+
     async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
+}
+
+/// A DoGet for the result of a statement that ran at its GetFlightInfo, fetched already or
+/// kept longer than [`HANDOFF_TTL`]: running it again would apply it twice.
+fn already_ran() -> Status {
+    Status::not_found(
+        "this statement ran when it was sent; its result was fetched already or has expired",
+    )
+}
+
+/// A schema as Flight SQL carries it in a prepared statement's description.
+fn schema_bytes(schema: &arrow::datatypes::Schema) -> Result<bytes::Bytes, Status> {
+    let IpcMessage(bytes) = SchemaAsIpc::new(schema, &IpcWriteOptions::default())
+        .try_into()
+        .map_err(|e: arrow::error::ArrowError| {
+            Status::internal(format!("encoding a schema: {e}"))
+        })?;
+    Ok(bytes)
+}
+
+/// The parameter rows a DoPut sends, as one batch (no columns when it sends none).
+async fn parameter_batch(
+    request: Request<PeekableFlightDataStream>,
+) -> Result<arrow::array::RecordBatch, Status> {
+    // A run of an update sends only the command, in a message with no Arrow data.
+    let data = request
+        .into_inner()
+        .try_filter(|d| futures::future::ready(!d.data_header.is_empty()))
+        .map_err(|s| FlightError::Tonic(Box::new(s)));
+    let batches: Vec<arrow::array::RecordBatch> =
+        FlightRecordBatchStream::new_from_flight_data(data)
+            .try_collect()
+            .await
+            .map_err(|e| Status::invalid_argument(format!("decoding the parameters: {e}")))?;
+    let Some(first) = batches.first() else {
+        return Ok(arrow::array::RecordBatch::new_empty(Arc::new(
+            arrow::datatypes::Schema::empty(),
+        )));
+    };
+    arrow::compute::concat_batches(&first.schema(), &batches)
+        .map_err(|e| Status::invalid_argument(format!("the parameter batches differ: {e}")))
+}
+
+/// The row count a DML statement answers (its `count` column), 0 for anything else.
+fn update_count(batches: &[arrow::array::RecordBatch]) -> i64 {
+    batches
+        .first()
+        .and_then(|b| b.column_by_name("count"))
+        .and_then(|c| c.as_any().downcast_ref::<UInt64Array>())
+        .map_or(0, |a| a.value(0) as i64)
+}
+
+/// The flight of a metadata command: its result schema, and a ticket carrying the command
+/// (its DoGet answers from the catalog as it is then).
+fn metadata_info<T>(
+    schema: &arrow::datatypes::Schema,
+    command: Any,
+    request: Request<T>,
+) -> Result<Response<FlightInfo>, Status>
+where
+    T: Into<FlightDescriptor>,
+{
+    let endpoint = FlightEndpoint::new().with_ticket(Ticket::new(command.encode_to_vec()));
+    let info = FlightInfo::new()
+        .try_with_schema(schema)
+        .map_err(|e| Status::internal(format!("encoding the schema: {e}")))?
+        .with_endpoint(endpoint)
+        .with_descriptor(request.into_inner().into());
+    Ok(Response::new(info))
+}
+
+/// One batch as a DoGet stream.
+fn one_batch(
+    (schema, batch): (arrow::datatypes::SchemaRef, arrow::array::RecordBatch),
+) -> Result<Response<<FlightSql as FlightService>::DoGetStream>, Status> {
+    let data = FlightDataEncoderBuilder::new()
+        .with_schema(schema)
+        .build(futures::stream::once(async { Ok(batch) }))
+        .map_err(Status::from);
+    Ok(Response::new(Box::pin(data)))
 }
 
 #[cfg(test)]

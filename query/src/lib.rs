@@ -13,6 +13,8 @@
 //! - [`service`]: sessions with the safety rules (no file or URL access, no DDL, memory limit
 //!   and timeout per query).
 //! - [`ingest`]: bulk ingest of Arrow batch streams (Flight SQL `CommandStatementIngest`).
+//! - [`metadata`]: Flight SQL's catalog metadata commands (`GetTables`, `GetSqlInfo`, ...).
+//! - [`prepared`]: Flight SQL's prepared statements (parameters bound by `DoPut`).
 //! - [`http`] and [`flight`]: the endpoints; [`server`] runs both; [`metrics`] is
 //!   `GET /metrics`.
 //!
@@ -25,7 +27,9 @@ pub mod error;
 pub mod flight;
 pub mod http;
 pub mod ingest;
+pub mod metadata;
 pub mod metrics;
+pub mod prepared;
 pub mod provider;
 pub mod pushdown;
 pub mod scan;

@@ -4,12 +4,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use datafusion::catalog::{
     CatalogProvider, CatalogProviderList, MemoryCatalogProvider, MemoryCatalogProviderList,
     MemorySchemaProvider,
 };
+use datafusion::common::ScalarValue;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
@@ -73,7 +74,7 @@ pub struct QueryService {
 
 /// The catalog every session's tables are in (its schemas are the namespaces; unqualified
 /// names are in [`DEFAULT_NAMESPACE`]).
-const CATALOG: &str = "strata";
+pub(crate) const CATALOG: &str = "strata";
 
 /// A runtime that reads no files and never spills, with a memory pool of `memory_limit`
 /// bytes when given (a query's operators) or none (the shared base session, which only
@@ -239,8 +240,19 @@ impl QueryService {
     /// [`QueryService::plan`] for a caller: it sees the namespaces it may read, writes need
     /// its `write` scope and CREATE / DROP TABLE its `admin` scope on the table's namespace.
     pub async fn plan_as(&self, sql: &str, who: &Principal) -> Result<Planned, QueryError> {
+        self.plan_bound_as(sql, &[], who).await
+    }
+
+    /// [`QueryService::plan_as`] with the values of the statement's parameters (`$1`, `$2`,
+    /// ... in order; none: the statement has none).
+    pub async fn plan_bound_as(
+        &self,
+        sql: &str,
+        params: &[ScalarValue],
+        who: &Principal,
+    ) -> Result<Planned, QueryError> {
         let fut = async {
-            let (ctx, plan) = self.checked_plan(sql, who).await?;
+            let (ctx, plan) = self.checked_plan(sql, params, who).await?;
             if let Some(done) = self.table_ddl(&plan, who).await? {
                 return Ok(Planned {
                     df: ctx.read_batch(done)?,
@@ -261,10 +273,14 @@ impl QueryService {
     async fn checked_plan(
         &self,
         sql: &str,
+        params: &[ScalarValue],
         who: &Principal,
     ) -> Result<(SessionContext, LogicalPlan), QueryError> {
         let ctx = self.context_for(who).await?;
-        let plan = ctx.state().create_logical_plan(sql).await?;
+        let mut plan = ctx.state().create_logical_plan(sql).await?;
+        if !params.is_empty() {
+            plan = plan.with_param_values(params.to_vec())?;
+        }
         if !is_table_ddl(&plan) {
             SQLOptions::new()
                 .with_allow_ddl(false)
@@ -383,25 +399,88 @@ impl QueryService {
 
     /// [`QueryService::describe`] for a caller (see [`QueryService::plan_as`]).
     pub async fn describe_as(&self, sql: &str, who: &Principal) -> Result<SchemaRef, QueryError> {
-        Ok(self.prepare_as(sql, who).await?.0)
+        Ok(self.prepare_statement_as(sql, who).await?.0)
     }
 
-    /// Plans a statement for a later run (Flight SQL's GetFlightInfo, whose DoGet follows):
-    /// the schema of its results and, except for CREATE / DROP TABLE (which act only when
-    /// run), the plan, so that the run does not parse and plan the statement again.
+    /// A statement a client sends to have its results fetched later (Flight SQL's
+    /// GetFlightInfo, whose DoGet follows): the schema of its results and the plan the
+    /// fetch runs, so that it does not parse and plan the statement again. A statement that
+    /// changes data or tables (INSERT / UPDATE / DELETE, CREATE / DROP TABLE) runs here,
+    /// exactly once, and the plan only hands its result on (true): clients may never fetch
+    /// it (ADBC's `cursor.execute` followed by `close`), and a fetch must not run it again.
     pub async fn prepare_as(
         &self,
         sql: &str,
+        params: &[ScalarValue],
         who: &Principal,
-    ) -> Result<(SchemaRef, Option<Planned>), QueryError> {
+    ) -> Result<(SchemaRef, Planned, bool), QueryError> {
+        let deadline = self.deadline();
         let fut = async {
-            let (ctx, plan) = self.checked_plan(sql, who).await?;
-            if is_table_ddl(&plan) {
-                return Ok((ddl_result_schema(), None));
+            let (ctx, plan) = self.checked_plan(sql, params, who).await?;
+            if let Some(done) = self.table_ddl(&plan, who).await? {
+                let schema = done.schema();
+                let df = ctx.read_batch(done)?;
+                return Ok((schema, Planned { ctx, df }, true));
             }
             let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
+            let dml = matches!(plan, LogicalPlan::Dml(_));
             let df = ctx.execute_logical_plan(plan).await?;
-            Ok((schema, Some(Planned { ctx, df })))
+            let planned = Planned {
+                ctx: ctx.clone(),
+                df,
+            };
+            if !dml {
+                return Ok((schema, planned, false));
+            }
+            let (_, batches) = self.collect_planned(planned, deadline).await?;
+            let df = ctx.read_batches(batches)?;
+            Ok((schema, Planned { ctx, df }, true))
+        };
+        tokio::time::timeout(self.timeout(), fut)
+            .await
+            .map_err(|_| self.timed_out())?
+    }
+
+    /// Checks a statement for later runs with parameters (Flight SQL's prepared
+    /// statements): the schema of its results and that of its parameters (`$1`, `$2`, ...
+    /// in order, typed as the statement uses them; `Utf8` where it does not tell). Nothing
+    /// runs.
+    pub async fn prepare_statement_as(
+        &self,
+        sql: &str,
+        who: &Principal,
+    ) -> Result<(SchemaRef, SchemaRef), QueryError> {
+        let fut = async {
+            let (_, plan) = self.checked_plan(sql, &[], who).await?;
+            let results = if is_table_ddl(&plan) {
+                ddl_result_schema()
+            } else {
+                Arc::new(plan.schema().as_arrow().clone())
+            };
+            let mut params: Vec<(usize, String, DataType)> = plan
+                .get_parameter_types()?
+                .into_iter()
+                .map(|(id, t)| {
+                    let n = id
+                        .strip_prefix('$')
+                        .and_then(|n| n.parse::<usize>().ok())
+                        .ok_or_else(|| {
+                            QueryError::new(
+                                QueryErrorKind::Invalid,
+                                format!(
+                                    "parameter {id}: only positional parameters ($1, $2, ...) are supported"
+                                ),
+                            )
+                        })?;
+                    Ok((n, id, t.unwrap_or(DataType::Utf8)))
+                })
+                .collect::<Result<_, QueryError>>()?;
+            params.sort();
+            let fields: Vec<Field> = params
+                .into_iter()
+                .map(|(_, id, t)| Field::new(id, t, true))
+                .collect();
+            Ok((results, Arc::new(Schema::new(fields))))
         };
         tokio::time::timeout(self.timeout(), fut)
             .await
@@ -475,7 +554,29 @@ impl QueryService {
         sql: &str,
         who: &Principal,
     ) -> Result<(SchemaRef, Vec<RecordBatch>), QueryError> {
-        let (schema, mut stream) = self.stream_as(sql, who).await?;
+        self.collect_bound_as(sql, &[], who).await
+    }
+
+    /// [`QueryService::collect_as`] with parameter values (see
+    /// [`QueryService::plan_bound_as`]).
+    pub async fn collect_bound_as(
+        &self,
+        sql: &str,
+        params: &[ScalarValue],
+        who: &Principal,
+    ) -> Result<(SchemaRef, Vec<RecordBatch>), QueryError> {
+        let deadline = self.deadline();
+        let planned = self.plan_bound_as(sql, params, who).await?;
+        self.collect_planned(planned, deadline).await
+    }
+
+    /// Runs a planned statement to completion (see [`QueryService::collect_as`]).
+    async fn collect_planned(
+        &self,
+        planned: Planned,
+        deadline: tokio::time::Instant,
+    ) -> Result<(SchemaRef, Vec<RecordBatch>), QueryError> {
+        let (schema, mut stream) = self.stream_planned(planned, deadline).await?;
         let mut out = Vec::new();
         let mut bytes = 0usize;
         while let Some(b) = stream.next().await {
