@@ -1,0 +1,60 @@
+"""What a Python analyst does with Strata over the ADBC Flight SQL driver (DB-API).
+
+Run by services/strata/tests/clients.rs against a fresh `strata serve`:
+    python adbc_flight_sql.py <flight host:port>
+Exits non-zero, with the failed assertion, when Strata answers differently.
+"""
+
+import sys
+import warnings
+
+import adbc_driver_flightsql.dbapi as flight_sql
+
+warnings.simplefilter("ignore")  # "Cannot disable autocommit": Strata has no transactions
+
+conn = flight_sql.connect(f"grpc://{sys.argv[1]}")
+cur = conn.cursor()
+
+# DDL and DML sent with execute and never fetched take effect.
+cur.execute("CREATE TABLE people (id BIGINT, name VARCHAR, score DOUBLE, PRIMARY KEY (id))")
+cur.execute("INSERT INTO people VALUES (1, 'ann', 1.5)")
+
+# Parameters: one row (a prepared statement bound by DoPut), then a batch of rows.
+cur.execute("INSERT INTO people VALUES ($1, $2, $3)", parameters=(2, "bob", 2.5))
+cur.executemany(
+    "INSERT INTO people VALUES ($1, $2, $3)", [(3, "cy", 3.5), (4, "dee", None)]
+)
+cur.execute("SELECT id, name, score FROM people WHERE id >= $1 ORDER BY id", parameters=(2,))
+rows = cur.fetchall()
+assert rows == [(2, "bob", 2.5), (3, "cy", 3.5), (4, "dee", None)], rows
+
+# An update's effect and count.
+cur.execute("UPDATE people SET score = score * 2 WHERE id <= $1", parameters=(2,))
+cur.execute("SELECT sum(score) FROM people")
+assert cur.fetchone() == (1.5 * 2 + 2.5 * 2 + 3.5,), "update applied more or less than once"
+
+# Metadata: catalogs, schemas and tables (GetObjects), a table's schema, table types and
+# the server's description (GetSqlInfo).
+objects = conn.adbc_get_objects(depth="tables").read_all().to_pylist()
+assert [c["catalog_name"] for c in objects] == ["strata"], objects
+schemas = {s["db_schema_name"]: s for s in objects[0]["catalog_db_schemas"]}
+assert "public" in schemas, schemas
+tables = [t["table_name"] for t in schemas["public"]["db_schema_tables"]]
+assert tables == ["people"], tables
+schema = conn.adbc_get_table_schema("people", db_schema_filter="public")
+assert schema.names == ["id", "name", "score"], schema
+assert conn.adbc_get_table_types() == ["TABLE"], conn.adbc_get_table_types()
+info = conn.adbc_get_info()
+assert info.get("vendor_name") == "Strata", info
+
+# Errors come back with the reason.
+try:
+    cur.execute("SELECT nope FROM people")
+    cur.fetchall()
+    raise AssertionError("a bad column was accepted")
+except flight_sql.Error as e:
+    assert "nope" in str(e), e
+
+cur.close()
+conn.close()
+print("adbc flight sql: ok")
