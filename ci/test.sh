@@ -18,9 +18,10 @@ cleanup() { if [ "$started_localstack" = 1 ]; then bash ci/localstack.sh stop; f
 trap cleanup EXIT
 # With LocalStack up, S3 tests must run, not skip.
 export STRATA_REQUIRE_S3=1
-# Real SQL clients (pinned, in their own virtualenv); their tests must run, not skip.
-STRATA_CLIENT_PYTHON="$(bash ci/clients.sh)"
-export STRATA_CLIENT_PYTHON
+# Real SQL clients (pinned: ADBC from PyPI, the Flight SQL JDBC driver from Maven
+# Central); their tests must run, not skip.
+clients="$(bash ci/clients.sh)"
+eval "$clients"
 export STRATA_REQUIRE_CLIENTS=1
 
 echo "== cargo fmt --check"

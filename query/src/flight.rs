@@ -551,12 +551,19 @@ impl FlightSqlService for FlightSql {
         if query.transaction_id.is_some() {
             return Err(Status::unimplemented("Strata has no transactions"));
         }
-        let (results, params) = self
+        let (results, params, changes) = self
             .q
             .prepare_statement_as(&query.query, &who)
             .await
             .map_err(status)?;
         let handle = self.prepared.open(who, query.query);
+        // Flight SQL tells an update from a query by an empty dataset schema (the JDBC
+        // driver then runs it with DoPut and reads the row count).
+        let results = if changes {
+            arrow::datatypes::Schema::empty()
+        } else {
+            results.as_ref().clone()
+        };
         Ok(ActionCreatePreparedStatementResult {
             prepared_statement_handle: handle.into(),
             dataset_schema: schema_bytes(&results)?,

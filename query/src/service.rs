@@ -277,7 +277,8 @@ impl QueryService {
         who: &Principal,
     ) -> Result<(SessionContext, LogicalPlan), QueryError> {
         let ctx = self.context_for(who).await?;
-        let mut plan = ctx.state().create_logical_plan(sql).await?;
+        let sql = numbered_placeholders(sql);
+        let mut plan = ctx.state().create_logical_plan(&sql).await?;
         if !params.is_empty() {
             plan = plan.with_param_values(params.to_vec())?;
         }
@@ -442,16 +443,18 @@ impl QueryService {
     }
 
     /// Checks a statement for later runs with parameters (Flight SQL's prepared
-    /// statements): the schema of its results and that of its parameters (`$1`, `$2`, ...
-    /// in order, typed as the statement uses them; `Utf8` where it does not tell). Nothing
+    /// statements): the schema of its results, that of its parameters (`$1`, `$2`, ... in
+    /// order, typed as the statement uses them; `Utf8` where it does not tell), and whether
+    /// it changes data or tables (INSERT / UPDATE / DELETE, CREATE / DROP TABLE). Nothing
     /// runs.
     pub async fn prepare_statement_as(
         &self,
         sql: &str,
         who: &Principal,
-    ) -> Result<(SchemaRef, SchemaRef), QueryError> {
+    ) -> Result<(SchemaRef, SchemaRef, bool), QueryError> {
         let fut = async {
             let (_, plan) = self.checked_plan(sql, &[], who).await?;
+            let changes = is_table_ddl(&plan) || matches!(plan, LogicalPlan::Dml(_));
             let results = if is_table_ddl(&plan) {
                 ddl_result_schema()
             } else {
@@ -480,7 +483,7 @@ impl QueryService {
                 .into_iter()
                 .map(|(_, id, t)| Field::new(id, t, true))
                 .collect();
-            Ok((results, Arc::new(Schema::new(fields))))
+            Ok((results, Arc::new(Schema::new(fields)), changes))
         };
         tokio::time::timeout(self.timeout(), fut)
             .await
@@ -597,6 +600,33 @@ impl QueryService {
     }
 }
 
+/// `sql` with JDBC's `?` parameter markers numbered as DataFusion's `$1`, `$2`, ... (in
+/// order; markers inside string literals, quoted names and comments are not markers). The
+/// JDBC drivers send statements with `?` as the application wrote them.
+pub(crate) fn numbered_placeholders(sql: &str) -> std::borrow::Cow<'_, str> {
+    use datafusion::sql::sqlparser::dialect::GenericDialect;
+    use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+    if !sql.contains('?') {
+        return sql.into();
+    }
+    // Unparsable text goes to the planner as it is, which says what is wrong with it.
+    let Ok(tokens) = Tokenizer::new(&GenericDialect {}, sql).tokenize() else {
+        return sql.into();
+    };
+    let mut n = 0;
+    tokens
+        .into_iter()
+        .map(|t| match t {
+            Token::Placeholder(p) if p == "?" => {
+                n += 1;
+                format!("${n}")
+            }
+            other => other.to_string(),
+        })
+        .collect::<String>()
+        .into()
+}
+
 /// CREATE TABLE or DROP TABLE: Strata's own DDL, run by [`QueryService::table_ddl`].
 fn is_table_ddl(plan: &LogicalPlan) -> bool {
     matches!(
@@ -685,5 +715,28 @@ fn check_plan(plan: &LogicalPlan, writable: bool, who: &Principal) -> Result<(),
     match bad {
         Some(e) => Err(e),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::numbered_placeholders;
+
+    #[test]
+    fn jdbc_markers_are_numbered_outside_literals_names_and_comments() {
+        for (sql, want) in [
+            ("SELECT 1", "SELECT 1"),
+            (
+                "INSERT INTO t VALUES (?, ?, ?)",
+                "INSERT INTO t VALUES ($1, $2, $3)",
+            ),
+            (
+                "SELECT '?' AS q, \"a?\" FROM t WHERE id = ? -- why?\n AND x > ?",
+                "SELECT '?' AS q, \"a?\" FROM t WHERE id = $1 -- why?\n AND x > $2",
+            ),
+            ("SELECT $1", "SELECT $1"),
+        ] {
+            assert_eq!(numbered_placeholders(sql), want, "{sql}");
+        }
     }
 }
