@@ -355,7 +355,13 @@ impl ShardInner {
             }
             target = target.saturating_mul(mult);
         }
-        if out.is_empty() && !force {
+        // Once the shard has settled: no flush for `l0_settle_ms` (at once when it is 0).
+        let quiet = self
+            .clock
+            .now_ms()
+            .saturating_sub(self.l0_grown_ms.load(Ordering::Acquire))
+            >= self.config.l0_settle_ms;
+        if out.is_empty() && !force && quiet {
             out.extend(self.straggler_jobs(m));
         }
         out
@@ -405,8 +411,9 @@ impl ShardInner {
         )
     }
 
-    /// Jobs that keep the columnar levels disjoint while nothing else is due: per group of
-    /// the level just above the deepest one holding files, its [`straggler`] moved down.
+    /// Jobs that keep the columnar levels disjoint once the shard has settled and nothing
+    /// else is due: per group of the level just above the deepest one holding files, its
+    /// [`straggler`] moved down.
     fn straggler_jobs(&self, m: &Manifest) -> Vec<(JobSpec, HashSet<Resource>)> {
         let Some(deepest) = m
             .s3_levels
