@@ -19,7 +19,9 @@
 //! gets, scans, listing and describing tables. `write`: upserts, updates, deletes,
 //! `INSERT`/`UPDATE`/`DELETE`. `admin`: creating and dropping tables.
 //!
-//! Callers send `Authorization: Bearer <key>` (HTTP and gRPC metadata alike). Without a
+//! Callers send `Authorization: Bearer <key>` (HTTP and gRPC metadata alike), or Basic
+//! credentials with the key as the password (for clients that only speak user and
+//! password; the user name is not checked). Without a
 //! keys file the service is open (the embedded default on 127.0.0.1): every caller has
 //! every scope on every namespace.
 
@@ -191,18 +193,17 @@ impl Auth {
         Self::from_toml(&text).map_err(|e| format!("keys file {}: {e}", path.display()))
     }
 
-    /// The caller holding the key in an `Authorization` header value (`Bearer <key>`).
+    /// The caller holding the key in an `Authorization` header value (see [`key_of`]).
     pub fn authenticate(&self, authorization: Option<&str>) -> Result<Principal, QueryError> {
         let unauthenticated = |m: &str| QueryError::new(QueryErrorKind::Unauthenticated, m);
         let value = authorization.ok_or_else(|| {
             unauthenticated("an API key is required: send Authorization: Bearer <key>")
         })?;
-        let key = value
-            .strip_prefix("Bearer ")
-            .or_else(|| value.strip_prefix("bearer "))
-            .map(str::trim)
-            .filter(|k| !k.is_empty())
-            .ok_or_else(|| unauthenticated("the Authorization header must be Bearer <key>"))?;
+        let key = key_of(value).ok_or_else(|| {
+            unauthenticated(
+                "the Authorization header must be Bearer <key>, or Basic with the key as the password",
+            )
+        })?;
         let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
         self.keys
             .iter()
@@ -210,6 +211,28 @@ impl Auth {
             .map(|(_, p)| p.clone())
             .ok_or_else(|| unauthenticated("unknown API key"))
     }
+}
+
+/// The API key in an `Authorization` header value: `Bearer <key>`, or `Basic` credentials
+/// whose password is the key (the user name is not checked: clients that only speak user
+/// and password, such as JDBC tools, pass the key that way).
+pub fn key_of(authorization: &str) -> Option<String> {
+    use base64::Engine;
+    let value = authorization.trim();
+    let (scheme, rest) = value.split_once(' ')?;
+    let rest = rest.trim();
+    let key = if scheme.eq_ignore_ascii_case("bearer") {
+        rest.to_string()
+    } else if scheme.eq_ignore_ascii_case("basic") {
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(rest)
+            .ok()?;
+        let text = String::from_utf8(decoded).ok()?;
+        text.split_once(':')?.1.to_string()
+    } else {
+        return None;
+    };
+    (!key.is_empty()).then_some(key)
 }
 
 /// Authenticates requests: with keys, or open (every caller unrestricted).
@@ -282,6 +305,32 @@ mod tests {
             sha("k2")
         ))
         .unwrap()
+    }
+
+    #[test]
+    fn basic_credentials_carry_the_key_as_their_password() {
+        use base64::Engine;
+        let basic = |s: &str| {
+            format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(s)
+            )
+        };
+        assert_eq!(key_of("Bearer k1").as_deref(), Some("k1"));
+        assert_eq!(key_of("bearer  k1 ").as_deref(), Some("k1"));
+        assert_eq!(key_of(&basic("anyone:k1")).as_deref(), Some("k1"));
+        assert_eq!(
+            key_of(&basic("anyone:with:colons")).as_deref(),
+            Some("with:colons")
+        );
+        assert_eq!(key_of(&basic("no-password:")), None);
+        assert_eq!(key_of(&basic("no colon")), None);
+        assert_eq!(key_of("Basic !!!"), None);
+        assert_eq!(key_of("Digest x"), None);
+        let a = keys();
+        let p = a.authenticate(Some(&basic("bi-tool:k1"))).unwrap();
+        assert!(p.can_read("sales") && !p.can_read("hr"));
+        assert!(a.authenticate(Some(&basic("bi-tool:wrong"))).is_err());
     }
 
     #[test]

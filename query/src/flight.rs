@@ -13,8 +13,10 @@
 //! - Catalog metadata ([`crate::metadata`]): catalogs, schemas (namespaces), tables,
 //!   table types, primary keys, SQL info and XDBC type info, filtered by the caller's key.
 //!
-//! Errors map to gRPC statuses in [`crate::error`]. Not yet: Substrait, transactions,
-//! Basic-auth handshakes (keys travel as bearer tokens).
+//! - Keys travel as `authorization: Bearer <key>`; a handshake with Basic credentials (the
+//!   key as the password) answers with that bearer token.
+//!
+//! Errors map to gRPC statuses in [`crate::error`]. Not yet: Substrait, transactions.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -290,16 +292,27 @@ impl FlightSqlService for FlightSql {
         Response<Pin<Box<dyn Stream<Item = Result<HandshakeResponse, Status>> + Send>>>,
         Status,
     > {
-        // The key travels as `authorization: Bearer <key>` on every call; a handshake only
-        // checks it early.
+        // The key travels as `authorization: Bearer <key>` on every call. A handshake checks
+        // it early, and answers Basic credentials (user and password, the key as the
+        // password) with the bearer token to send from then on, as Flight SQL clients that
+        // log in with a user and password expect.
         self.caller(&request)?;
+        let key = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(crate::auth::key_of);
         let out = futures::stream::once(async {
             Ok(HandshakeResponse {
                 protocol_version: 0,
                 payload: Default::default(),
             })
         });
-        Ok(Response::new(Box::pin(out)))
+        let mut response = Response::new(Box::pin(out) as <Self as FlightService>::HandshakeStream);
+        if let Some(token) = key.and_then(|k| format!("Bearer {k}").parse().ok()) {
+            response.metadata_mut().insert("authorization", token);
+        }
+        Ok(response)
     }
 
     async fn get_flight_info_statement(

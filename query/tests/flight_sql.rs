@@ -379,3 +379,42 @@ async fn statements_take_effect_once_when_sent() {
     assert_eq!(column(&counted, "count"), ["1"]);
     assert_eq!(value(&mut c).await, ["1", "10"]);
 }
+
+/// Clients that log in with a user and password (JDBC tools) pass the key as the password:
+/// the handshake answers with the bearer token they send from then on, with the key's
+/// scopes and namespaces.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handshake_with_the_key_as_password_returns_a_bearer_token() {
+    let (addr, _dir, _db) = server().await;
+    let mut root = client(&addr, "root-key").await;
+    run(
+        &mut root,
+        "CREATE TABLE sales.orders (id BIGINT, PRIMARY KEY (id))",
+    )
+    .await;
+    let channel = Channel::from_shared(addr.clone())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut c = FlightSqlServiceClient::new(channel.clone());
+    c.handshake("bi-tool", "sales-key").await.unwrap();
+    assert_eq!(c.token().map(String::as_str), Some("sales-key"));
+    let info = c
+        .get_db_schemas(CommandGetDbSchemas::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        column(&fetch(&mut c, info).await, "db_schema_name"),
+        ["sales"]
+    );
+    // A read key cannot write, whichever way it logged in.
+    let err = c
+        .execute_update("INSERT INTO sales.orders VALUES (1)".into(), None)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("write"), "{err}");
+    // A wrong password is refused at the handshake.
+    let mut bad = FlightSqlServiceClient::new(channel);
+    assert!(bad.handshake("bi-tool", "nope").await.is_err());
+}
