@@ -13,6 +13,9 @@
 //! - Catalog metadata ([`crate::metadata`]): catalogs, schemas (namespaces), tables,
 //!   table types, primary keys, SQL info and XDBC type info, filtered by the caller's key.
 //!
+//! - Writes for another ingest node's tables (statements without parameters) go to that
+//!   node when the service has a forwarder ([`QueryService::with_forward`]), else fail with
+//!   UNAVAILABLE naming the owner.
 //! - Keys travel as `authorization: Bearer <key>`; a handshake with Basic credentials (the
 //!   key as the password) answers with that bearer token.
 //!
@@ -55,7 +58,7 @@ use crate::error::{QueryError, QueryErrorKind};
 use crate::ingest::{IfExists, IfMissing, IngestRequest};
 use crate::metadata;
 use crate::prepared::Statements;
-use crate::service::{Planned, QueryService, query_error};
+use crate::service::{Forwarded, Planned, QueryService, query_error};
 
 /// The Flight SQL service.
 #[derive(Debug, Clone)]
@@ -149,6 +152,68 @@ impl FlightSql {
     }
 
     /// The caller of a request: its `authorization: Bearer <key>` metadata.
+    /// The row count of `sql` run on the ingest node owning its table, when `e` says
+    /// another node owns it and this server forwards writes there (statements without
+    /// parameters); else `e`.
+    async fn forward_or(
+        &self,
+        e: QueryError,
+        sql: &str,
+        params: &[datafusion::common::ScalarValue],
+        authorization: Option<String>,
+    ) -> Result<i64, Status> {
+        match (self.q.forward(), &e.owner) {
+            (Some(forward), Some(owner))
+                if e.kind == QueryErrorKind::NotOwner && params.is_empty() =>
+            {
+                forward(Forwarded {
+                    owner: owner.clone(),
+                    sql: sql.to_string(),
+                    authorization,
+                })
+                .await
+                .map_err(status)
+            }
+            _ => Err(status(e)),
+        }
+    }
+
+    /// [`QueryService::prepare_as`], with a statement for another ingest node's table run
+    /// there (see [`FlightSql::forward_or`]) and its count handed on as the result.
+    async fn prepare_or_forward<T>(
+        &self,
+        sql: &str,
+        params: &[datafusion::common::ScalarValue],
+        who: &Principal,
+        request: &Request<T>,
+    ) -> Result<(arrow::datatypes::SchemaRef, Planned, bool), Status> {
+        match self.q.prepare_as(sql, params, who).await {
+            Ok(p) => Ok(p),
+            Err(e) => {
+                let count = self
+                    .forward_or(e, sql, params, authorization(request))
+                    .await?;
+                let schema = Arc::new(arrow::datatypes::Schema::new(vec![
+                    arrow::datatypes::Field::new(
+                        "count",
+                        arrow::datatypes::DataType::UInt64,
+                        false,
+                    ),
+                ]));
+                let batch = arrow::array::RecordBatch::try_new(
+                    schema.clone(),
+                    vec![Arc::new(UInt64Array::from(vec![count as u64]))],
+                )
+                .map_err(|e| Status::internal(e.to_string()))?;
+                let ctx = datafusion::prelude::SessionContext::new();
+                let df = ctx
+                    .read_batch(batch)
+                    .map_err(|e| Status::internal(e.to_string()))?;
+                Ok((schema, Planned { ctx, df }, true))
+            }
+        }
+    }
+
     /// What the caller may see of the catalog (metadata commands).
     async fn visible<T>(&self, request: &Request<T>) -> Result<metadata::Visible, Status> {
         let who = self.caller(request)?;
@@ -322,10 +387,8 @@ impl FlightSqlService for FlightSql {
     ) -> Result<Response<FlightInfo>, Status> {
         let who = self.caller(&request)?;
         let (schema, planned, ran) = self
-            .q
-            .prepare_as(&query.query, &[], &who)
-            .await
-            .map_err(status)?;
+            .prepare_or_forward(&query.query, &[], &who, &request)
+            .await?;
         let plan = self.handoff.put(who, planned);
         // A statement that ran here must not run again: its ticket carries no SQL.
         let sql = if ran { "" } else { query.query.as_str() };
@@ -372,12 +435,13 @@ impl FlightSqlService for FlightSql {
         request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
         let who = self.caller(&request)?;
-        let (_, batches) = self
-            .q
-            .collect_as(&ticket.query, &who)
-            .await
-            .map_err(status)?;
-        Ok(update_count(&batches))
+        match self.q.collect_as(&ticket.query, &who).await {
+            Ok((_, batches)) => Ok(update_count(&batches)),
+            Err(e) => {
+                self.forward_or(e, &ticket.query, &[], authorization(&request))
+                    .await
+            }
+        }
     }
 
     async fn do_put_statement_ingest(
@@ -629,10 +693,8 @@ impl FlightSqlService for FlightSql {
         // data or tables. A DoGet that finds no plan plans the query again with the
         // parameters bound then; one of a statement that ran here fails instead.
         let (schema, planned, ran) = self
-            .q
-            .prepare_as(&sql, params, &who)
-            .await
-            .map_err(status)?;
+            .prepare_or_forward(&sql, params, &who, &request)
+            .await?;
         let plan = self.handoff.put(who, planned);
         let mark = if ran { "!" } else { "#" };
         let ticket = CommandPreparedStatementQuery {
@@ -704,6 +766,7 @@ impl FlightSqlService for FlightSql {
         request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
         let who = self.caller(&request)?;
+        let credentials = authorization(&request);
         let params = parameter_batch(request).await?;
         let handle = &query.prepared_statement_handle;
         if params.num_columns() > 0 {
@@ -713,17 +776,27 @@ impl FlightSqlService for FlightSql {
         // One run per parameter row (a JDBC batch), in order; the counts add up.
         let mut total = 0i64;
         for params in rows {
-            let (_, batches) = self
-                .q
-                .collect_bound_as(&sql, &params, &who)
-                .await
-                .map_err(status)?;
-            total += update_count(&batches);
+            total += match self.q.collect_bound_as(&sql, &params, &who).await {
+                Ok((_, batches)) => update_count(&batches),
+                Err(e) => {
+                    self.forward_or(e, &sql, &params, credentials.clone())
+                        .await?
+                }
+            };
         }
         Ok(total)
     }
 
     async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
+}
+
+/// The caller's `Authorization` header value, as it came.
+fn authorization<T>(request: &Request<T>) -> Option<String> {
+    request
+        .metadata()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
 }
 
 /// A DoGet for the result of a statement that ran at its GetFlightInfo, fetched already or

@@ -59,17 +59,47 @@ impl Default for QueryConfig {
     }
 }
 
-/// Answers SQL over every table of a Strata database.
+/// A statement that changes data, sent on to the ingest node owning its table: `owner` (an
+/// HTTP address), the SQL, and the caller's `Authorization` header value.
 #[derive(Debug, Clone)]
+pub struct Forwarded {
+    /// The owning ingest node's HTTP address.
+    pub owner: String,
+    /// The statement (no parameters).
+    pub sql: String,
+    /// The caller's credentials, passed on as they came.
+    pub authorization: Option<String>,
+}
+
+/// Runs a [`Forwarded`] statement on its owner: the row count it answers.
+pub type Forward = Arc<
+    dyn Fn(Forwarded) -> futures::future::BoxFuture<'static, Result<i64, QueryError>> + Send + Sync,
+>;
+
+/// Answers SQL over every table of a Strata database.
+#[derive(Clone)]
 pub struct QueryService {
     db: Db,
     config: QueryConfig,
     writable: bool,
+    /// Where Flight SQL's writes for another ingest node's tables go (see
+    /// [`QueryService::with_forward`]).
+    forward: Option<Forward>,
     /// The session every query's session is cloned from: settings, built-in functions,
     /// planners and rules, built once (building them took about a twentieth of the server's
     /// CPU under LASER's HTAP mix). Each query adds its own catalog, `as_of` and, at
     /// execution, its own memory-limited runtime.
     base: Arc<std::sync::OnceLock<SessionState>>,
+}
+
+impl std::fmt::Debug for QueryService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueryService")
+            .field("config", &self.config)
+            .field("writable", &self.writable)
+            .field("forward", &self.forward.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// The catalog every session's tables are in (its schemas are the namespaces; unqualified
@@ -133,8 +163,21 @@ impl QueryService {
             db,
             config,
             writable,
+            forward: None,
             base: Arc::default(),
         }
+    }
+
+    /// This service, sending statements that change another ingest node's tables (which it
+    /// answers `not_owner`) to that node with `forward`, as the HTTP API forwards requests.
+    pub fn with_forward(mut self, forward: Forward) -> Self {
+        self.forward = Some(forward);
+        self
+    }
+
+    /// Where writes for another ingest node's tables go, when anywhere.
+    pub(crate) fn forward(&self) -> Option<&Forward> {
+        self.forward.as_ref()
     }
 
     /// The settings.

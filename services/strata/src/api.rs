@@ -215,6 +215,60 @@ pub fn forwarding(app: Router, db: Db, forward: bool) -> Router {
     ))
 }
 
+/// Sends a statement that changes another ingest node's table (Flight SQL's writes, which
+/// the HTTP forwarding layer does not see) to that node's `POST /sql`, once (marked as
+/// forwarded, so it is never forwarded again), with the caller's credentials: the row count
+/// it answers, or its error.
+pub fn sql_forwarder(db: Db) -> strata_query::service::Forward {
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(60))
+        .build()
+        .expect("an HTTP client with default settings");
+    Arc::new(move |f: strata_query::service::Forwarded| {
+        let (client, node) = (client.clone(), db.cluster_node().unwrap_or_default());
+        Box::pin(async move {
+            use strata_query::{QueryError, QueryErrorKind};
+            let unavailable = |m: String| {
+                let mut e = QueryError::new(QueryErrorKind::NotOwner, m);
+                e.owner = Some(f.owner.clone());
+                e
+            };
+            let mut req = client
+                .post(format!("http://{}/sql", f.owner))
+                .header(FORWARDED_HEADER, node)
+                .header(header::ACCEPT, "application/json")
+                .json(&serde_json::json!({ "sql": f.sql }));
+            if let Some(a) = &f.authorization {
+                req = req.header(header::AUTHORIZATION, a);
+            }
+            let resp = req.send().await.map_err(|e| {
+                unavailable(format!("forwarding to the shard owner {}: {e}", f.owner))
+            })?;
+            let status = resp.status();
+            let body: serde_json::Value = resp
+                .json()
+                .await
+                .map_err(|e| unavailable(format!("reading the shard owner's answer: {e}")))?;
+            if !status.is_success() {
+                let message = body["error"]["message"]
+                    .as_str()
+                    .unwrap_or("the shard owner refused the statement")
+                    .to_string();
+                let kind = match body["error"]["code"].as_str() {
+                    Some("forbidden") => QueryErrorKind::Forbidden,
+                    Some("unauthenticated") => QueryErrorKind::Unauthenticated,
+                    Some("invalid_query") => QueryErrorKind::Invalid,
+                    _ => QueryErrorKind::NotOwner,
+                };
+                let mut e = QueryError::new(kind, message);
+                e.owner = Some(f.owner.clone());
+                return Err(e);
+            }
+            Ok(body[0]["count"].as_i64().unwrap_or(0))
+        })
+    })
+}
+
 /// In a cluster, a request the handler answers `not_owner` is sent on to the owning node
 /// (once: a forwarded request is never forwarded again) and its answer returned. The body
 /// is buffered for that (it is at most [`BODY_BYTES_MAX`], and the handlers buffer it

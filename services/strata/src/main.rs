@@ -368,7 +368,11 @@ async fn writer(c: Config, role: &str) -> anyhow_free::Result<()> {
         engine: c.engine.clone(),
     })
     .await?;
-    let q = QueryService::new(db.clone(), c.query.clone(), true);
+    let mut q = QueryService::new(db.clone(), c.query.clone(), true);
+    if tls.is_none() {
+        // Flight SQL's writes for another ingest node's tables go there as the HTTP API's do.
+        q = q.with_forward(api::sql_forwarder(db.clone()));
+    }
     let (http, flight) = listen(&c).await?;
     if role == "ingest" && c.cluster.enabled {
         let cluster = cluster_config(&c, http.local_addr()?, flight.local_addr()?);

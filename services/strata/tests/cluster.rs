@@ -177,6 +177,26 @@ fn ingest_nodes_share_shards_and_survive_a_killed_node() {
         &format!(r#"{{"sql": "INSERT INTO {first} VALUES (999999, 0)"}}"#),
     );
     assert_eq!(st, 200, "{body}");
+    // And over Flight SQL (ADBC's and JDBC's writes): sent with GetFlightInfo, an INSERT
+    // into the other node's table runs there, once, and answers its count.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let counted = rt
+        .block_on(common::flight_sql(
+            &other.flight,
+            None,
+            &format!("INSERT INTO {first} VALUES (999998, 0)"),
+        ))
+        .unwrap();
+    assert!(counted.contains("| 1 "), "{counted}");
+    let found = rt
+        .block_on(common::flight_sql(
+            &query.flight,
+            None,
+            &format!("SELECT count(*) AS n FROM {first} WHERE id >= 999998"),
+        ))
+        .unwrap();
+    assert!(found.contains("| 2 "), "{found}");
+    drop(rt);
     let sql_table = first.clone();
 
     // The victim owns t0; the survivor takes every request (forwarding the victim's).
@@ -261,7 +281,8 @@ fn ingest_nodes_share_shards_and_survive_a_killed_node() {
             .or_else(|| rows["rows"].as_array().and_then(|r| r.first()))
             .unwrap_or_else(|| panic!("{body}"))
             .clone();
-        let rows_written = if *t == sql_table { n + 1 } else { n };
+        // Plus the rows inserted through SQL above (HTTP and Flight SQL).
+        let rows_written = if *t == sql_table { n + 2 } else { n };
         assert_eq!(row["n"].as_i64(), Some(rows_written), "{t}: {body}");
         assert_eq!(row["s"].as_i64(), Some(sum), "{t}: {body}");
     }
