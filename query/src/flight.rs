@@ -164,7 +164,7 @@ impl FlightSql {
     ) -> Result<i64, Status> {
         match (self.q.forward(), &e.owner) {
             (Some(forward), Some(owner))
-                if e.kind == QueryErrorKind::NotOwner && params.is_empty() =>
+                if e.kind == QueryErrorKind::NotOwner && params.is_empty() && writes(sql) =>
             {
                 forward(Forwarded {
                     owner: owner.clone(),
@@ -790,6 +790,22 @@ impl FlightSqlService for FlightSql {
     async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
 }
 
+/// Whether `sql` is one INSERT, UPDATE or DELETE: the statements whose `not_owner` answer
+/// is forwarded (a read's is not: its count would stand in for its rows).
+fn writes(sql: &str) -> bool {
+    use datafusion::sql::parser::{DFParser, Statement};
+    use datafusion::sql::sqlparser::ast::Statement as Sql;
+    let Ok(mut parsed) = DFParser::parse_sql(sql) else {
+        return false;
+    };
+    parsed.len() == 1
+        && matches!(
+            parsed.pop_front(),
+            Some(Statement::Statement(s))
+                if matches!(*s, Sql::Insert(_) | Sql::Update { .. } | Sql::Delete(_))
+        )
+}
+
 /// The caller's `Authorization` header value, as it came.
 fn authorization<T>(request: &Request<T>) -> Option<String> {
     request
@@ -882,6 +898,21 @@ fn one_batch(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_writes_are_forwarded() {
+        for (sql, want) in [
+            ("INSERT INTO t VALUES (1)", true),
+            ("  update t SET a = 1 WHERE id = 2", true),
+            ("DELETE FROM t WHERE id = 2", true),
+            ("SELECT * FROM t", false),
+            ("CREATE TABLE t (id BIGINT, PRIMARY KEY (id))", false),
+            ("INSERT INTO t VALUES (1); SELECT 1", false),
+            ("not sql", false),
+        ] {
+            assert_eq!(writes(sql), want, "{sql}");
+        }
+    }
 
     #[test]
     fn tickets_carry_the_plan_and_the_sql() {
