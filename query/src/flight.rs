@@ -418,15 +418,7 @@ impl FlightSqlService for FlightSql {
             None => self.q.stream_as(&sql, &who).await,
         }
         .map_err(status)?;
-        let batches = stream.map_err(|e| FlightError::Tonic(Box::new(status(query_error(e)))));
-        let data = FlightDataEncoderBuilder::new()
-            .with_schema(schema)
-            .build(batches)
-            .map_err(|e| match e {
-                FlightError::Tonic(s) => *s,
-                other => Status::internal(other.to_string()),
-            });
-        Ok(Response::new(Box::pin(data)))
+        Ok(results(schema, stream))
     }
 
     async fn do_put_statement_update(
@@ -749,15 +741,7 @@ impl FlightSqlService for FlightSql {
             .stream_planned(planned, self.q.deadline())
             .await
             .map_err(status)?;
-        let batches = stream.map_err(|e| FlightError::Tonic(Box::new(status(query_error(e)))));
-        let data = FlightDataEncoderBuilder::new()
-            .with_schema(schema)
-            .build(batches)
-            .map_err(|e| match e {
-                FlightError::Tonic(s) => *s,
-                other => Status::internal(other.to_string()),
-            });
-        Ok(Response::new(Box::pin(data)))
+        Ok(results(schema, stream))
     }
 
     async fn do_put_prepared_statement_update(
@@ -882,6 +866,22 @@ where
         .with_endpoint(endpoint)
         .with_descriptor(request.into_inner().into());
     Ok(Response::new(info))
+}
+
+/// A statement's results as a DoGet stream (a query error mid-stream becomes its status).
+fn results(
+    schema: arrow::datatypes::SchemaRef,
+    stream: datafusion::physical_plan::SendableRecordBatchStream,
+) -> Response<<FlightSql as FlightService>::DoGetStream> {
+    let batches = stream.map_err(|e| FlightError::Tonic(Box::new(status(query_error(e)))));
+    let data = FlightDataEncoderBuilder::new()
+        .with_schema(schema)
+        .build(batches)
+        .map_err(|e| match e {
+            FlightError::Tonic(s) => *s,
+            other => Status::internal(other.to_string()),
+        });
+    Response::new(Box::pin(data))
 }
 
 /// One batch as a DoGet stream.

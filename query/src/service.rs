@@ -467,7 +467,7 @@ impl QueryService {
                 return Ok((schema, Planned { ctx, df }, true));
             }
             let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
-            let dml = matches!(plan, LogicalPlan::Dml(_));
+            let dml = changes_data(&plan);
             let df = ctx.execute_logical_plan(plan).await?;
             let planned = Planned {
                 ctx: ctx.clone(),
@@ -497,7 +497,7 @@ impl QueryService {
     ) -> Result<(SchemaRef, SchemaRef, bool), QueryError> {
         let fut = async {
             let (_, plan) = self.checked_plan(sql, &[], who).await?;
-            let changes = is_table_ddl(&plan) || matches!(plan, LogicalPlan::Dml(_));
+            let changes = changes_data(&plan);
             let results = if is_table_ddl(&plan) {
                 ddl_result_schema()
             } else {
@@ -679,6 +679,13 @@ fn is_table_ddl(plan: &LogicalPlan) -> bool {
                 | datafusion::logical_expr::DdlStatement::DropTable(_)
         )
     )
+}
+
+/// Whether a statement changes data or tables (INSERT / UPDATE / DELETE, CREATE / DROP
+/// TABLE): Flight SQL runs these when they are sent (see [`QueryService::prepare_as`]) and
+/// prepares them as updates.
+fn changes_data(plan: &LogicalPlan) -> bool {
+    is_table_ddl(plan) || matches!(plan, LogicalPlan::Dml(_))
 }
 
 /// What CREATE / DROP TABLE answer: one `result` row.
