@@ -29,6 +29,22 @@ pub enum QueryErrorKind {
     Internal,
 }
 
+impl QueryErrorKind {
+    /// Every kind.
+    pub const ALL: [QueryErrorKind; 10] = [
+        Self::Invalid,
+        Self::Unauthenticated,
+        Self::Forbidden,
+        Self::NotFound,
+        Self::SnapshotTooOld,
+        Self::ResourcesExhausted,
+        Self::Timeout,
+        Self::Overloaded,
+        Self::NotOwner,
+        Self::Internal,
+    ];
+}
+
 /// A failed query.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{message}")]
@@ -65,6 +81,14 @@ impl QueryError {
             QueryErrorKind::NotOwner => "not_owner",
             QueryErrorKind::Internal => "internal",
         }
+    }
+
+    /// The kind an error code names (what [`QueryError::code`] answers), as a node that
+    /// received another's error over HTTP reads it.
+    pub fn kind_of_code(code: &str) -> Option<QueryErrorKind> {
+        QueryErrorKind::ALL
+            .into_iter()
+            .find(|k| QueryError::new(*k, "").code() == code)
     }
 
     /// The HTTP status.
@@ -166,5 +190,19 @@ impl From<DataFusionError> for QueryError {
             other => other.to_string(),
         };
         Self::new(kind, message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_code_names_its_kind() {
+        for k in QueryErrorKind::ALL {
+            let code = QueryError::new(k, "").code();
+            assert_eq!(QueryError::kind_of_code(code), Some(k), "{code}");
+        }
+        assert_eq!(QueryError::kind_of_code("no_such_code"), None);
     }
 }

@@ -254,12 +254,12 @@ pub fn sql_forwarder(db: Db) -> strata_query::service::Forward {
                     .as_str()
                     .unwrap_or("the shard owner refused the statement")
                     .to_string();
-                let kind = match body["error"]["code"].as_str() {
-                    Some("forbidden") => QueryErrorKind::Forbidden,
-                    Some("unauthenticated") => QueryErrorKind::Unauthenticated,
-                    Some("invalid_query") => QueryErrorKind::Invalid,
-                    _ => QueryErrorKind::NotOwner,
-                };
+                // The owner's own verdict (a missing table, a refused key, ...); an answer
+                // without one means the owner could not take it now.
+                let kind = body["error"]["code"]
+                    .as_str()
+                    .and_then(QueryError::kind_of_code)
+                    .unwrap_or(QueryErrorKind::NotOwner);
                 let mut e = QueryError::new(kind, message);
                 e.owner = Some(f.owner.clone());
                 return Err(e);
