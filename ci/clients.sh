@@ -4,8 +4,10 @@
 # at them (ci/test.sh evals the output):
 #   - Python: pyarrow and the ADBC Flight SQL driver (ci/clients-requirements.txt), in a
 #     virtualenv under $STRATA_CACHE: STRATA_CLIENT_PYTHON;
+#   - Python: psycopg 3 and pandas for the PostgreSQL port (same virtualenv);
 #   - Java: the Arrow Flight SQL JDBC driver from Maven Central (one shaded jar):
-#     STRATA_CLIENT_FLIGHT_JDBC.
+#     STRATA_CLIENT_FLIGHT_JDBC; the PostgreSQL JDBC driver: STRATA_CLIENT_PG_JDBC;
+#   - psql, Debian's PostgreSQL client (postgresql-client): STRATA_CLIENT_PSQL.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source ci/env.sh
@@ -22,3 +24,19 @@ if [ ! -f "$jar" ]; then
     -Dartifact="org.apache.arrow:flight-sql-jdbc-driver:$flight_jdbc_version" >&2
 fi
 echo "export STRATA_CLIENT_FLIGHT_JDBC='$jar'"
+
+pg_jdbc_version=42.7.14
+pg_jar="$repo/org/postgresql/postgresql/$pg_jdbc_version/postgresql-$pg_jdbc_version.jar"
+if [ ! -f "$pg_jar" ]; then
+  mvn -q dependency:get -Dtransitive=false \
+    -Dartifact="org.postgresql:postgresql:$pg_jdbc_version" >&2
+fi
+echo "export STRATA_CLIENT_PG_JDBC='$pg_jar'"
+
+if ! command -v psql >/dev/null 2>&1; then
+  sudo=""
+  if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+  $sudo apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq postgresql-client >&2
+fi
+echo "export STRATA_CLIENT_PSQL='$(command -v psql)'"

@@ -101,7 +101,7 @@ start() {
     render ingest "$dir/config/ingest-$i.toml" \
       "{$common, \"data_dir\": \"$dir/data/ingest-$i\", \"http_port\": $hport, \"flight_port\": $fport, \"cache_bytes_max\": 1073741824, \"level_bytes_base\": 268435456, \"levels\": 4, \"cluster_lease_ms\": 3000, \"cluster_renew_ms\": 500}" \
       "{\"instance_id\": \"ingest-$i\", \"private_ip\": \"127.0.0.1\"}"
-    launch "ingest-$i" ingest "$dir/config/ingest-$i.toml" --http "127.0.0.1:$hport" --flight "127.0.0.1:$fport"
+    launch "ingest-$i" ingest "$dir/config/ingest-$i.toml" --http "127.0.0.1:$hport" --flight "127.0.0.1:$fport" --postgres "127.0.0.1:$((hport + 2))"
     ingest_http+=("127.0.0.1:$hport")
     ingest_flight+=("127.0.0.1:$fport")
   done
@@ -111,7 +111,7 @@ start() {
   done
   local qhttp="127.0.0.1:$((base + 100))" qflight="127.0.0.1:$((base + 101))"
   render query "$dir/config/query-1.toml" "{$common, \"data_dir\": \"$dir/data/query-1\", \"cache_bytes_max\": 1073741824, \"memory_limit_bytes\": 536870912}"
-  launch query-1 query "$dir/config/query-1.toml" --http "$qhttp" --flight "$qflight"
+  launch query-1 query "$dir/config/query-1.toml" --http "$qhttp" --flight "$qflight" --postgres "127.0.0.1:$((base + 102))"
 
   for addr in "${ingest_http[@]}" "$qhttp"; do
     for _ in $(seq 1 120); do ready "$addr" && break; sleep 0.5; done

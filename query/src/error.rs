@@ -14,6 +14,8 @@ pub enum QueryErrorKind {
     Forbidden,
     /// An unknown table.
     NotFound,
+    /// A table that exists already (CREATE TABLE without IF NOT EXISTS).
+    AlreadyExists,
     /// A time-travel snapshot older than the retained history.
     SnapshotTooOld,
     /// The query needed more memory than its limit.
@@ -31,11 +33,12 @@ pub enum QueryErrorKind {
 
 impl QueryErrorKind {
     /// Every kind.
-    pub const ALL: [QueryErrorKind; 10] = [
+    pub const ALL: [QueryErrorKind; 11] = [
         Self::Invalid,
         Self::Unauthenticated,
         Self::Forbidden,
         Self::NotFound,
+        Self::AlreadyExists,
         Self::SnapshotTooOld,
         Self::ResourcesExhausted,
         Self::Timeout,
@@ -55,6 +58,9 @@ pub struct QueryError {
     pub message: String,
     /// For [`QueryErrorKind::NotOwner`]: the owning ingest node's HTTP address, if known.
     pub owner: Option<String>,
+    /// The PostgreSQL SQLSTATE code, where it says more than the kind's (see
+    /// [`crate::postgres::handler::sqlstate`]).
+    pub sqlstate: Option<&'static str>,
 }
 
 impl QueryError {
@@ -64,7 +70,14 @@ impl QueryError {
             kind,
             message: message.into(),
             owner: None,
+            sqlstate: None,
         }
+    }
+
+    /// This error, with the SQLSTATE code PostgreSQL clients receive.
+    pub fn with_sqlstate(mut self, code: &'static str) -> Self {
+        self.sqlstate = Some(code);
+        self
     }
 
     /// Stable machine-readable code.
@@ -74,6 +87,7 @@ impl QueryError {
             QueryErrorKind::Unauthenticated => "unauthenticated",
             QueryErrorKind::Forbidden => "forbidden",
             QueryErrorKind::NotFound => "not_found",
+            QueryErrorKind::AlreadyExists => "already_exists",
             QueryErrorKind::SnapshotTooOld => "snapshot_too_old",
             QueryErrorKind::ResourcesExhausted => "resources_exhausted",
             QueryErrorKind::Timeout => "timeout",
@@ -98,6 +112,7 @@ impl QueryError {
             QueryErrorKind::Unauthenticated => 401,
             QueryErrorKind::Forbidden => 403,
             QueryErrorKind::NotFound => 404,
+            QueryErrorKind::AlreadyExists => 409,
             QueryErrorKind::Timeout => 408,
             QueryErrorKind::SnapshotTooOld => 410,
             QueryErrorKind::ResourcesExhausted => 413,
@@ -114,6 +129,7 @@ impl QueryError {
             QueryErrorKind::Unauthenticated => tonic::Status::unauthenticated(m),
             QueryErrorKind::Forbidden => tonic::Status::permission_denied(m),
             QueryErrorKind::NotFound => tonic::Status::not_found(m),
+            QueryErrorKind::AlreadyExists => tonic::Status::already_exists(m),
             QueryErrorKind::SnapshotTooOld => tonic::Status::failed_precondition(m),
             QueryErrorKind::ResourcesExhausted => tonic::Status::resource_exhausted(m),
             QueryErrorKind::Timeout => tonic::Status::deadline_exceeded(m),
@@ -128,6 +144,7 @@ fn engine_kind(e: &strata_engine::Error) -> QueryErrorKind {
     match e {
         E::Invalid(_) => QueryErrorKind::Invalid,
         E::TableNotFound(_) => QueryErrorKind::NotFound,
+        E::TableExists(_) => QueryErrorKind::AlreadyExists,
         E::SnapshotTooOld { .. } => QueryErrorKind::SnapshotTooOld,
         E::Overloaded { .. } => QueryErrorKind::Overloaded,
         E::NotOwner { .. } => QueryErrorKind::NotOwner,

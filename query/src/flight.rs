@@ -58,7 +58,7 @@ use crate::error::{QueryError, QueryErrorKind};
 use crate::ingest::{IfExists, IfMissing, IngestRequest};
 use crate::metadata;
 use crate::prepared::Statements;
-use crate::service::{Forwarded, Planned, QueryService, query_error};
+use crate::service::{Forwarded, Planned, QueryService, query_error, writes};
 
 /// The Flight SQL service.
 #[derive(Debug, Clone)]
@@ -772,22 +772,6 @@ impl FlightSqlService for FlightSql {
     }
 
     async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
-}
-
-/// Whether `sql` is one INSERT, UPDATE or DELETE: the statements whose `not_owner` answer
-/// is forwarded (a read's is not: its count would stand in for its rows).
-fn writes(sql: &str) -> bool {
-    use datafusion::sql::parser::{DFParser, Statement};
-    use datafusion::sql::sqlparser::ast::Statement as Sql;
-    let Ok(mut parsed) = DFParser::parse_sql(sql) else {
-        return false;
-    };
-    parsed.len() == 1
-        && matches!(
-            parsed.pop_front(),
-            Some(Statement::Statement(s))
-                if matches!(*s, Sql::Insert(_) | Sql::Update { .. } | Sql::Delete(_))
-        )
 }
 
 /// The caller's `Authorization` header value, as it came.

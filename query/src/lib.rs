@@ -29,6 +29,7 @@ pub mod http;
 pub mod ingest;
 pub mod metadata;
 pub mod metrics;
+pub mod postgres;
 pub mod prepared;
 pub mod provider;
 pub mod pushdown;

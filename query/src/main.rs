@@ -58,6 +58,9 @@ struct Args {
     /// Arrow Flight SQL listen address.
     #[arg(long, default_value = "127.0.0.1:8082", env = "STRATA_QUERY_FLIGHT")]
     flight: SocketAddr,
+    /// PostgreSQL wire protocol listen address (off without it).
+    #[arg(long, env = "STRATA_QUERY_POSTGRES")]
+    postgres: Option<SocketAddr>,
     /// Memory limit of one query.
     #[arg(long, default_value_t = 1 << 30, env = "STRATA_QUERY_MEMORY_LIMIT_BYTES")]
     memory_limit_bytes: usize,
@@ -132,12 +135,27 @@ async fn run(args: Args) -> Result<(), strata_query::server::ServeError> {
     // Tests and scripts read the bound addresses from these lines.
     println!("http listening on {}", http.local_addr()?);
     println!("flight listening on {}", flight.local_addr()?);
-    strata_query::server::serve_with(
+    let postgres = match args.postgres {
+        Some(addr) => {
+            let l = tokio::net::TcpListener::bind(addr).await?;
+            println!("postgres listening on {}", l.local_addr()?);
+            Some(l)
+        }
+        None => None,
+    };
+    let listeners = strata_query::server::Listeners {
+        http,
+        flight,
+        postgres,
+    };
+    strata_query::server::serve_tls(
         q,
         auth,
         axum::Router::new(),
-        http,
-        flight,
+        listeners,
+        None,
+        None,
+        None,
         strata_query::server::stop_on_signal(),
     )
     .await?;

@@ -1,5 +1,5 @@
-//! Running the endpoints: HTTP (`POST /sql`, `/health`, `/ready`, `/metrics`) and Arrow
-//! Flight SQL on bound listeners until a stop signal, shared by `strata-query` and
+//! Running the endpoints: HTTP (`POST /sql`, `/health`, `/ready`, `/metrics`), Arrow
+//! Flight SQL and the PostgreSQL wire protocol on bound listeners until a stop signal, shared by `strata-query` and
 //! `strata serve`; both over TLS (rustls) when a certificate is configured.
 
 use std::path::Path;
@@ -45,7 +45,24 @@ pub async fn serve_with(
     flight: TcpListener,
     stop: CancellationToken,
 ) -> Result<(), ServeError> {
-    serve_tls(q, auth, extra, http, flight, None, None, None, stop).await
+    let listeners = Listeners {
+        http,
+        flight,
+        postgres: None,
+    };
+    serve_tls(q, auth, extra, listeners, None, None, None, stop).await
+}
+
+/// The bound listeners of a server: HTTP, Arrow Flight SQL and, when on, the PostgreSQL
+/// wire protocol.
+#[derive(Debug)]
+pub struct Listeners {
+    /// HTTP (SQL, health, metrics and any routes the server adds).
+    pub http: TcpListener,
+    /// Arrow Flight SQL and any more gRPC services.
+    pub flight: TcpListener,
+    /// The PostgreSQL wire protocol ([`crate::postgres`]), when on.
+    pub postgres: Option<TcpListener>,
 }
 
 /// A server certificate chain and its private key (PEM), for both listeners.
@@ -165,14 +182,34 @@ pub async fn serve_tls(
     q: QueryService,
     auth: Authenticator,
     extra: axum::Router,
-    http: TcpListener,
-    flight: TcpListener,
+    listeners: Listeners,
     tls: Option<TlsIdentity>,
     grpc: Option<tonic::service::Routes>,
     wrap: Option<AppWrap>,
     stop: CancellationToken,
 ) -> Result<(), ServeError> {
+    let Listeners {
+        http,
+        flight,
+        postgres,
+    } = listeners;
     let (s1, s2) = (stop.clone(), stop.clone());
+    let postgres_task = match postgres {
+        Some(listener) => {
+            let config = tls
+                .as_ref()
+                .map(|id| id.server_config(Vec::new()))
+                .transpose()?;
+            Some(tokio::spawn(crate::postgres::serve(
+                q.clone(),
+                auth.clone(),
+                listener,
+                config,
+                stop.clone(),
+            )))
+        }
+        None => None,
+    };
     let metrics = crate::metrics::ServiceMetrics::new(q.db().clone(), auth.clone());
     let app = crate::http::router(q.clone(), auth.clone())
         .merge(extra)
@@ -219,9 +256,13 @@ pub async fn serve_tls(
         async move { s2.cancelled().await },
     ));
     let (http_abort, flight_abort) = (http_task.abort_handle(), flight_task.abort_handle());
+    let postgres_abort = postgres_task.as_ref().map(|t| t.abort_handle());
     let finished = async move {
         http_task.await??;
         flight_task.await??;
+        if let Some(t) = postgres_task {
+            t.await??;
+        }
         Ok::<(), ServeError>(())
     };
     tokio::pin!(finished);
@@ -240,6 +281,9 @@ pub async fn serve_tls(
             );
             http_abort.abort();
             flight_abort.abort();
+            if let Some(a) = postgres_abort {
+                a.abort();
+            }
             Ok(())
         }
     }

@@ -8,7 +8,7 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use datafusion::catalog::{
     CatalogProvider, CatalogProviderList, MemoryCatalogProvider, MemoryCatalogProviderList,
-    MemorySchemaProvider,
+    MemorySchemaProvider, SchemaProvider,
 };
 use datafusion::common::ScalarValue;
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -24,6 +24,11 @@ use datafusion::prelude::{DataFrame, SQLOptions, SessionConfig, SessionContext};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use strata_engine::Db;
+
+use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
+use datafusion_pg_catalog::pg_catalog::{
+    PgCatalogSchemaProvider, PgCatalogStaticTables, setup_pg_catalog,
+};
 
 use crate::auth::{DEFAULT_NAMESPACE, Principal, Scope, qualified, split_name};
 use crate::catalog::{AsOfFunction, StrataSchema};
@@ -90,6 +95,43 @@ pub struct QueryService {
     /// CPU under LASER's HTAP mix). Each query adds its own catalog, `as_of` and, at
     /// execution, its own memory-limited runtime.
     base: Arc<std::sync::OnceLock<SessionState>>,
+    /// Sessions for PostgreSQL clients (see [`QueryService::for_postgres`]): the tables of
+    /// `pg_catalog` (read once) and PostgreSQL's catalog functions.
+    postgres: Option<Arc<PostgresCatalogs>>,
+}
+
+/// The `pg_catalog` schemas of PostgreSQL sessions: one per caller, kept for the service's
+/// life, so that the object ids a client reads in one statement name the same objects in
+/// the next (see [`crate::postgres::catalog`]).
+#[derive(Default)]
+struct PostgresCatalogs {
+    /// PostgreSQL's own catalog rows (types, functions, ...), read once.
+    tables: std::sync::OnceLock<Arc<PgCatalogStaticTables>>,
+    /// By caller.
+    by_caller: parking_lot::Mutex<std::collections::HashMap<String, Arc<dyn SchemaProvider>>>,
+}
+
+impl PostgresCatalogs {
+    /// The `pg_catalog` schema of `who`'s sessions.
+    fn for_caller(&self, db: &Db, who: &Principal) -> Result<Arc<dyn SchemaProvider>, QueryError> {
+        let key = format!("{who:?}");
+        if let Some(p) = self.by_caller.lock().get(&key) {
+            return Ok(p.clone());
+        }
+        let tables = match self.tables.get() {
+            Some(t) => t.clone(),
+            None => {
+                let t = Arc::new(PgCatalogStaticTables::try_new()?);
+                self.tables.get_or_init(|| t).clone()
+            }
+        };
+        let provider: Arc<dyn SchemaProvider> = Arc::new(PgCatalogSchemaProvider::try_new(
+            crate::postgres::catalog::CallerCatalog::new(db.clone(), who.clone()),
+            tables,
+            EmptyContextProvider,
+        )?);
+        Ok(self.by_caller.lock().entry(key).or_insert(provider).clone())
+    }
 }
 
 impl std::fmt::Debug for QueryService {
@@ -165,6 +207,20 @@ impl QueryService {
             writable,
             forward: None,
             base: Arc::default(),
+            postgres: None,
+        }
+    }
+
+    /// This service with sessions as PostgreSQL clients expect them: a `pg_catalog` schema
+    /// (`pg_class`, `pg_namespace`, `pg_attribute`, `pg_type`, ...) describing the tables
+    /// the caller may read, and PostgreSQL's catalog functions (`pg_table_is_visible`,
+    /// `format_type`, `current_schema`, ...), which `psql`'s `\dt` / `\d` and drivers'
+    /// startup and metadata queries use.
+    pub fn for_postgres(&self) -> Self {
+        Self {
+            base: Arc::default(),
+            postgres: Some(Arc::default()),
+            ..self.clone()
         }
     }
 
@@ -230,9 +286,12 @@ impl QueryService {
             catalog.register_schema(ns, schema.clone())?;
         }
         let catalogs = Arc::new(MemoryCatalogProviderList::new());
-        catalogs.register_catalog(CATALOG.to_string(), catalog);
+        catalogs.register_catalog(CATALOG.to_string(), catalog.clone());
         state.register_catalog_list(catalogs);
         state.register_udtf("as_of", Arc::new(AsOfFunction { namespaces }));
+        if let Some(pg) = &self.postgres {
+            catalog.register_schema("pg_catalog", pg.for_caller(&self.db, who)?)?;
+        }
         Ok(SessionContext::new_with_state(state))
     }
 
@@ -261,11 +320,26 @@ impl QueryService {
             .with_batch_size(self.config.batch_rows)
             // Strata stores Utf8; `VARCHAR` in CREATE TABLE maps to it.
             .set_bool("datafusion.sql_parser.map_string_types_to_utf8view", false);
-        let built = SessionStateBuilder::new()
+        let config = if self.postgres.is_some() {
+            // Statements arrive as PostgreSQL clients write them.
+            config.set_str("datafusion.sql_parser.dialect", "PostgreSQL")
+        } else {
+            config
+        };
+        let mut built = SessionStateBuilder::new()
             .with_config(config)
             .with_runtime_env(runtime)
             .with_default_features()
             .build();
+        if self.postgres.is_some() {
+            // PostgreSQL's functions and type names (`regclass`, ...), installed by the
+            // crate on a session with the catalog it names; each query's session then
+            // brings its own catalogs and `pg_catalog` (see `context_for`).
+            let ctx = SessionContext::new_with_state(built);
+            ctx.register_catalog(CATALOG, Arc::new(MemoryCatalogProvider::new()));
+            setup_pg_catalog(&ctx, CATALOG, EmptyContextProvider).map_err(|e| *e)?;
+            built = ctx.state();
+        }
         Ok(self.base.get_or_init(|| built).clone())
     }
 
@@ -617,7 +691,7 @@ impl QueryService {
     }
 
     /// Runs a planned statement to completion (see [`QueryService::collect_as`]).
-    async fn collect_planned(
+    pub(crate) async fn collect_planned(
         &self,
         planned: Planned,
         deadline: tokio::time::Instant,
@@ -670,6 +744,22 @@ pub(crate) fn numbered_placeholders(sql: &str) -> std::borrow::Cow<'_, str> {
         .into()
 }
 
+/// Whether `sql` is one INSERT, UPDATE or DELETE: the statements whose `not_owner` answer
+/// is forwarded (a read's is not: its count would stand in for its rows).
+pub(crate) fn writes(sql: &str) -> bool {
+    use datafusion::sql::parser::{DFParser, Statement};
+    use datafusion::sql::sqlparser::ast::Statement as Sql;
+    let Ok(mut parsed) = DFParser::parse_sql(sql) else {
+        return false;
+    };
+    parsed.len() == 1
+        && matches!(
+            parsed.pop_front(),
+            Some(Statement::Statement(s))
+                if matches!(*s, Sql::Insert(_) | Sql::Update { .. } | Sql::Delete(_))
+        )
+}
+
 /// CREATE TABLE or DROP TABLE: Strata's own DDL, run by [`QueryService::table_ddl`].
 fn is_table_ddl(plan: &LogicalPlan) -> bool {
     matches!(
@@ -684,7 +774,7 @@ fn is_table_ddl(plan: &LogicalPlan) -> bool {
 /// Whether a statement changes data or tables (INSERT / UPDATE / DELETE, CREATE / DROP
 /// TABLE): Flight SQL runs these when they are sent (see [`QueryService::prepare_as`]) and
 /// prepares them as updates.
-fn changes_data(plan: &LogicalPlan) -> bool {
+pub(crate) fn changes_data(plan: &LogicalPlan) -> bool {
     is_table_ddl(plan) || matches!(plan, LogicalPlan::Dml(_))
 }
 

@@ -224,7 +224,14 @@ fn start_server(bin: &PathBuf, dir: &std::path::Path) -> Result<Server, BoxError
     let mut child = Command::new(bin)
         .args(["serve", "--dir"])
         .arg(dir)
-        .args(["--http", "127.0.0.1:0", "--flight", "127.0.0.1:0"])
+        .args([
+            "--http",
+            "127.0.0.1:0",
+            "--flight",
+            "127.0.0.1:0",
+            "--postgres",
+            "",
+        ])
         .env("RUST_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

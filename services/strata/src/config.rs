@@ -35,6 +35,8 @@ pub struct Config {
     pub http: SocketAddr,
     /// Arrow Flight SQL (gRPC) listen address.
     pub flight: SocketAddr,
+    /// PostgreSQL wire protocol listen address (`psql`, psycopg, JDBC); empty: off.
+    pub postgres: String,
     /// Where the bucket is.
     pub store: StoreSettings,
     /// API keys.
@@ -59,6 +61,7 @@ impl Default for Config {
             data_dir: PathBuf::from("./strata-data"),
             http: SocketAddr::from(([127, 0, 0, 1], 8080)),
             flight: SocketAddr::from(([127, 0, 0, 1], 8081)),
+            postgres: "127.0.0.1:5433".to_string(),
             store: StoreSettings::default(),
             auth: AuthSettings::default(),
             tls: TlsSettings::default(),
@@ -419,6 +422,7 @@ pub fn role_defaults(role: Role) -> Config {
         Role::Query => {
             c.http = SocketAddr::from(([127, 0, 0, 1], 8090));
             c.flight = SocketAddr::from(([127, 0, 0, 1], 8091));
+            c.postgres = "127.0.0.1:5434".to_string();
         }
     }
     c
@@ -427,6 +431,12 @@ pub fn role_defaults(role: Role) -> Config {
 impl Config {
     /// Checks what deserializing cannot.
     fn check(&self, role: Role) -> Result<(), ConfigError> {
+        if !self.postgres.is_empty() && self.postgres.parse::<SocketAddr>().is_err() {
+            return Err(err(format!(
+                "postgres is a listen address such as 127.0.0.1:5433 (empty: off), got {:?}",
+                self.postgres
+            )));
+        }
         let f = &self.store.fault;
         for (name, rate) in [
             ("error_rate", f.error_rate),

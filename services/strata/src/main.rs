@@ -67,6 +67,9 @@ struct Settings {
     /// Arrow Flight SQL listen address (`flight`).
     #[arg(long)]
     flight: Option<SocketAddr>,
+    /// PostgreSQL wire protocol listen address (`postgres`; empty: off).
+    #[arg(long)]
+    postgres: Option<String>,
     /// API keys file (`auth.keys`; TOML `[[keys]]` with name, sha256, namespace, scope =
     /// read | write | admin). Without keys every caller may do everything: keep the
     /// listeners on 127.0.0.1.
@@ -89,6 +92,7 @@ impl Settings {
         );
         shortcut("http", self.http.map(|a| a.to_string()));
         shortcut("flight", self.flight.map(|a| a.to_string()));
+        shortcut("postgres", self.postgres.clone());
         shortcut(
             "auth.keys",
             self.auth_keys.as_ref().map(|d| d.display().to_string()),
@@ -347,14 +351,25 @@ fn authenticator(c: &Config) -> anyhow_free::Result<Authenticator> {
 }
 
 /// Binds both listeners and prints their addresses (scripts and tests read these lines).
-async fn listen(
-    c: &Config,
-) -> anyhow_free::Result<(tokio::net::TcpListener, tokio::net::TcpListener)> {
+async fn listen(c: &Config) -> anyhow_free::Result<strata_query::server::Listeners> {
     let http = tokio::net::TcpListener::bind(c.http).await?;
     let flight = tokio::net::TcpListener::bind(c.flight).await?;
     println!("http listening on {}", http.local_addr()?);
     println!("flight listening on {}", flight.local_addr()?);
-    Ok((http, flight))
+    let postgres = if c.postgres.is_empty() {
+        None
+    } else {
+        let l = tokio::net::TcpListener::bind(&c.postgres)
+            .await
+            .map_err(|e| format!("postgres listen address {}: {e}", c.postgres))?;
+        println!("postgres listening on {}", l.local_addr()?);
+        Some(l)
+    };
+    Ok(strata_query::server::Listeners {
+        http,
+        flight,
+        postgres,
+    })
 }
 
 /// `strata serve` and `strata ingest`: the shard writer with the data API and SQL (writes
@@ -373,9 +388,13 @@ async fn writer(c: Config, role: &str) -> anyhow_free::Result<()> {
         // Flight SQL's writes for another ingest node's tables go there as the HTTP API's do.
         q = q.with_forward(api::sql_forwarder(db.clone()));
     }
-    let (http, flight) = listen(&c).await?;
+    let listeners = listen(&c).await?;
     if role == "ingest" && c.cluster.enabled {
-        let cluster = cluster_config(&c, http.local_addr()?, flight.local_addr()?);
+        let cluster = cluster_config(
+            &c,
+            listeners.http.local_addr()?,
+            listeners.flight.local_addr()?,
+        );
         tracing::info!(
             node = cluster.node,
             http = cluster.http,
@@ -400,8 +419,7 @@ async fn writer(c: Config, role: &str) -> anyhow_free::Result<()> {
         q,
         auth.clone(),
         api::router(db.clone(), auth.clone()),
-        http,
-        flight,
+        listeners,
         tls,
         Some(tonic::service::Routes::new(
             grpc::DataService::new(db.clone(), auth).into_server(),
@@ -489,14 +507,13 @@ async fn reader(mut c: Config) -> anyhow_free::Result<()> {
     })
     .await?;
     let q = QueryService::new(db, c.query.clone(), false);
-    let (http, flight) = listen(&c).await?;
+    let listeners = listen(&c).await?;
     tracing::info!(data_dir = %c.data_dir.display(), store = ?c.store.kind, auth = auth.enabled(), tls = tls.is_some(), "strata query ready");
     strata_query::server::serve_tls(
         q,
         auth,
         axum::Router::new(),
-        http,
-        flight,
+        listeners,
         tls,
         None,
         None,

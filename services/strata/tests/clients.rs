@@ -75,3 +75,158 @@ fn flight_sql_jdbc_driver() {
         .expect("run java");
     check(out, "the Flight SQL JDBC client", "flight sql jdbc: ok");
 }
+
+/// Keys and their SHA-256 for the PostgreSQL clients: every namespace, and read on `sales`.
+const ROOT: (&str, &str) = (
+    "root-key-1",
+    "5930cf09a36d786f238068cb18b73fce7d57a52ab1b419ea046b29231d3682da",
+);
+const SALES_READER: (&str, &str) = (
+    "sales-reader-key",
+    "563e1e9b1b732c74853c6e3b1e04977075fd1c328e7a6df30a24c1d4b2bae194",
+);
+
+/// `strata serve` with API keys ([`ROOT`], [`SALES_READER`]).
+fn start_with_keys(dir: &std::path::Path) -> common::Server {
+    let keys = dir.join("keys.toml");
+    std::fs::write(
+        &keys,
+        format!(
+            "[[keys]]\nname = \"root\"\nsha256 = \"{}\"\nnamespace = \"*\"\nscope = \"admin\"\n\n\
+             [[keys]]\nname = \"sales-reader\"\nsha256 = \"{}\"\nnamespace = \"sales\"\nscope = \"read\"\n",
+            ROOT.1, SALES_READER.1
+        ),
+    )
+    .unwrap();
+    common::start_with(
+        dir.join("data").as_path(),
+        &["--auth-keys", keys.to_str().unwrap()],
+    )
+}
+
+#[test]
+fn psycopg_over_the_postgres_protocol() {
+    let Some(python) = client("STRATA_CLIENT_PYTHON") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let server = start_with_keys(dir.path());
+    let (host, port) = server.postgres.rsplit_once(':').unwrap();
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/clients/psycopg_postgres.py"
+    );
+    let out = Command::new(&python)
+        .arg(script)
+        .args([host, port, ROOT.0, SALES_READER.0])
+        .output()
+        .expect("run the psycopg client");
+    check(out, "the psycopg client", "psycopg: ok");
+}
+
+#[test]
+fn postgres_jdbc_driver() {
+    let Some(jar) = client("STRATA_CLIENT_PG_JDBC") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let server = start_with_keys(dir.path());
+    let (host, port) = server.postgres.rsplit_once(':').unwrap();
+    let source = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/clients/PostgresJdbc.java"
+    );
+    let out = Command::new("java")
+        .arg("-cp")
+        .arg(&jar)
+        .arg(source)
+        .args([host, port, ROOT.0, SALES_READER.0])
+        .output()
+        .expect("run java");
+    check(out, "the PostgreSQL JDBC client", "postgres jdbc: ok");
+}
+
+/// `psql` (Debian's client) with `PGPASSWORD` = `key`: its exit status, stdout and stderr.
+fn psql(
+    server: &common::Server,
+    psql: &str,
+    key: &str,
+    commands: &[&str],
+) -> (bool, String, String) {
+    let (host, port) = server.postgres.rsplit_once(':').unwrap();
+    let mut c = Command::new(psql);
+    c.args([
+        "-X", "-h", host, "-p", port, "-U", "analyst", "-d", "strata",
+    ]);
+    for command in commands {
+        c.args(["-c", command]);
+    }
+    let out = c
+        .env("PGPASSWORD", key)
+        .env("PGCONNECT_TIMEOUT", "10")
+        .output()
+        .expect("run psql");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn psql_lists_describes_queries_and_reports_errors() {
+    let Some(bin) = client("STRATA_CLIENT_PSQL") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let server = start_with_keys(dir.path());
+    let (ok, out, err) = psql(
+        &server,
+        &bin,
+        ROOT.0,
+        &[
+            "CREATE TABLE sales.orders (id BIGINT, item VARCHAR, price DOUBLE, PRIMARY KEY (id))",
+            "CREATE TABLE hr.people (id BIGINT, name VARCHAR, PRIMARY KEY (id))",
+            "INSERT INTO sales.orders VALUES (1, 'apple', 9.5), (2, 'pear', 0.25)",
+            "SELECT item FROM sales.orders WHERE id = 2",
+        ],
+    );
+    assert!(ok, "{out}\n{err}");
+    assert!(
+        out.contains("CREATE TABLE") && out.contains("INSERT 0 2"),
+        "{out}"
+    );
+    assert!(out.contains(" pear\n(1 row)"), "{out}");
+
+    // \dt lists every namespace's tables; \d describes one, key column not null.
+    let (ok, out, err) = psql(&server, &bin, ROOT.0, &["\\dt *.*"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("sales  | orders | table") && out.contains("hr     | people | table"),
+        "{out}"
+    );
+    let (ok, out, err) = psql(&server, &bin, ROOT.0, &["\\d sales.orders"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("Table \"sales.orders\""), "{out}");
+    assert!(
+        out.contains("id     | bigint           |           | not null |"),
+        "{out}"
+    );
+    assert!(out.contains("price  | double precision |"), "{out}");
+
+    // The sales reader sees only sales.
+    let (ok, out, err) = psql(&server, &bin, SALES_READER.0, &["\\dt *.*"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("orders") && !out.contains("people"), "{out}");
+
+    // Errors: psql exits non-zero and prints the message with its code.
+    let (ok, _, err) = psql(&server, &bin, ROOT.0, &["SELECT * FROM sales.nope"]);
+    assert!(!ok);
+    assert!(err.contains("ERROR:  not_found: table"), "{err}");
+    let (ok, _, err) = psql(&server, &bin, SALES_READER.0, &["DELETE FROM sales.orders"]);
+    assert!(!ok);
+    assert!(err.contains("ERROR:  forbidden:"), "{err}");
+    let (ok, _, err) = psql(&server, &bin, "wrong", &["SELECT 1"]);
+    assert!(!ok);
+    assert!(err.contains("password must be a Strata API key"), "{err}");
+}

@@ -10,6 +10,8 @@ pub struct Server {
     child: Child,
     pub http: String,
     pub flight: String,
+    /// The PostgreSQL wire protocol address.
+    pub postgres: String,
 }
 
 impl Server {
@@ -55,6 +57,7 @@ pub fn start_role(role: &str, dir: &std::path::Path, args: &[&str]) -> Server {
         .arg("--dir")
         .arg(dir)
         .args(["--http", "127.0.0.1:0", "--flight", "127.0.0.1:0"])
+        .args(["--postgres", "127.0.0.1:0"])
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -69,10 +72,12 @@ pub fn start_role(role: &str, dir: &std::path::Path, args: &[&str]) -> Server {
     };
     let http = addr("http listening on ");
     let flight = addr("flight listening on ");
+    let postgres = addr("postgres listening on ");
     Server {
         child,
         http,
         flight,
+        postgres,
     }
 }
 

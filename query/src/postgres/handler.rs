@@ -1,0 +1,612 @@
+//! The simple and extended query protocols over [`QueryService`].
+//!
+//! A statement runs once, when the client executes it (simple query: when sent; extended:
+//! at Execute), at one snapshot. Parameters (`$1`, `$2`, ...) are decoded by the types the
+//! client declared, else by the types the statement gives them, and cast to the latter.
+//! Results are encoded by `arrow-pg` in the formats the client asked for (text or binary),
+//! honouring its `DateStyle`, `extra_float_digits` and `bytea_output`. An INSERT, UPDATE
+//! or DELETE for a table another ingest node owns is sent there, as HTTP and Flight SQL
+//! do.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use arrow::array::{Array, RecordBatch, UInt64Array};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch, into_pg_type};
+use async_trait::async_trait;
+use datafusion::common::ScalarValue;
+use datafusion::error::DataFusionError;
+use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
+use futures::{Sink, SinkExt, StreamExt, stream};
+use pgwire::api::DEFAULT_NAME;
+use pgwire::api::portal::{Format, Portal};
+use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::results::{FieldInfo, QueryResponse, Response, Tag};
+use pgwire::api::stmt::QueryParser;
+use pgwire::api::store::Entry;
+use pgwire::api::store::PortalStore;
+use pgwire::api::{ClientInfo, ClientPortalStore, Type};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::PgWireBackendMessage;
+use pgwire::messages::data::{DataRow, NoData, ParameterDescription};
+use pgwire::messages::extendedquery::{Describe, TARGET_TYPE_BYTE_STATEMENT};
+use pgwire::messages::response::TransactionStatus;
+use pgwire::types::format::FormatOptions;
+
+use super::startup::{Session, server_version};
+use super::statements::{Command, Kind, Sql, parse};
+use crate::QueryService;
+use crate::error::{QueryError, QueryErrorKind};
+use crate::service::{Forwarded, writes};
+
+/// A statement prepared by the extended protocol's Parse: what it is, the schema of its
+/// rows (none for statements that answer a command tag) and its parameters' types.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    command: Command,
+    results: SchemaRef,
+    params: Vec<DataType>,
+}
+
+/// Prepares statements for the extended protocol (pgwire's `QueryParser`).
+pub struct Preparer {
+    q: QueryService,
+    sql: PostgresCompatibilityParser,
+}
+
+/// Answers both query protocols.
+pub struct Queries {
+    preparer: Arc<Preparer>,
+}
+
+impl Queries {
+    /// Statements run by `q` (a service [`QueryService::for_postgres`] made).
+    pub fn new(q: QueryService) -> Self {
+        Self {
+            preparer: Arc::new(Preparer {
+                q,
+                sql: PostgresCompatibilityParser::new(),
+            }),
+        }
+    }
+
+    fn q(&self) -> &QueryService {
+        &self.preparer.q
+    }
+
+    /// Runs one command for `client`; `tx` is the transaction state before it, updated
+    /// after.
+    async fn run<C>(
+        &self,
+        client: &mut C,
+        command: &Command,
+        params: Vec<ScalarValue>,
+        format: &Format,
+        tx: &mut TransactionStatus,
+    ) -> Result<Response, QueryError>
+    where
+        C: ClientInfo + Unpin + Send + Sync,
+    {
+        let aborted = matches!(tx, TransactionStatus::Error);
+        match command {
+            Command::Commit | Command::Rollback => {
+                let tag = if aborted || matches!(command, Command::Rollback) {
+                    "ROLLBACK"
+                } else {
+                    "COMMIT"
+                };
+                *tx = TransactionStatus::Idle;
+                return Ok(Response::TransactionEnd(Tag::new(tag)));
+            }
+            _ if aborted => {
+                return Err(QueryError::new(
+                    QueryErrorKind::Invalid,
+                    "current transaction is aborted, commands ignored until end of transaction block",
+                )
+                .with_sqlstate("25P02"));
+            }
+            Command::Begin => {
+                *tx = TransactionStatus::Transaction;
+                return Ok(Response::TransactionStart(Tag::new("BEGIN")));
+            }
+            Command::Set { name, value } => {
+                client.metadata_mut().insert(name.clone(), value.clone());
+                return Ok(Response::Execution(Tag::new("SET")));
+            }
+            Command::Done(tag) => return Ok(Response::Execution(Tag::new(tag))),
+            Command::Show(name) => {
+                let value = show(client, name)?;
+                let schema = show_schema(name);
+                let batch = RecordBatch::try_new(
+                    schema,
+                    vec![Arc::new(arrow::array::StringArray::from(vec![value]))],
+                )
+                .map_err(|e| QueryError::new(QueryErrorKind::Internal, e.to_string()))?;
+                let fields = Arc::new(pg_fields(&batch.schema(), format, client)?);
+                let rows: Vec<_> = encode_recordbatch(fields.clone(), batch).collect();
+                return Ok(Response::Query(QueryResponse::new(
+                    fields,
+                    stream::iter(rows),
+                )));
+            }
+            Command::Sql(_) => {}
+        }
+        let Command::Sql(sql) = command else {
+            unreachable!("every other command answered above")
+        };
+        if sql.kind.changes() && matches!(tx, TransactionStatus::Transaction) {
+            return Err(QueryError::new(
+                QueryErrorKind::Invalid,
+                format!(
+                    "{} inside a transaction block is not supported: Strata runs each statement as its own transaction, and ROLLBACK could not undo it. Run it outside BEGIN ... COMMIT (autocommit: psycopg's autocommit=True, JDBC's setAutoCommit(true))",
+                    sql.kind.tag()
+                ),
+            )
+            .with_sqlstate("0A000"));
+        }
+        self.sql(client, sql, params, format).await
+    }
+
+    /// Runs a SQL statement: rows for a query, a command tag for the rest.
+    async fn sql<C>(
+        &self,
+        client: &C,
+        sql: &Sql,
+        params: Vec<ScalarValue>,
+        format: &Format,
+    ) -> Result<Response, QueryError>
+    where
+        C: ClientInfo + Unpin + Send + Sync,
+    {
+        let session = session(client)?;
+        let q = self.q();
+        let deadline = q.deadline();
+        let (_, planned, ran) = match q.prepare_as(&sql.text, &params, &session.who).await {
+            Ok(p) => p,
+            Err(e) => {
+                let rows = self.forward_or(e, sql, &params, &session).await?;
+                return Ok(Response::Execution(tag(sql.kind, rows)));
+            }
+        };
+        if !sql.kind.changes() && !ran {
+            let (schema, batches) = q.stream_planned(planned, deadline).await?;
+            let fields = Arc::new(pg_fields(&schema, format, client)?);
+            let encode = fields.clone();
+            let rows = batches
+                .map(
+                    move |batch| -> Box<dyn Iterator<Item = PgWireResult<DataRow>> + Send + Sync> {
+                        match batch {
+                            Ok(b) => encode_recordbatch(encode.clone(), b),
+                            Err(e) => Box::new(std::iter::once(Err(pg_error(&df_error(e))))),
+                        }
+                    },
+                )
+                .flat_map(stream::iter);
+            return Ok(Response::Query(QueryResponse::new(fields, rows)));
+        }
+        let (_, batches) = q.collect_planned(planned, deadline).await?;
+        Ok(Response::Execution(tag(sql.kind, changed_rows(&batches))))
+    }
+
+    /// The row count of `sql` run on the ingest node owning its table, when `e` says
+    /// another node owns it and this service forwards writes (INSERT / UPDATE / DELETE
+    /// without parameters); else `e`.
+    async fn forward_or(
+        &self,
+        e: QueryError,
+        sql: &Sql,
+        params: &[ScalarValue],
+        session: &Session,
+    ) -> Result<usize, QueryError> {
+        match (self.q().forward(), &e.owner) {
+            (Some(forward), Some(owner))
+                if e.kind == QueryErrorKind::NotOwner && params.is_empty() && writes(&sql.text) =>
+            {
+                let rows = forward(Forwarded {
+                    owner: owner.clone(),
+                    sql: sql.text.clone(),
+                    authorization: session.authorization.clone(),
+                })
+                .await?;
+                Ok(usize::try_from(rows).unwrap_or(0))
+            }
+            _ => Err(e),
+        }
+    }
+}
+
+/// The command tag of a statement that changed `rows` rows.
+fn tag(kind: Kind, rows: usize) -> Tag {
+    match kind {
+        Kind::Insert => Tag::new("INSERT").with_oid(0).with_rows(rows),
+        Kind::Update | Kind::Delete => Tag::new(kind.tag()).with_rows(rows),
+        Kind::Query | Kind::CreateTable | Kind::DropTable => Tag::new(kind.tag()),
+    }
+}
+
+/// The rows a DML statement changed: its `count` column.
+fn changed_rows(batches: &[RecordBatch]) -> usize {
+    batches
+        .iter()
+        .filter_map(|b| b.column_by_name("count"))
+        .filter_map(|c| c.as_any().downcast_ref::<UInt64Array>().cloned())
+        .flat_map(|a| a.iter().flatten().collect::<Vec<_>>())
+        .sum::<u64>() as usize
+}
+
+/// The connection's caller (set when it started).
+fn session<C: ClientInfo>(client: &C) -> Result<Arc<Session>, QueryError> {
+    client.session_extensions().get::<Session>().ok_or_else(|| {
+        QueryError::new(
+            QueryErrorKind::Unauthenticated,
+            "the connection has not authenticated",
+        )
+    })
+}
+
+/// Row descriptions for `schema` in `format`, with the client's output settings.
+fn pg_fields<C: ClientInfo>(
+    schema: &Schema,
+    format: &Format,
+    client: &C,
+) -> Result<Vec<FieldInfo>, QueryError> {
+    let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
+    arrow_schema_to_pg_fields(schema, format, Some(options)).map_err(unsupported_type)
+}
+
+fn unsupported_type(e: PgWireError) -> QueryError {
+    QueryError::new(
+        QueryErrorKind::Invalid,
+        format!("a result column has a type PostgreSQL clients cannot receive: {e}"),
+    )
+}
+
+fn show_schema(name: &str) -> SchemaRef {
+    Arc::new(Schema::new(vec![Field::new(
+        name.replace(' ', "_"),
+        DataType::Utf8,
+        false,
+    )]))
+}
+
+/// The value `SHOW name` answers: what the connection set, else the server's.
+fn show<C: ClientInfo>(client: &C, name: &str) -> Result<String, QueryError> {
+    if let Some(v) = client.metadata().get(name) {
+        return Ok(v.clone());
+    }
+    let defaults = FormatOptions::default();
+    let value = match name {
+        "server_version" => server_version(),
+        "server_version_num" => "160006".to_string(),
+        "server_encoding" | "client_encoding" => "UTF8".to_string(),
+        "datestyle" => defaults.date_style,
+        "intervalstyle" => defaults.interval_style,
+        "timezone" | "time zone" => defaults.time_zone,
+        "extra_float_digits" => defaults.extra_float_digits.to_string(),
+        "bytea_output" => defaults.bytea_output,
+        "standard_conforming_strings" | "integer_datetimes" => "on".to_string(),
+        "transaction_isolation"
+        | "transaction isolation level"
+        | "default_transaction_isolation" => "read committed".to_string(),
+        "transaction_read_only" | "default_transaction_read_only" | "is_superuser" => {
+            "off".to_string()
+        }
+        "search_path" => crate::auth::DEFAULT_NAMESPACE.to_string(),
+        "max_identifier_length" => "63".to_string(),
+        "lc_collate" | "lc_ctype" => "C".to_string(),
+        "statement_timeout" | "lock_timeout" | "idle_in_transaction_session_timeout" => {
+            "0".to_string()
+        }
+        "application_name" => String::new(),
+        _ => {
+            return Err(QueryError::new(
+                QueryErrorKind::NotFound,
+                format!("unrecognized configuration parameter \"{name}\""),
+            )
+            .with_sqlstate("42704"));
+        }
+    };
+    Ok(value)
+}
+
+/// A DataFusion error from a running query, with the service's error inside it if it
+/// holds one (a timeout).
+fn df_error(e: DataFusionError) -> QueryError {
+    if let DataFusionError::External(inner) = e.find_root()
+        && let Some(q) = inner.downcast_ref::<QueryError>()
+    {
+        return q.clone();
+    }
+    QueryError::from(e)
+}
+
+/// The SQLSTATE code of an error: the one it carries, else its kind's.
+pub fn sqlstate(e: &QueryError) -> &'static str {
+    if let Some(code) = e.sqlstate {
+        return code;
+    }
+    match e.kind {
+        QueryErrorKind::Invalid => {
+            let m = e.message.as_str();
+            if m.contains("syntax error") || m.contains("ParserError") {
+                "42601"
+            } else if m.contains("No field named") || m.contains("Schema error") {
+                "42703"
+            } else if m.contains("Invalid function") {
+                "42883"
+            } else if m.contains("Divide by zero") || m.contains("Division by zero") {
+                "22012"
+            } else if m.contains("Cast error") || m.contains("Cannot cast") {
+                "22P02"
+            } else {
+                "42000"
+            }
+        }
+        QueryErrorKind::Unauthenticated => "28000",
+        QueryErrorKind::Forbidden => "42501",
+        QueryErrorKind::NotFound => "42P01",
+        QueryErrorKind::AlreadyExists => "42P07",
+        QueryErrorKind::SnapshotTooOld => "72000",
+        QueryErrorKind::ResourcesExhausted => "53200",
+        QueryErrorKind::Timeout => "57014",
+        QueryErrorKind::Overloaded => "53000",
+        QueryErrorKind::NotOwner => "25006",
+        QueryErrorKind::Internal => "XX000",
+    }
+}
+
+/// An error as PostgreSQL clients receive it: SQLSTATE, and the message led by Strata's
+/// own stable code (as HTTP and Flight SQL give it).
+pub fn error_info(e: &QueryError) -> ErrorInfo {
+    ErrorInfo::new(
+        "ERROR".to_string(),
+        sqlstate(e).to_string(),
+        format!("{}: {}", e.code(), e.message),
+    )
+}
+
+fn pg_error(e: &QueryError) -> PgWireError {
+    PgWireError::UserError(Box::new(error_info(e)))
+}
+
+#[async_trait]
+impl SimpleQueryHandler for Queries {
+    async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let commands = match parse(&self.preparer.sql, query) {
+            Ok(c) => c,
+            Err(e) => return Ok(vec![Response::Error(Box::new(error_info(&e)))]),
+        };
+        if commands.is_empty() {
+            return Ok(vec![Response::EmptyQuery]);
+        }
+        let mut tx = client.transaction_status();
+        let mut responses = Vec::with_capacity(commands.len());
+        for command in &commands {
+            match self
+                .run(client, command, Vec::new(), &Format::UnifiedText, &mut tx)
+                .await
+            {
+                Ok(r) => responses.push(r),
+                Err(e) => {
+                    // PostgreSQL skips the rest of a query string after an error.
+                    responses.push(Response::Error(Box::new(error_info(&e))));
+                    break;
+                }
+            }
+        }
+        Ok(responses)
+    }
+}
+
+#[async_trait]
+impl QueryParser for Preparer {
+    type Statement = Prepared;
+
+    async fn parse_sql<C>(
+        &self,
+        client: &C,
+        sql: &str,
+        _types: &[Option<Type>],
+    ) -> PgWireResult<Option<Prepared>>
+    where
+        C: ClientInfo + Unpin + Send + Sync,
+    {
+        let mut commands = parse(&self.sql, sql).map_err(|e| pg_error(&e))?;
+        if commands.len() > 1 {
+            return Err(pg_error(
+                &QueryError::new(
+                    QueryErrorKind::Invalid,
+                    "cannot insert multiple commands into a prepared statement",
+                )
+                .with_sqlstate("42601"),
+            ));
+        }
+        let Some(command) = commands.pop() else {
+            return Ok(None);
+        };
+        let none = || Arc::new(Schema::empty());
+        let (results, params) = match &command {
+            Command::Sql(s) => {
+                let session = session(client).map_err(|e| pg_error(&e))?;
+                let (results, params, _) = self
+                    .q
+                    .prepare_statement_as(&s.text, &session.who)
+                    .await
+                    .map_err(|e| pg_error(&e))?;
+                let params = params.fields().iter().map(|f| f.data_type().clone());
+                let results = if s.kind.changes() { none() } else { results };
+                (results, params.collect())
+            }
+            Command::Show(name) => (show_schema(name), Vec::new()),
+            _ => (none(), Vec::new()),
+        };
+        Ok(Some(Prepared {
+            command,
+            results,
+            params,
+        }))
+    }
+
+    fn get_parameter_types(&self, stmt: &Prepared) -> PgWireResult<Vec<Type>> {
+        stmt.params.iter().map(into_pg_type).collect()
+    }
+
+    fn get_result_schema(
+        &self,
+        stmt: &Prepared,
+        column_format: Option<&Format>,
+    ) -> PgWireResult<Vec<FieldInfo>> {
+        arrow_schema_to_pg_fields(
+            &stmt.results,
+            column_format.unwrap_or(&Format::UnifiedText),
+            None,
+        )
+    }
+}
+
+/// The values bound to a portal, as the statement's parameter types.
+fn parameters(portal: &Portal<Prepared>) -> Result<Vec<ScalarValue>, QueryError> {
+    let types = &portal.statement.statement.params;
+    let inferred: Vec<Option<&DataType>> = types.iter().map(Some).collect();
+    let values = arrow_pg::datatypes::df::deserialize_parameters(portal, &inferred)
+        .map_err(|e| QueryError::new(QueryErrorKind::Invalid, format!("parameters: {e}")))?;
+    let datafusion::common::ParamValues::List(values) = values else {
+        return Err(QueryError::new(
+            QueryErrorKind::Invalid,
+            "only positional parameters ($1, $2, ...) are supported",
+        ));
+    };
+    values
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let v = v.value;
+            match types.get(i) {
+                Some(t) if v.data_type() != *t => v.cast_to(t).map_err(|e| {
+                    QueryError::new(
+                        QueryErrorKind::Invalid,
+                        format!("parameter ${}: {e}", i + 1),
+                    )
+                    .with_sqlstate("22P02")
+                }),
+                _ => Ok(v),
+            }
+        })
+        .collect()
+}
+
+#[async_trait]
+impl ExtendedQueryHandler for Queries {
+    type Statement = Prepared;
+    type QueryParser = Preparer;
+
+    fn query_parser(&self) -> Arc<Preparer> {
+        self.preparer.clone()
+    }
+
+    /// As pgwire's, except that a statement with parameters and no rows (an INSERT with
+    /// `$1`) is described as PostgreSQL does, with NoData: pgwire sends an empty row
+    /// description, which the JDBC driver takes for a result ("A result was returned when
+    /// none was expected").
+    async fn on_describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Prepared>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if message.target_type == TARGET_TYPE_BYTE_STATEMENT {
+            let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
+            if let Some(Entry::Value(stmt)) = client.portal_store().get_statement(name)
+                && stmt.statement.results.fields().is_empty()
+            {
+                let described = self.do_describe_statement(client, &stmt).await?;
+                let oids = described.parameters.iter().map(|t| t.oid()).collect();
+                client
+                    .feed(PgWireBackendMessage::ParameterDescription(
+                        ParameterDescription::new(oids),
+                    ))
+                    .await?;
+                client
+                    .send(PgWireBackendMessage::NoData(NoData::new()))
+                    .await?;
+                return Ok(());
+            }
+        }
+        self._on_describe(client, message).await
+    }
+
+    async fn do_query<C>(
+        &self,
+        client: &mut C,
+        portal: &Portal<Prepared>,
+        _max_rows: usize,
+    ) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Prepared>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let mut tx = client.transaction_status();
+        let result = match parameters(portal) {
+            Ok(params) => {
+                self.run(
+                    client,
+                    &portal.statement.statement.command,
+                    params,
+                    &portal.result_column_format,
+                    &mut tx,
+                )
+                .await
+            }
+            Err(e) => Err(e),
+        };
+        result.map_err(|e| pg_error(&e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_error_kind_has_a_sqlstate() {
+        for k in QueryErrorKind::ALL {
+            let code = sqlstate(&QueryError::new(k, "x"));
+            assert_eq!(code.len(), 5, "{k:?}");
+        }
+        let parse = QueryError::new(QueryErrorKind::Invalid, "SQL syntax error: near FROM");
+        assert_eq!(sqlstate(&parse), "42601");
+        let missing = QueryError::new(QueryErrorKind::NotFound, "table 'x' not found");
+        assert_eq!(sqlstate(&missing), "42P01");
+        let own = QueryError::new(QueryErrorKind::Invalid, "x").with_sqlstate("0A000");
+        assert_eq!(sqlstate(&own), "0A000");
+    }
+
+    #[test]
+    fn dml_counts_add_up() {
+        let schema = Arc::new(Schema::new(vec![Field::new(
+            "count",
+            DataType::UInt64,
+            false,
+        )]));
+        let batch = |n: u64| {
+            RecordBatch::try_new(schema.clone(), vec![Arc::new(UInt64Array::from(vec![n]))])
+                .expect("batch")
+        };
+        assert_eq!(changed_rows(&[batch(2), batch(3)]), 5);
+        assert_eq!(changed_rows(&[]), 0);
+        assert_eq!(
+            tag(Kind::Insert, 2),
+            Tag::new("INSERT").with_oid(0).with_rows(2)
+        );
+    }
+}

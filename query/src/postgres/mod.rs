@@ -1,0 +1,106 @@
+//! The PostgreSQL wire protocol (protocol 3.0, through the `pgwire` crate) on its own
+//! listener, so that `psql`, psycopg, the PostgreSQL JDBC driver and the tools built on
+//! them run SQL over Strata as they would over PostgreSQL.
+//!
+//! - [`startup`]: the connection's start: with API keys, a password message whose password
+//!   is the key (the user name is not checked), mapped onto the same scopes and namespaces
+//!   as HTTP and Flight SQL; without keys, every connection is let in.
+//! - [`statements`]: what a statement is before it is run: session commands (`SET`,
+//!   `SHOW`, `BEGIN` / `COMMIT` / `ROLLBACK`, `DISCARD`) answered by the connection, and
+//!   SQL, rewritten for DataFusion by `datafusion-pg-catalog`'s compatibility parser.
+//! - [`handler`]: the simple and extended query protocols (parse, bind with parameters,
+//!   describe, execute) over [`QueryService`], results encoded by `arrow-pg`, errors with
+//!   SQLSTATE codes.
+//!
+//! Sessions see a `pg_catalog` schema describing the tables the caller may read
+//! ([`QueryService::for_postgres`]). Each statement is its own transaction: reads inside
+//! `BEGIN` ... `COMMIT` take a snapshot per statement (PostgreSQL's READ COMMITTED), and a
+//! statement that changes data inside an explicit transaction is refused (SQLSTATE 0A000),
+//! since a `ROLLBACK` could not undo it.
+//!
+//! The password travels as the client sends it (PostgreSQL's cleartext password message):
+//! configure TLS (the same certificate as HTTP and Flight SQL) wherever the network is not
+//! trusted. Strata keeps only digests of keys, so SCRAM, which needs the secret on the
+//! server, is not offered.
+
+pub mod catalog;
+pub mod handler;
+pub mod startup;
+pub mod statements;
+
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::QueryService;
+use crate::auth::Authenticator;
+
+/// One connection's handlers (pgwire asks for them once per connection).
+struct Handlers {
+    startup: Arc<startup::Startup>,
+    queries: Arc<handler::Queries>,
+}
+
+impl pgwire::api::PgWireServerHandlers for Handlers {
+    fn simple_query_handler(&self) -> Arc<impl pgwire::api::query::SimpleQueryHandler> {
+        self.queries.clone()
+    }
+
+    fn extended_query_handler(&self) -> Arc<impl pgwire::api::query::ExtendedQueryHandler> {
+        self.queries.clone()
+    }
+
+    fn startup_handler(&self) -> Arc<impl pgwire::api::auth::StartupHandler> {
+        self.startup.clone()
+    }
+}
+
+/// Serves `q` to PostgreSQL clients on `listener` until `stop`, over TLS when `tls` is
+/// given (clients ask for it with an SSLRequest, as `sslmode=require` does). Connections
+/// open when `stop` fires are closed after [`crate::server::SHUTDOWN_GRACE`].
+pub async fn serve(
+    q: QueryService,
+    auth: Authenticator,
+    listener: TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    stop: CancellationToken,
+) -> Result<(), std::io::Error> {
+    let handlers = Arc::new(Handlers {
+        startup: Arc::new(startup::Startup::new(auth)),
+        queries: Arc::new(handler::Queries::new(q.for_postgres())),
+    });
+    let tls = tls.map(tokio_rustls::TlsAcceptor::from);
+    let connections = tokio_util::task::TaskTracker::new();
+    loop {
+        let (socket, peer) = tokio::select! {
+            _ = stop.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait, then accept again.
+                    tracing::warn!(error = %e, "PostgreSQL listener: accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = socket.set_nodelay(true);
+        let (handlers, tls, stop) = (handlers.clone(), tls.clone(), stop.clone());
+        connections.spawn(async move {
+            let conn = pgwire::tokio::process_socket(socket, tls, handlers);
+            tokio::select! {
+                r = conn => if let Err(e) = r {
+                    tracing::debug!(%peer, error = %e, "PostgreSQL connection ended with an error");
+                },
+                _ = async {
+                    stop.cancelled().await;
+                    tokio::time::sleep(crate::server::SHUTDOWN_GRACE).await;
+                } => {}
+            }
+        });
+    }
+    connections.close();
+    connections.wait().await;
+    Ok(())
+}

@@ -1,0 +1,137 @@
+//! A PostgreSQL connection's start: who the caller is.
+//!
+//! With API keys configured the server asks for a password (PostgreSQL's cleartext password
+//! message) and takes it as the key: `psql "postgresql://any@host:5433/strata"` with
+//! `PGPASSWORD=<key>`, psycopg's `password=`, JDBC's `password` property. The user name is
+//! not checked. Without keys every connection is let in with every scope, as HTTP and
+//! Flight SQL are. The caller ([`Session`]) is kept with the connection for its statements.
+
+use std::fmt::Debug;
+
+use async_trait::async_trait;
+use futures::{Sink, SinkExt};
+use pgwire::api::auth::{
+    DefaultServerParameterProvider, StartupHandler, finish_authentication, protocol_negotiation,
+    save_startup_parameters_to_metadata,
+};
+use pgwire::api::{
+    ClientInfo, PgWireConnectionState, PidSecretKeyGenerator, RandomPidSecretKeyGenerator,
+};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::startup::Authentication;
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+
+use crate::auth::{Authenticator, Principal};
+
+/// The caller of a connection, known once it has started.
+#[derive(Debug, Clone)]
+pub struct Session {
+    /// Who the caller is: its scopes and namespaces.
+    pub who: Principal,
+    /// Its credentials as an `Authorization` header value, passed on when a write goes to
+    /// the ingest node owning the table.
+    pub authorization: Option<String>,
+}
+
+/// The PostgreSQL version clients are told (drivers pick their catalog queries by it);
+/// Strata's own follows in brackets.
+pub fn server_version() -> String {
+    format!("16.6 (Strata {})", env!("CARGO_PKG_VERSION"))
+}
+
+/// Starts connections: negotiates the protocol, authenticates, reports the server's
+/// parameters.
+pub struct Startup {
+    auth: Authenticator,
+    parameters: DefaultServerParameterProvider,
+    pids: RandomPidSecretKeyGenerator,
+}
+
+impl Startup {
+    /// Connections authenticated by `auth`.
+    pub fn new(auth: Authenticator) -> Self {
+        let mut parameters = DefaultServerParameterProvider::default();
+        parameters.server_version = server_version();
+        parameters.search_path = crate::auth::DEFAULT_NAMESPACE.to_string();
+        parameters.is_superuser = false;
+        Self {
+            auth,
+            parameters,
+            pids: RandomPidSecretKeyGenerator::default(),
+        }
+    }
+
+    async fn admit<C>(&self, client: &mut C, session: Session) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        client.session_extensions().insert(session);
+        let (pid, secret) = self.pids.generate(client);
+        client.set_pid_and_secret_key(pid, secret);
+        finish_authentication(client, &self.parameters).await
+    }
+}
+
+#[async_trait]
+impl StartupHandler for Startup {
+    async fn on_startup<C>(
+        &self,
+        client: &mut C,
+        message: PgWireFrontendMessage,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        match message {
+            PgWireFrontendMessage::Startup(ref startup) => {
+                protocol_negotiation(client, startup).await?;
+                save_startup_parameters_to_metadata(client, startup);
+                if self.auth.enabled() {
+                    client.set_state(PgWireConnectionState::AuthenticationInProgress);
+                    client
+                        .send(PgWireBackendMessage::Authentication(
+                            Authentication::CleartextPassword,
+                        ))
+                        .await?;
+                } else {
+                    let session = Session {
+                        who: Principal::unrestricted(),
+                        authorization: None,
+                    };
+                    self.admit(client, session).await?;
+                }
+            }
+            PgWireFrontendMessage::PasswordMessageFamily(password) => {
+                let key = password.into_password()?.password;
+                let authorization = format!("Bearer {key}");
+                match self.auth.principal(Some(&authorization)) {
+                    Ok(who) => {
+                        let session = Session {
+                            who,
+                            authorization: Some(authorization),
+                        };
+                        self.admit(client, session).await?;
+                    }
+                    Err(e) => {
+                        // 28P01 invalid_password, as PostgreSQL answers a wrong password.
+                        return Err(PgWireError::UserError(Box::new(ErrorInfo::new(
+                            "FATAL".to_string(),
+                            "28P01".to_string(),
+                            format!(
+                                "{}: the password must be a Strata API key ({})",
+                                e.code(),
+                                e.message
+                            ),
+                        ))));
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,245 @@
+//! What a statement from a PostgreSQL client is, before anything runs: a session command
+//! the connection answers itself, or SQL for the query service (rewritten from
+//! PostgreSQL's dialect by `datafusion-pg-catalog`'s compatibility parser: `OPERATOR(pg_catalog.~)`,
+//! `COLLATE`, `::regclass` and the other forms `psql` and drivers send).
+
+use datafusion::sql::sqlparser::ast::Statement;
+use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
+
+use crate::error::{QueryError, QueryErrorKind};
+
+/// One statement, classified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// `BEGIN` / `START TRANSACTION`.
+    Begin,
+    /// `COMMIT` / `END`.
+    Commit,
+    /// `ROLLBACK` / `ABORT`.
+    Rollback,
+    /// `SET name = value` (also `TO`, `SESSION`, `LOCAL`, `SET TIME ZONE`): kept with the
+    /// connection, where `SHOW` and the result encoding (`DateStyle`,
+    /// `extra_float_digits`, `bytea_output`) read it.
+    Set {
+        /// The parameter, lower case.
+        name: String,
+        /// Its value, unquoted.
+        value: String,
+    },
+    /// `SHOW name`.
+    Show(String),
+    /// A command accepted with nothing to do (`DISCARD ALL`, `DEALLOCATE`, `SET` forms
+    /// without a value): its command tag.
+    Done(&'static str),
+    /// SQL for the query service.
+    Sql(Sql),
+}
+
+/// A SQL statement for the query service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sql {
+    /// The statement as DataFusion reads it.
+    pub text: String,
+    /// What it does, for its command tag.
+    pub kind: Kind,
+}
+
+/// What a SQL statement does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Answers rows (SELECT, VALUES, EXPLAIN, SHOW TABLES, ...).
+    Query,
+    /// INSERT: tag `INSERT 0 <rows>`.
+    Insert,
+    /// UPDATE: tag `UPDATE <rows>`.
+    Update,
+    /// DELETE: tag `DELETE <rows>`.
+    Delete,
+    /// CREATE TABLE.
+    CreateTable,
+    /// DROP TABLE.
+    DropTable,
+}
+
+impl Kind {
+    /// Whether the statement changes data or tables (refused inside an explicit
+    /// transaction: see the module doc of [`crate::postgres`]).
+    pub fn changes(self) -> bool {
+        !matches!(self, Kind::Query)
+    }
+
+    /// The command tag's word.
+    pub fn tag(self) -> &'static str {
+        match self {
+            Kind::Query => "SELECT",
+            Kind::Insert => "INSERT",
+            Kind::Update => "UPDATE",
+            Kind::Delete => "DELETE",
+            Kind::CreateTable => "CREATE TABLE",
+            Kind::DropTable => "DROP TABLE",
+        }
+    }
+}
+
+/// Splits and classifies a query string (one or more statements separated by `;`).
+pub fn parse(parser: &PostgresCompatibilityParser, text: &str) -> Result<Vec<Command>, QueryError> {
+    let statements = parser
+        .parse(text)
+        .map_err(|e| QueryError::new(QueryErrorKind::Invalid, format!("SQL syntax error: {e}")))?;
+    Ok(statements.into_iter().map(classify).collect())
+}
+
+fn classify(statement: Statement) -> Command {
+    match &statement {
+        Statement::StartTransaction { .. } => return Command::Begin,
+        Statement::Commit { .. } => return Command::Commit,
+        Statement::Rollback { .. } => return Command::Rollback,
+        Statement::Discard { .. } => return Command::Done("DISCARD ALL"),
+        Statement::Deallocate { .. } => return Command::Done("DEALLOCATE"),
+        Statement::Set { .. } => return set(&statement.to_string()),
+        Statement::ShowVariable { variable } => {
+            let name = variable
+                .iter()
+                .map(|i| i.value.to_ascii_lowercase())
+                .collect::<Vec<_>>()
+                .join(" ");
+            return Command::Show(name);
+        }
+        _ => {}
+    }
+    let kind = match &statement {
+        Statement::Insert { .. } => Kind::Insert,
+        Statement::Update { .. } => Kind::Update,
+        Statement::Delete { .. } => Kind::Delete,
+        Statement::CreateTable { .. } => Kind::CreateTable,
+        Statement::Drop { .. } => Kind::DropTable,
+        _ => Kind::Query,
+    };
+    Command::Sql(Sql {
+        text: statement.to_string(),
+        kind,
+    })
+}
+
+/// `SET [SESSION | LOCAL] name {= | TO} value`, `SET TIME ZONE value`.
+fn set(text: &str) -> Command {
+    let rest = text.trim();
+    let rest = strip_word(rest, "SET").unwrap_or(rest);
+    let rest = strip_word(rest, "SESSION")
+        .or_else(|| strip_word(rest, "LOCAL"))
+        .unwrap_or(rest);
+    let (name, value) = if let Some(v) = strip_word(rest, "TIME ZONE") {
+        ("timezone".to_string(), v)
+    } else if let Some((n, v)) = rest.split_once('=') {
+        (n.trim().to_ascii_lowercase(), v)
+    } else if let Some(i) = rest.to_ascii_uppercase().find(" TO ") {
+        (rest[..i].trim().to_ascii_lowercase(), &rest[i + 4..])
+    } else {
+        return Command::Done("SET");
+    };
+    let value = value.trim();
+    let value = value
+        .strip_prefix('\'')
+        .and_then(|v| v.strip_suffix('\''))
+        .unwrap_or(value)
+        .to_string();
+    Command::Set {
+        name: name.trim_matches('"').to_string(),
+        value,
+    }
+}
+
+/// `text` after the leading words `word` (any case), if it starts with them.
+fn strip_word<'a>(text: &'a str, word: &str) -> Option<&'a str> {
+    let head = text.get(..word.len())?;
+    let rest = &text[word.len()..];
+    (head.eq_ignore_ascii_case(word) && (rest.is_empty() || rest.starts_with(' ')))
+        .then(|| rest.trim_start())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(sql: &str) -> Command {
+        let parser = PostgresCompatibilityParser::new();
+        let mut all = parse(&parser, sql).expect("parses");
+        assert_eq!(all.len(), 1, "{sql}");
+        all.remove(0)
+    }
+
+    #[test]
+    fn session_commands_are_answered_by_the_connection() {
+        let set = |n: &str, v: &str| Command::Set {
+            name: n.to_string(),
+            value: v.to_string(),
+        };
+        let table: &[(&str, Command)] = &[
+            ("BEGIN", Command::Begin),
+            ("START TRANSACTION", Command::Begin),
+            ("COMMIT", Command::Commit),
+            ("ROLLBACK", Command::Rollback),
+            ("SET extra_float_digits = 3", set("extra_float_digits", "3")),
+            (
+                "SET application_name = 'PostgreSQL JDBC Driver'",
+                set("application_name", "PostgreSQL JDBC Driver"),
+            ),
+            ("SET DateStyle TO 'ISO'", set("datestyle", "ISO")),
+            (
+                "SET SESSION statement_timeout = 0",
+                set("statement_timeout", "0"),
+            ),
+            ("SET TIME ZONE 'UTC'", set("timezone", "UTC")),
+            (
+                "SHOW transaction_isolation",
+                Command::Show("transaction_isolation".into()),
+            ),
+            (
+                "SHOW TRANSACTION ISOLATION LEVEL",
+                Command::Show("transaction isolation level".into()),
+            ),
+            ("DISCARD ALL", Command::Done("DISCARD ALL")),
+        ];
+        for (sql, want) in table {
+            assert_eq!(&one(sql), want, "{sql}");
+        }
+    }
+
+    #[test]
+    fn sql_is_tagged_by_what_it_does() {
+        let table = [
+            ("SELECT 1", Kind::Query),
+            ("EXPLAIN SELECT 1", Kind::Query),
+            ("INSERT INTO t VALUES (1)", Kind::Insert),
+            ("UPDATE t SET a = 1 WHERE k = 2", Kind::Update),
+            ("DELETE FROM t WHERE k = 2", Kind::Delete),
+            ("CREATE TABLE t (k BIGINT PRIMARY KEY)", Kind::CreateTable),
+            ("DROP TABLE t", Kind::DropTable),
+        ];
+        for (sql, want) in table {
+            match one(sql) {
+                Command::Sql(s) => assert_eq!(s.kind, want, "{sql}"),
+                other => panic!("{sql}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn psql_catalog_forms_are_rewritten_for_datafusion() {
+        let Command::Sql(s) = one(
+            "SELECT c.oid FROM pg_catalog.pg_class c WHERE c.relname OPERATOR(pg_catalog.~) '^(t)$' COLLATE pg_catalog.default",
+        ) else {
+            panic!("not SQL")
+        };
+        assert!(!s.text.contains("OPERATOR"), "{}", s.text);
+        assert!(!s.text.contains("COLLATE"), "{}", s.text);
+    }
+
+    #[test]
+    fn several_statements_split() {
+        let parser = PostgresCompatibilityParser::new();
+        let all = parse(&parser, "BEGIN; SELECT 1; COMMIT").expect("parses");
+        assert_eq!(all.len(), 3);
+        assert!(parse(&parser, "SELEC 1").is_err());
+    }
+}

@@ -1,0 +1,142 @@
+// What a Java service or JDBC tool does with Strata over the PostgreSQL JDBC driver. Run by
+// services/strata/tests/clients.rs against a fresh `strata serve` with API keys:
+//   java -cp postgresql.jar PostgresJdbc.java <host> <port> <root key> <sales reader key>
+// Exits non-zero, with the failed check, when Strata answers differently.
+
+import java.sql.Connection;
+import java.sql.DatabaseMetaData;
+import java.sql.Date;
+import java.sql.DriverManager;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.ResultSetMetaData;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.sql.Timestamp;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Properties;
+
+public class PostgresJdbc {
+    static void check(boolean ok, String what) {
+        if (!ok) {
+            throw new AssertionError(what);
+        }
+    }
+
+    static Connection connect(String host, String port, String key) throws SQLException {
+        Properties p = new Properties();
+        p.setProperty("user", "analyst"); // not checked: the password is the API key
+        p.setProperty("password", key);
+        return DriverManager.getConnection("jdbc:postgresql://" + host + ":" + port + "/strata", p);
+    }
+
+    static List<String> tables(DatabaseMetaData md) throws SQLException {
+        List<String> got = new ArrayList<>();
+        try (ResultSet r = md.getTables(null, null, "%", new String[] {"TABLE"})) {
+            while (r.next()) {
+                got.add(r.getString("TABLE_SCHEM") + "." + r.getString("TABLE_NAME"));
+            }
+        }
+        return got;
+    }
+
+    public static void main(String[] args) throws Exception {
+        String host = args[0], port = args[1], root = args[2], salesReader = args[3];
+        try (Connection c = connect(host, port, root)) {
+            try (Statement s = c.createStatement()) {
+                s.execute("CREATE TABLE sales.items (id BIGINT, qty INT, price DOUBLE, name VARCHAR, "
+                        + "ok BOOLEAN, day DATE, at TIMESTAMP, PRIMARY KEY (id))");
+                s.execute("CREATE TABLE hr.staff (id BIGINT, name VARCHAR, PRIMARY KEY (id))");
+                int n = s.executeUpdate("INSERT INTO hr.staff VALUES (1, 'ann'), (2, 'bob')");
+                check(n == 2, "insert count " + n);
+            }
+            // Parameters of every type, as a batch and one at a time (past the driver's
+            // prepareThreshold of 5, when it switches to named server-side statements).
+            try (PreparedStatement p = c.prepareStatement("INSERT INTO sales.items VALUES (?, ?, ?, ?, ?, ?, ?)")) {
+                for (long id = 1; id <= 8; id++) {
+                    p.setLong(1, id);
+                    p.setInt(2, (int) id * 10);
+                    p.setDouble(3, id + 0.5);
+                    p.setString(4, "item " + id);
+                    p.setBoolean(5, id % 2 == 0);
+                    p.setDate(6, Date.valueOf("2026-01-0" + (id % 9 + 1)));
+                    p.setTimestamp(7, Timestamp.valueOf("2026-01-02 03:04:05.25"));
+                    if (id <= 4) {
+                        p.addBatch();
+                    } else {
+                        check(p.executeUpdate() == 1, "single insert " + id);
+                    }
+                    if (id == 4) {
+                        p.executeBatch();
+                    }
+                }
+            }
+            try (PreparedStatement p = c.prepareStatement(
+                    "SELECT id, qty, price, name, ok, day, at FROM sales.items WHERE id >= ? AND name <> ? ORDER BY id")) {
+                for (int round = 0; round < 7; round++) {
+                    p.setLong(1, 7);
+                    p.setString(2, "none");
+                    List<String> got = new ArrayList<>();
+                    try (ResultSet r = p.executeQuery()) {
+                        ResultSetMetaData m = r.getMetaData();
+                        check(m.getColumnCount() == 7, "columns " + m.getColumnCount());
+                        check(m.getColumnName(4).equals("name"), "column name " + m.getColumnName(4));
+                        while (r.next()) {
+                            got.add(r.getLong(1) + ":" + r.getInt(2) + ":" + r.getDouble(3) + ":" + r.getString(4)
+                                    + ":" + r.getBoolean(5) + ":" + r.getDate(6) + ":" + r.getTimestamp(7));
+                        }
+                    }
+                    check(got.equals(List.of(
+                            "7:70:7.5:item 7:false:2026-01-08:2026-01-02 03:04:05.25",
+                            "8:80:8.5:item 8:true:2026-01-09:2026-01-02 03:04:05.25")),
+                            "round " + round + ": " + got);
+                }
+            }
+            try (Statement s = c.createStatement(); ResultSet r = s.executeQuery("SELECT count(*) FROM sales.items")) {
+                check(r.next() && r.getLong(1) == 8, "count");
+            }
+            try (PreparedStatement p = c.prepareStatement("UPDATE sales.items SET qty = ? WHERE id = ?")) {
+                p.setInt(1, 0);
+                p.setLong(2, 3);
+                check(p.executeUpdate() == 1, "update count");
+            }
+            DatabaseMetaData md = c.getMetaData();
+            List<String> all = tables(md);
+            check(all.contains("sales.items") && all.contains("hr.staff"), "getTables " + all);
+            List<String> cols = new ArrayList<>();
+            try (ResultSet r = md.getColumns(null, "sales", "items", "%")) {
+                while (r.next()) {
+                    cols.add(r.getString("COLUMN_NAME"));
+                }
+            }
+            check(cols.equals(List.of("id", "qty", "price", "name", "ok", "day", "at")), "getColumns " + cols);
+            check(md.getDatabaseProductVersion().startsWith("16"), "version " + md.getDatabaseProductVersion());
+            // Errors carry SQLSTATE codes.
+            try (Statement s = c.createStatement()) {
+                s.executeQuery("SELECT * FROM sales.missing");
+                check(false, "a missing table answered");
+            } catch (SQLException e) {
+                check("42P01".equals(e.getSQLState()), "missing table: " + e.getSQLState() + " " + e.getMessage());
+            }
+        }
+        // A key for one namespace: only its tables, in metadata and in SQL.
+        try (Connection c = connect(host, port, salesReader)) {
+            List<String> seen = tables(c.getMetaData());
+            check(seen.equals(List.of("sales.items")), "sales reader sees " + seen);
+            try (Statement s = c.createStatement()) {
+                s.executeQuery("SELECT * FROM hr.staff");
+                check(false, "another namespace answered");
+            } catch (SQLException e) {
+                check("42P01".equals(e.getSQLState()), "other namespace: " + e.getSQLState());
+            }
+        }
+        try {
+            connect(host, port, "not-a-key").close();
+            check(false, "a wrong key connected");
+        } catch (SQLException e) {
+            check("28P01".equals(e.getSQLState()), "wrong key: " + e.getSQLState());
+        }
+        System.out.println("postgres jdbc: ok");
+    }
+}

@@ -1,0 +1,129 @@
+"""psycopg 3 against `strata serve`'s PostgreSQL port, as a Python user connects:
+parameters bound by the server, every column type Strata tables use, row counts, errors
+with their SQLSTATE classes, transactions, pandas, and API keys scoping what a connection
+sees (tables, information_schema, pg_catalog).
+
+Usage: psycopg_postgres.py HOST PORT ROOT_KEY SALES_READER_KEY
+Prints "psycopg: ok" when every check passed.
+"""
+
+import datetime
+import sys
+import warnings
+
+import pandas
+import psycopg
+
+host, port, root, sales_reader = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+
+
+def connect(key, **kw):
+    # The user name is not checked; the password is the API key.
+    return psycopg.connect(
+        host=host, port=port, user="analyst", password=key, dbname="strata", connect_timeout=10, **kw
+    )
+
+
+def fails(expected, cur, sql, params=None):
+    try:
+        cur.execute(sql, params)
+    except expected as e:
+        return str(e)
+    raise AssertionError(f"{sql}: expected {expected.__name__}")
+
+
+rows = [
+    (1, 3, 9.5, "apple", True, datetime.date(2026, 1, 2), datetime.datetime(2026, 1, 2, 3, 4, 5, 678000)),
+    (2, -7, 0.25, "pear", False, datetime.date(1999, 12, 31), datetime.datetime(1999, 12, 31, 23, 59, 59)),
+    (3, 0, -1e300, "fig é ✓", None, None, None),
+]
+
+with connect(root, autocommit=True) as conn:
+    cur = conn.cursor()
+    cur.execute(
+        "CREATE TABLE sales.orders (id BIGINT, qty INT, price DOUBLE, item VARCHAR, "
+        "paid BOOLEAN, day DATE, at TIMESTAMP, PRIMARY KEY (id))"
+    )
+    cur.execute("CREATE TABLE hr.people (id BIGINT, name VARCHAR, PRIMARY KEY (id))")
+    cur.executemany("INSERT INTO sales.orders VALUES (%s, %s, %s, %s, %s, %s, %s)", rows)
+    cur.execute("INSERT INTO hr.people VALUES (%s, %s), (%s, %s)", (1, "ada", 2, "grace"))
+    assert cur.rowcount == 2, cur.rowcount
+
+    # Every type comes back as it went in, through bound parameters of each type.
+    cur.execute("SELECT * FROM sales.orders ORDER BY id")
+    got = cur.fetchall()
+    assert got == rows, got
+    assert [d.name for d in cur.description] == ["id", "qty", "price", "item", "paid", "day", "at"]
+    cur.execute(
+        "SELECT id FROM sales.orders WHERE item = %s AND price > %s AND day = %s",
+        ("apple", 1.0, datetime.date(2026, 1, 2)),
+    )
+    assert cur.fetchall() == [(1,)]
+    # Binary results too.
+    bcur = conn.cursor(binary=True)
+    bcur.execute("SELECT id, qty, price, item, paid FROM sales.orders WHERE id = %s", (2,))
+    assert bcur.fetchone() == (2, -7, 0.25, "pear", False)
+
+    cur.execute("UPDATE sales.orders SET qty = %s WHERE id = %s", (5, 1))
+    assert cur.rowcount == 1, cur.rowcount
+    cur.execute("DELETE FROM sales.orders WHERE id = %s", (99,))
+    assert cur.rowcount == 0, cur.rowcount
+
+    # Errors carry PostgreSQL's SQLSTATE codes (psycopg maps them to classes).
+    fails(psycopg.errors.UndefinedTable, cur, "SELECT * FROM sales.nope")
+    fails(psycopg.errors.DuplicateTable, cur, "CREATE TABLE hr.people (id BIGINT, PRIMARY KEY (id))")
+    fails(psycopg.errors.SyntaxError, cur, "SELEC 1")
+    fails(psycopg.errors.UndefinedColumn, cur, "SELECT nope FROM sales.orders")
+    # The connection is usable after errors.
+    assert conn.execute("SELECT count(*) FROM sales.orders").fetchone() == (3,)
+    # Session settings drivers and tools send.
+    conn.execute("SET application_name = 'strata-test'")
+    assert conn.execute("SHOW application_name").fetchone() == ("strata-test",)
+    assert conn.execute("SHOW transaction_isolation").fetchone() == ("read committed",)
+    assert conn.info.server_version >= 160000, conn.info.server_version
+
+    # pandas over the connection.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # pandas prefers SQLAlchemy; a DB-API connection works
+        frame = pandas.read_sql("SELECT id, qty FROM sales.orders ORDER BY id", conn)
+    assert list(frame["id"]) == [1, 2, 3], frame
+
+# Without autocommit psycopg opens a transaction: reads run (each at its own snapshot, as
+# READ COMMITTED), a write is refused clearly, and ROLLBACK ends the block.
+with connect(root) as conn:
+    cur = conn.cursor()
+    cur.execute("SELECT count(*) FROM sales.orders")
+    assert cur.fetchone() == (3,)
+    message = fails(psycopg.errors.FeatureNotSupported, cur, "INSERT INTO hr.people VALUES (%s, %s)", (3, "x"))
+    assert "autocommit" in message, message
+    conn.rollback()
+    cur.execute("SELECT count(*) FROM hr.people")
+    assert cur.fetchone() == (2,)
+    conn.commit()
+
+# A key for one namespace sees and reads only that namespace, in tables and catalogs.
+with connect(sales_reader, autocommit=True) as conn:
+    tables = conn.execute(
+        "SELECT table_schema, table_name FROM information_schema.tables "
+        "WHERE table_schema NOT IN ('information_schema', 'pg_catalog') ORDER BY 1, 2"
+    ).fetchall()
+    assert tables == [("sales", "orders")], tables
+    classes = conn.execute(
+        "SELECT n.nspname, c.relname FROM pg_catalog.pg_class c "
+        "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE c.relkind = 'r' AND n.nspname NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2"
+    ).fetchall()
+    assert classes == [("sales", "orders")], classes
+    cur = conn.cursor()
+    fails(psycopg.errors.UndefinedTable, cur, "SELECT * FROM hr.people")
+    fails(psycopg.errors.InsufficientPrivilege, cur, "DELETE FROM sales.orders WHERE id = %s", (1,))
+    assert conn.execute("SELECT count(*) FROM sales.orders").fetchone() == (3,)
+
+# A wrong key does not connect.
+try:
+    connect("not-a-key")
+    raise AssertionError("a wrong key connected")
+except psycopg.OperationalError as e:
+    assert "API key" in str(e), e
+
+print("psycopg: ok")
