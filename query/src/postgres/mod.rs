@@ -56,8 +56,8 @@ impl pgwire::api::PgWireServerHandlers for Handlers {
     }
 }
 
-/// Serves `q` to PostgreSQL clients on `listener` until `stop`, over TLS when `tls` is
-/// given (clients ask for it with an SSLRequest, as `sslmode=require` does). Connections
+/// Serves `q` to PostgreSQL clients on `listener` until `stop`, over TLS only when `tls`
+/// is given (clients ask for it with an SSLRequest, as `sslmode=require` does). Connections
 /// open when `stop` fires are closed after [`crate::server::SHUTDOWN_GRACE`].
 pub async fn serve(
     q: QueryService,
@@ -67,7 +67,7 @@ pub async fn serve(
     stop: CancellationToken,
 ) -> Result<(), std::io::Error> {
     let handlers = Arc::new(Handlers {
-        startup: Arc::new(startup::Startup::new(auth)),
+        startup: Arc::new(startup::Startup::new(auth, tls.is_some())),
         queries: Arc::new(handler::Queries::new(q.for_postgres())),
     });
     let tls = tls.map(tokio_rustls::TlsAcceptor::from);

@@ -43,19 +43,23 @@ pub fn server_version() -> String {
 /// parameters.
 pub struct Startup {
     auth: Authenticator,
+    /// Whether connections must use TLS (the server has a certificate).
+    tls: bool,
     parameters: DefaultServerParameterProvider,
     pids: RandomPidSecretKeyGenerator,
 }
 
 impl Startup {
-    /// Connections authenticated by `auth`.
-    pub fn new(auth: Authenticator) -> Self {
+    /// Connections authenticated by `auth`; with `tls`, only over TLS (as HTTP and Flight
+    /// SQL answer only TLS when the node has a certificate).
+    pub fn new(auth: Authenticator, tls: bool) -> Self {
         let mut parameters = DefaultServerParameterProvider::default();
         parameters.server_version = server_version();
         parameters.search_path = crate::auth::DEFAULT_NAMESPACE.to_string();
         parameters.is_superuser = false;
         Self {
             auth,
+            tls,
             parameters,
             pids: RandomPidSecretKeyGenerator::default(),
         }
@@ -88,6 +92,13 @@ impl StartupHandler for Startup {
     {
         match message {
             PgWireFrontendMessage::Startup(ref startup) => {
+                if self.tls && !client.is_secure() {
+                    return Err(PgWireError::UserError(Box::new(ErrorInfo::new(
+                        "FATAL".to_string(),
+                        "28000".to_string(),
+                        "this server accepts TLS connections only: connect with sslmode=require (or verify-full)".to_string(),
+                    ))));
+                }
                 protocol_negotiation(client, startup).await?;
                 save_startup_parameters_to_metadata(client, startup);
                 if self.auth.enabled() {

@@ -1,4 +1,4 @@
-//! TLS (rustls) on both listeners of `strata serve`, reached with the CLI's clients.
+//! TLS (rustls) on every listener of `strata serve` (HTTP, Flight SQL, PostgreSQL), reached with the CLI's clients.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -57,6 +57,43 @@ fn both_listeners_speak_tls_when_a_certificate_is_configured() {
     ]);
     assert!(ok, "{err}");
     assert_eq!(out, "answer\n42\n");
+    // PostgreSQL on TLS: psql checks the certificate against the CA and the host name;
+    // a client that will not use TLS is refused.
+    if let Ok(psql) = std::env::var("STRATA_CLIENT_PSQL") {
+        let port = port(&server.postgres);
+        let run_psql = |mode: &str| {
+            std::process::Command::new(&psql)
+                .args([
+                    "-X",
+                    "-h",
+                    "localhost",
+                    "-p",
+                    &port,
+                    "-U",
+                    "any",
+                    "-d",
+                    "strata",
+                ])
+                .args(["-c", "SELECT 41 + 1 AS answer"])
+                .env("PGSSLMODE", mode)
+                .env("PGSSLROOTCERT", c)
+                .env("PGCONNECT_TIMEOUT", "10")
+                .output()
+                .expect("run psql")
+        };
+        let out = run_psql("verify-full");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("42"),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            !run_psql("disable").status.success(),
+            "plain PostgreSQL was answered"
+        );
+    }
+
     // HTTP on TLS (the admin client).
     let (ok, out, err) = strata(&["admin", "--http", &https, "--ca-cert", c, "tables"]);
     assert!(ok, "{err}");
