@@ -270,8 +270,28 @@ pub async fn serve_tls(
     if let Some(tls) = tls {
         builder = builder.tls_config(tls)?;
     }
+    // The standard gRPC health service (grpc.health.v1.Health), as load balancers and
+    // `grpc_health_probe` ask it: SERVING for the server ("") and for Flight SQL until the
+    // server starts stopping, NOT_SERVING from then on.
+    let (reporter, health) = tonic_health::server::health_reporter();
+    reporter
+        .set_serving::<FlightServiceServer<FlightSql>>()
+        .await;
+    reporter
+        .set_service_status("", tonic_health::ServingStatus::Serving)
+        .await;
+    let shutdown = async move {
+        shutdown.await;
+        reporter
+            .set_not_serving::<FlightServiceServer<FlightSql>>()
+            .await;
+        reporter
+            .set_service_status("", tonic_health::ServingStatus::NotServing)
+            .await;
+    };
     let mut routes = extra
         .unwrap_or_default()
+        .add_service(health)
         .add_service(FlightSql::new(q, auth).into_server());
     if let Some(m) = metrics {
         routes = tonic::service::Routes::from(routes.into_axum_router().layer(

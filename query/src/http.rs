@@ -9,8 +9,9 @@
 //! | `application/vnd.apache.arrow.stream` | Arrow IPC stream |
 //!
 //! Errors are `{"error": {"code": "...", "message": "..."}}` with the status of
-//! [`crate::error::QueryError::http_status`]. `GET /health` answers `ok`; `GET /ready`
-//! answers `ready` (the service only listens once its store is open).
+//! [`crate::error::QueryError::http_status`]. `GET /health` answers `ok` while the process
+//! runs; `GET /ready` answers `ready` once the service is open and the bucket answers, 503
+//! with the reason otherwise.
 
 use std::sync::Arc;
 
@@ -200,12 +201,37 @@ async fn sql(State(st): State<Arc<SqlState>>, headers: HeaderMap, body: Bytes) -
     }
 }
 
+/// `GET /ready`: 200 `ready` once the service is open (it listens only then) and the
+/// bucket answers; else 503 with the reason. One HEAD request per probe, bounded by
+/// [`READY_PROBE_TIMEOUT`].
+async fn ready(State(st): State<Arc<SqlState>>) -> Response {
+    match tokio::time::timeout(READY_PROBE_TIMEOUT, st.q.db().probe_store()).await {
+        Ok(Ok(())) => "ready".into_response(),
+        Ok(Err(e)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: the bucket does not answer: {e}"),
+        )
+            .into_response(),
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "not ready: the bucket did not answer within {} ms",
+                READY_PROBE_TIMEOUT.as_millis()
+            ),
+        )
+            .into_response(),
+    }
+}
+
+/// How long `/ready` waits for the bucket.
+pub const READY_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The HTTP routes of the query service. `/health` and `/ready` need no key (load
 /// balancers probe them); `/sql` runs as the caller of the request's key.
 pub fn router(q: QueryService, auth: Authenticator) -> Router {
     Router::new()
         .route("/sql", post(sql))
         .route("/health", get(|| async { "ok" }))
-        .route("/ready", get(|| async { "ready" }))
+        .route("/ready", get(ready))
         .with_state(Arc::new(SqlState { q, auth }))
 }

@@ -418,3 +418,33 @@ async fn a_handshake_with_the_key_as_password_returns_a_bearer_token() {
     let mut bad = FlightSqlServiceClient::new(channel);
     assert!(bad.handshake("bi-tool", "nope").await.is_err());
 }
+
+/// The standard gRPC health service answers on the Flight SQL port, without a key (load
+/// balancers and `grpc_health_probe` ask it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_grpc_health_service_answers_serving() {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    let (addr, _dir, _db) = server().await;
+    let channel = Channel::from_shared(addr).unwrap().connect().await.unwrap();
+    let mut health = HealthClient::new(channel);
+    for service in ["", "arrow.flight.protocol.FlightService"] {
+        let status = health
+            .check(HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .status;
+        assert_eq!(status, ServingStatus::Serving as i32, "{service:?}");
+    }
+    let unknown = health
+        .check(HealthCheckRequest {
+            service: "no.such.Service".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code(), tonic::Code::NotFound);
+}

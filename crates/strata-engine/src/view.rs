@@ -1199,13 +1199,30 @@ impl RemoteViews {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let manifest = manifests.latest().await?.ok_or_else(|| {
-                Error::Corrupt(format!(
-                    "shard {} has no manifest: the catalog names a table or shard the \
-                         bucket does not hold",
-                    paths.dir()
-                ))
-            })?;
+            let Some(manifest) = manifests.latest().await? else {
+                // A table created but never written: its writer commits the shard's first
+                // manifest when it opens the shard for a write, and nothing is acknowledged
+                // before that. The view is empty.
+                let state = ShardState {
+                    active: Arc::new(Memtable::new()),
+                    frozen: Vec::new(),
+                    levels: Vec::new(),
+                    manifest: Arc::new(Versioned {
+                        version: 0,
+                        value: Manifest::empty(0),
+                    }),
+                };
+                return Ok(ShardView::new(
+                    table,
+                    Arc::new(state),
+                    0,
+                    self.store.clone(),
+                    paths,
+                    self.s3.clone(),
+                    Vec::new(),
+                    Vec::new(),
+                ));
+            };
             let groups: Vec<usize> = table.groups.iter().map(|g| g.len()).collect();
             crate::s3::check_shape(&manifest.value, &groups).map_err(|e| match e {
                 Error::Corrupt(m) => {

@@ -506,7 +506,11 @@ fn body_format(headers: &HeaderMap) -> ApiResult<BodyFormat> {
         .unwrap_or("application/json");
     let mime = ct.split(';').next().unwrap_or("").trim();
     match mime {
-        "application/json" => Ok(BodyFormat::Json),
+        // `curl -d` declares a form: its body is the JSON the user typed, so it is read as
+        // JSON (a form-encoded body fails as JSON, with the position of the error).
+        "application/json" | "application/x-www-form-urlencoded" | "text/plain" | "" => {
+            Ok(BodyFormat::Json)
+        }
         "application/x-ndjson" | "application/jsonl" => Ok(BodyFormat::NdJson),
         "application/vnd.apache.arrow.stream" => Ok(BodyFormat::Arrow),
         other => Err(ApiError {

@@ -174,29 +174,23 @@ pub async fn sql(
         return Ok(());
     }
     let interactive = std::io::stdin().is_terminal();
-    if interactive {
+    let mut input = if interactive {
         eprintln!("connected to {flight}; end statements with ';', \\q quits");
-    }
+        Input::editor()?
+    } else {
+        Input::Piped(std::io::stdin().lock().lines())
+    };
     let mut pending = String::new();
     let mut failed = false;
-    let stdin = std::io::stdin();
-    let mut lines = stdin.lock().lines();
     loop {
-        if interactive {
-            eprint!(
-                "{}",
-                if pending.is_empty() {
-                    "strata> "
-                } else {
-                    "   ...> "
-                }
-            );
-            std::io::stderr().flush()?;
-        }
-        let Some(line) = lines.next() else {
+        let prompt = if pending.is_empty() {
+            "strata> "
+        } else {
+            "   ...> "
+        };
+        let Some(line) = input.next_line(prompt)? else {
             break;
         };
-        let line = line?;
         if pending.is_empty() && matches!(line.trim(), "\\q" | "quit" | "exit") {
             break;
         }
@@ -209,6 +203,7 @@ pub async fn sql(
             continue;
         }
         let statement = std::mem::take(&mut pending);
+        input.remember(statement.trim());
         let statement = statement.trim().trim_end_matches(';').trim();
         if statement.is_empty() {
             continue;
@@ -229,6 +224,7 @@ pub async fn sql(
             }
         }
     }
+    input.save();
     if !pending.trim().is_empty() {
         return Err("the input ended inside a statement (missing ';')".into());
     }
@@ -236,4 +232,60 @@ pub async fn sql(
         return Err("a statement failed".into());
     }
     Ok(())
+}
+
+/// Where `strata sql` reads statements: a line editor on a terminal (arrow keys, Ctrl-R,
+/// history kept in `$STRATA_HISTORY`, else `~/.strata_history`), else stdin as it comes.
+enum Input {
+    Editor(
+        Box<rustyline::Editor<(), rustyline::history::FileHistory>>,
+        Option<std::path::PathBuf>,
+    ),
+    Piped(std::io::Lines<std::io::StdinLock<'static>>),
+}
+
+impl Input {
+    fn editor() -> Result<Self, BoxError> {
+        let mut editor = rustyline::DefaultEditor::new()?;
+        let history = std::env::var_os("STRATA_HISTORY")
+            .map(std::path::PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("HOME")
+                    .map(|h| std::path::PathBuf::from(h).join(".strata_history"))
+            });
+        if let Some(path) = &history {
+            // A first session has no history yet.
+            let _ = editor.load_history(path);
+        }
+        Ok(Input::Editor(Box::new(editor), history))
+    }
+
+    /// The next line, or None at the end of the input (Ctrl-D); Ctrl-C drops the line.
+    fn next_line(&mut self, prompt: &str) -> Result<Option<String>, BoxError> {
+        match self {
+            Input::Editor(editor, _) => match editor.readline(prompt) {
+                Ok(line) => Ok(Some(line)),
+                Err(rustyline::error::ReadlineError::Interrupted) => Ok(Some(String::new())),
+                Err(rustyline::error::ReadlineError::Eof) => Ok(None),
+                Err(e) => Err(e.into()),
+            },
+            Input::Piped(lines) => Ok(lines.next().transpose()?),
+        }
+    }
+
+    /// Puts a whole statement into the history (one entry, however many lines).
+    fn remember(&mut self, statement: &str) {
+        if let Input::Editor(editor, _) = self {
+            let _ = editor.add_history_entry(statement);
+        }
+    }
+
+    /// Writes the history file.
+    fn save(&mut self) {
+        if let Input::Editor(editor, Some(path)) = self
+            && let Err(e) = editor.save_history(path)
+        {
+            eprintln!("could not save the history to {}: {e}", path.display());
+        }
+    }
 }

@@ -202,6 +202,18 @@ fn tables_and_rows_over_http() {
         b"SELECT count(*) AS c FROM users",
     );
     assert_eq!((st, body.trim()), (200, r#"[{"c":5}]"#));
+    // A table created but never written reads as empty, not as an error; creating it
+    // again is a conflict, not an internal error.
+    let create = b"CREATE TABLE fresh (id BIGINT, v VARCHAR, PRIMARY KEY (id))";
+    let (st, body) = request_as(&h, "POST", "/sql", "text/plain", create);
+    assert_eq!(st, 200, "{body}");
+    let (st, body) = request_as(&h, "POST", "/sql", "text/plain", b"SELECT * FROM fresh");
+    assert_eq!((st, body.trim()), (200, "[]"));
+    let (st, body) = request_as(&h, "POST", "/sql", "text/plain", create);
+    assert_eq!(
+        (st, json(&body)["error"]["code"].clone()),
+        (409, "already_exists".into())
+    );
 
     // Kill -9 and restart: acknowledged writes are there.
     drop(server);

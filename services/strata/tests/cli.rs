@@ -101,3 +101,42 @@ fn sql_one_shot_and_scripts() {
         text(&out.stderr)
     );
 }
+
+/// On a terminal (a pseudo-terminal from util-linux's `script`), `strata sql` edits lines
+/// and keeps a history: the up arrow brings the last statement back, and the history file
+/// holds it for the next session.
+#[test]
+fn interactive_sql_recalls_history_with_the_arrow_keys() {
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("skipped: no `script` (util-linux) for a pseudo-terminal");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(&dir.path().join("data"));
+    let history = dir.path().join("history");
+    let command = format!("{} sql --flight {}", env!("CARGO_BIN_EXE_strata"), s.flight);
+    let mut child = Command::new("script")
+        .args(["-qfec", &command, "/dev/null"])
+        .env("STRATA_HISTORY", &history)
+        .env("TERM", "xterm")
+        .env_remove("STRATA_API_KEY")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    // Typed as a person would: a statement, then the up arrow and Enter, then \q.
+    for keys in ["SELECT 41 + 1 AS answer;\r", "\x1b[A\r", "\\q\r"] {
+        std::thread::sleep(std::time::Duration::from_millis(700));
+        input.write_all(keys.as_bytes()).unwrap();
+        input.flush().unwrap();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    drop(input);
+    let out = child.wait_with_output().unwrap();
+    let screen = text(&out.stdout);
+    assert_eq!(screen.matches("| 42 ").count(), 2, "{screen}");
+    let saved = std::fs::read_to_string(&history).unwrap();
+    assert!(saved.contains("SELECT 41 + 1 AS answer;"), "{saved}");
+}

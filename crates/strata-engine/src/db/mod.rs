@@ -362,6 +362,20 @@ impl Db {
         .await
     }
 
+    /// Whether the bucket answers now: one HEAD request for an object that need not exist
+    /// (not found is an answer). The error says why not, for readiness probes.
+    pub async fn probe_store(&self) -> Result<()> {
+        use object_store::ObjectStoreExt;
+        let path = self.layout().root().clone().join("ready-probe");
+        match self.store().head(&path).await {
+            Ok(_) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(source) => Err(Error::Store {
+                context: format!("readiness probe: HEAD {path}"),
+                source,
+            }),
+        }
+    }
+
     /// Every live table (from the catalog cached in this process: see [`Db::catalog`]).
     pub async fn list_tables(&self) -> Result<Vec<TableEntry>> {
         Ok(self
