@@ -58,7 +58,7 @@ use crate::error::{QueryError, QueryErrorKind};
 use crate::ingest::{IfExists, IfMissing, IngestRequest};
 use crate::metadata;
 use crate::prepared::Statements;
-use crate::service::{Forwarded, Planned, QueryService, query_error, writes};
+use crate::service::{Forwarded, Planned, QueryService, query_error, with_literals, writes};
 
 /// The Flight SQL service.
 #[derive(Debug, Clone)]
@@ -153,8 +153,8 @@ impl FlightSql {
 
     /// The caller of a request: its `authorization: Bearer <key>` metadata.
     /// The row count of `sql` run on the ingest node owning its table, when `e` says
-    /// another node owns it and this server forwards writes there (statements without
-    /// parameters); else `e`.
+    /// another node owns it and this server forwards writes there (INSERT / UPDATE /
+    /// DELETE; parameters written in as literals); else `e`.
     async fn forward_or(
         &self,
         e: QueryError,
@@ -163,12 +163,15 @@ impl FlightSql {
         authorization: Option<String>,
     ) -> Result<i64, Status> {
         match (self.q.forward(), &e.owner) {
-            (Some(forward), Some(owner))
-                if e.kind == QueryErrorKind::NotOwner && params.is_empty() && writes(sql) =>
-            {
+            (Some(forward), Some(owner)) if e.kind == QueryErrorKind::NotOwner && writes(sql) => {
+                let sql = if params.is_empty() {
+                    sql.to_string()
+                } else {
+                    with_literals(sql, params).map_err(status)?
+                };
                 forward(Forwarded {
                     owner: owner.clone(),
-                    sql: sql.to_string(),
+                    sql,
                     authorization,
                 })
                 .await

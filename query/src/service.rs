@@ -744,6 +744,59 @@ pub(crate) fn numbered_placeholders(sql: &str) -> std::borrow::Cow<'_, str> {
         .into()
 }
 
+/// `sql` with its parameters (`$1`, `$2`, ... or `?`) written in as SQL literals: a write
+/// with parameters sent on to the ingest node owning its table, whose SQL endpoint takes
+/// text. Strings are quoted and escaped by the SQL printer, not spliced.
+pub(crate) fn with_literals(sql: &str, params: &[ScalarValue]) -> Result<String, QueryError> {
+    use datafusion::sql::sqlparser::ast::{Expr as SqlExpr, Value, visit_expressions_mut};
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+    use std::ops::ControlFlow;
+    let invalid = |m: String| QueryError::new(QueryErrorKind::Invalid, m);
+    let sql = numbered_placeholders(sql);
+    let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, &sql)
+        .map_err(|e| invalid(format!("SQL syntax error: {e}")))?;
+    let unparser = datafusion::sql::unparser::Unparser::default();
+    let mut bad = None;
+    let _ = visit_expressions_mut(&mut statements, |e| {
+        let SqlExpr::Value(v) = e else {
+            return ControlFlow::Continue(());
+        };
+        let Value::Placeholder(name) = &v.value else {
+            return ControlFlow::Continue(());
+        };
+        let value = name
+            .strip_prefix('$')
+            .and_then(|n| n.parse::<usize>().ok())
+            .and_then(|n| params.get(n.checked_sub(1)?));
+        let Some(value) = value else {
+            bad = Some(invalid(format!(
+                "parameter {name}: the statement has {} parameter values",
+                params.len()
+            )));
+            return ControlFlow::Break(());
+        };
+        match unparser.expr_to_sql(&datafusion::logical_expr::lit(value.clone())) {
+            Ok(literal) => {
+                *e = literal;
+                ControlFlow::Continue(())
+            }
+            Err(err) => {
+                bad = Some(invalid(format!("parameter {name}: {err}")));
+                ControlFlow::Break(())
+            }
+        }
+    });
+    if let Some(e) = bad {
+        return Err(e);
+    }
+    Ok(statements
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; "))
+}
+
 /// Whether `sql` is one INSERT, UPDATE or DELETE: the statements whose `not_owner` answer
 /// is forwarded (a read's is not: its count would stand in for its rows).
 pub(crate) fn writes(sql: &str) -> bool {
@@ -860,7 +913,8 @@ fn check_plan(plan: &LogicalPlan, writable: bool, who: &Principal) -> Result<(),
 
 #[cfg(test)]
 mod tests {
-    use super::numbered_placeholders;
+    use super::{numbered_placeholders, with_literals};
+    use datafusion::common::ScalarValue;
 
     #[test]
     fn jdbc_markers_are_numbered_outside_literals_names_and_comments() {
@@ -878,5 +932,32 @@ mod tests {
         ] {
             assert_eq!(numbered_placeholders(sql), want, "{sql}");
         }
+    }
+
+    #[test]
+    fn parameters_are_written_in_as_literals() {
+        let sql = with_literals(
+            "INSERT INTO t VALUES ($1, $2, $3)",
+            &[
+                ScalarValue::Int64(Some(7)),
+                ScalarValue::Utf8(Some("it's".into())),
+                ScalarValue::Null,
+            ],
+        )
+        .unwrap();
+        assert_eq!(sql, "INSERT INTO t VALUES (7, 'it''s', NULL)");
+        let sql = with_literals(
+            "UPDATE t SET a = ? WHERE id = ?",
+            &[ScalarValue::Float64(Some(1.5)), ScalarValue::Int32(Some(2))],
+        )
+        .unwrap();
+        assert_eq!(sql, "UPDATE t SET a = 1.5 WHERE id = 2");
+        assert!(
+            with_literals(
+                "DELETE FROM t WHERE id = $2",
+                &[ScalarValue::Int64(Some(1))]
+            )
+            .is_err()
+        );
     }
 }

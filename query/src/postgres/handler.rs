@@ -38,7 +38,7 @@ use super::startup::{Session, server_version};
 use super::statements::{Command, Kind, Sql, parse};
 use crate::QueryService;
 use crate::error::{QueryError, QueryErrorKind};
-use crate::service::{Forwarded, writes};
+use crate::service::{Forwarded, with_literals, writes};
 
 /// A statement prepared by the extended protocol's Parse: what it is, the schema of its
 /// rows (none for statements that answer a command tag) and its parameters' types.
@@ -190,8 +190,8 @@ impl Queries {
     }
 
     /// The row count of `sql` run on the ingest node owning its table, when `e` says
-    /// another node owns it and this service forwards writes (INSERT / UPDATE / DELETE
-    /// without parameters); else `e`.
+    /// another node owns it and this service forwards writes (INSERT / UPDATE / DELETE,
+    /// parameters written in as literals); else `e`.
     async fn forward_or(
         &self,
         e: QueryError,
@@ -201,11 +201,16 @@ impl Queries {
     ) -> Result<usize, QueryError> {
         match (self.q().forward(), &e.owner) {
             (Some(forward), Some(owner))
-                if e.kind == QueryErrorKind::NotOwner && params.is_empty() && writes(&sql.text) =>
+                if e.kind == QueryErrorKind::NotOwner && writes(&sql.text) =>
             {
+                let text = if params.is_empty() {
+                    sql.text.clone()
+                } else {
+                    with_literals(&sql.text, params)?
+                };
                 let rows = forward(Forwarded {
                     owner: owner.clone(),
-                    sql: sql.text.clone(),
+                    sql: text,
                     authorization: session.authorization.clone(),
                 })
                 .await?;
