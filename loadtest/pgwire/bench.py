@@ -1,0 +1,103 @@
+"""Single-row operations over the PostgreSQL wire protocol: Strata's port beside a real
+PostgreSQL, the same psycopg client code for both (one connection, autocommit, parameters
+bound by the server, psycopg's default prepare threshold).
+
+Operations: SELECT 1 (the round trip), a point get by primary key, a one-row insert (durable
+on both: Strata acknowledges once the WAL segment is in the bucket; PostgreSQL with fsync and
+synchronous_commit on). Prints the median, p99 and mean latency of each, side by side, and
+the ratios. Run it through loadtest/pgwire.sh, which starts both servers.
+"""
+
+import argparse
+import json
+import random
+import statistics
+import time
+
+import psycopg
+
+
+def percentile(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def run(dsn, rows, n, seed):
+    conn = psycopg.connect(dsn, autocommit=True)
+    conn.execute("DROP TABLE IF EXISTS kv")
+    conn.execute("CREATE TABLE kv (id BIGINT, name VARCHAR, score DOUBLE PRECISION, PRIMARY KEY (id))")
+    for lo in range(0, rows, 1000):
+        values = ", ".join(f"({i}, 'name-{i}', {i * 0.5})" for i in range(lo, min(rows, lo + 1000)))
+        conn.execute(f"INSERT INTO kv VALUES {values}")
+    rng = random.Random(seed)
+    out = {}
+
+    def timed(name, fn, count):
+        for _ in range(20):  # warm-up: connections, prepared statements, caches
+            fn()
+        lat = []
+        for _ in range(count):
+            t0 = time.perf_counter()
+            fn()
+            lat.append((time.perf_counter() - t0) * 1e3)
+        out[name] = {
+            "p50_ms": round(statistics.median(lat), 3),
+            "p99_ms": round(percentile(lat, 0.99), 3),
+            "mean_ms": round(statistics.fmean(lat), 3),
+            "ops": count,
+        }
+
+    cur = conn.cursor()
+
+    def select_one():
+        cur.execute("SELECT 1")
+        cur.fetchall()
+
+    def point_get():
+        k = rng.randrange(rows)
+        cur.execute("SELECT name, score FROM kv WHERE id = %s", (k,))
+        got = cur.fetchall()
+        assert got == [(f"name-{k}", k * 0.5)], got
+
+    next_id = [rows]
+
+    def insert():
+        k = next_id[0]
+        next_id[0] += 1
+        cur.execute("INSERT INTO kv VALUES (%s, %s, %s)", (k, f"name-{k}", k * 0.5))
+
+    timed("select_1", select_one, n)
+    timed("point_get", point_get, n)
+    timed("insert_1_row", insert, max(1, n // 3))
+    conn.close()
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--strata-dsn", default="host=127.0.0.1 port=5433 dbname=strata user=bench")
+    ap.add_argument("--pg-dsn", default="host=127.0.0.1 port=55432 dbname=postgres user=postgres")
+    ap.add_argument("--rows", type=int, default=100_000)
+    ap.add_argument("--ops", type=int, default=3000)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    results = {
+        "strata": run(args.strata_dsn, args.rows, args.ops, args.seed),
+        "postgres": run(args.pg_dsn, args.rows, args.ops, args.seed),
+    }
+    print(f"{args.rows} rows, {args.ops} operations each (inserts: a third), one connection")
+    print(f"{'operation':<14}{'Strata p50':>12}{'p99':>9}{'PostgreSQL p50':>16}{'p99':>9}{'ratio p50':>11}")
+    for op in results["strata"]:
+        s, p = results["strata"][op], results["postgres"][op]
+        print(
+            f"{op:<14}{s['p50_ms']:>10.3f}ms{s['p99_ms']:>7.3f}ms{p['p50_ms']:>14.3f}ms{p['p99_ms']:>7.3f}ms"
+            f"{s['p50_ms'] / p['p50_ms']:>10.2f}x"
+        )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
