@@ -233,18 +233,19 @@ impl FlightSql {
         self.auth.principal(header).map_err(status)
     }
 
-    /// The tonic service. It accepts messages of up to [`MESSAGE_BYTES_MAX`] (tonic's
-    /// default of 4 MiB refuses a bulk-ingest batch of 100,000 rows of 31 integers); what it
-    /// sends is not limited (result batches are as large as a query's batches).
+    /// The tonic service. It accepts messages of up to the service's `message_bytes_max`
+    /// (by default [`MESSAGE_BYTES_MAX`]; tonic's default of 4 MiB refuses a bulk-ingest
+    /// batch of 100,000 rows of 31 integers); what it sends is not limited (result batches
+    /// are as large as a query's batches).
     pub fn into_server(self) -> FlightServiceServer<Self> {
+        let limit = self.q.config().message_bytes_max;
         FlightServiceServer::new(self)
-            .max_decoding_message_size(MESSAGE_BYTES_MAX)
+            .max_decoding_message_size(limit)
             .max_encoding_message_size(usize::MAX)
     }
 }
 
-/// The largest Flight message (one Arrow batch of a bulk ingest or a DoPut) the endpoint
-/// accepts: 64 MiB, as the HTTP API's body limit.
+/// The default of the largest request message (`query.message_bytes_max`): 64 MiB.
 pub const MESSAGE_BYTES_MAX: usize = 64 << 20;
 
 /// Serves Flight SQL on `listener` until `shutdown` resolves.

@@ -50,6 +50,10 @@ pub struct QueryConfig {
     pub scan_partitions: usize,
     /// Bytes of results the HTTP endpoint buffers for one response at most.
     pub result_bytes_max: usize,
+    /// The largest request message the server accepts: one Flight SQL message (an Arrow
+    /// batch of a bulk ingest or a DoPut), one message of the gRPC data API, one data-API
+    /// HTTP body. Larger ones are refused with a size error (gRPC `INVALID_ARGUMENT` naming the size and the limit, HTTP 413).
+    pub message_bytes_max: usize,
 }
 
 impl Default for QueryConfig {
@@ -60,6 +64,7 @@ impl Default for QueryConfig {
             batch_rows: 8192,
             scan_partitions: 0,
             result_bytes_max: 256 << 20,
+            message_bytes_max: crate::flight::MESSAGE_BYTES_MAX,
         }
     }
 }

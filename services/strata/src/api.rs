@@ -54,8 +54,6 @@ use strata_query::http::{Format, encode, error_response};
 /// The OpenAPI document of the HTTP API (`docs/openapi.json`, served at `/openapi.json`).
 pub const OPENAPI_JSON: &str = include_str!("../../../docs/openapi.json");
 
-/// Largest request body (rows to write).
-pub const BODY_BYTES_MAX: usize = 64 << 20;
 /// Most rows a scan page returns.
 pub const PAGE_ROWS_MAX: usize = 10_000;
 
@@ -169,7 +167,8 @@ impl Caller {
 }
 
 /// The data API's routes: the database, callers authenticated by `auth`.
-pub fn router(db: Db, auth: Authenticator) -> Router {
+/// Bodies over `body_bytes_max` are refused with 413.
+pub fn router(db: Db, auth: Authenticator, body_bytes_max: usize) -> Router {
     let state = Arc::new(ApiState { db, auth });
     Router::new()
         .route("/v1/tables", post(create_table).get(list_tables))
@@ -187,7 +186,7 @@ pub fn router(db: Db, auth: Authenticator) -> Router {
             "/openapi.json",
             get(|| async { ([(header::CONTENT_TYPE, "application/json")], OPENAPI_JSON) }),
         )
-        .layer(axum::extract::DefaultBodyLimit::max(BODY_BYTES_MAX))
+        .layer(axum::extract::DefaultBodyLimit::max(body_bytes_max))
         .with_state(state)
 }
 
@@ -197,12 +196,14 @@ pub struct Forwarder {
     /// None: answer `503 not_owner` with the owner's address instead (TLS: forwarding is
     /// plain HTTP).
     client: Option<reqwest::Client>,
+    /// The largest body forwarded.
+    body_bytes_max: usize,
 }
 
 /// Wraps the whole HTTP application (data API and SQL) of an ingest node: a request the
 /// handler answers `not_owner` goes on to the owner (see [`forward_to_owner`]) when
 /// `forward`, else back to the caller with the owner's address.
-pub fn forwarding(app: Router, db: Db, forward: bool) -> Router {
+pub fn forwarding(app: Router, db: Db, forward: bool, body_bytes_max: usize) -> Router {
     let client = forward.then(|| {
         reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs(60))
@@ -210,7 +211,11 @@ pub fn forwarding(app: Router, db: Db, forward: bool) -> Router {
             .expect("an HTTP client with default settings")
     });
     app.layer(axum::middleware::from_fn_with_state(
-        Arc::new(Forwarder { db, client }),
+        Arc::new(Forwarder {
+            db,
+            client,
+            body_bytes_max,
+        }),
         forward_to_owner,
     ))
 }
@@ -271,7 +276,7 @@ pub fn sql_forwarder(db: Db) -> strata_query::service::Forward {
 
 /// In a cluster, a request the handler answers `not_owner` is sent on to the owning node
 /// (once: a forwarded request is never forwarded again) and its answer returned. The body
-/// is buffered for that (it is at most [`BODY_BYTES_MAX`], and the handlers buffer it
+/// is buffered for that (it is at most `query.message_bytes_max`, and the handlers buffer it
 /// anyway). When the owner cannot be reached (it died and its lease has not lapsed yet),
 /// the `503 not_owner` with `Retry-After` goes back to the caller.
 async fn forward_to_owner(
@@ -284,7 +289,7 @@ async fn forward_to_owner(
     };
     let forwarded = req.headers().contains_key(FORWARDED_HEADER);
     let (parts, body) = req.into_parts();
-    let body = match axum::body::to_bytes(body, BODY_BYTES_MAX).await {
+    let body = match axum::body::to_bytes(body, st.body_bytes_max).await {
         Ok(b) => b,
         Err(e) => {
             return ApiError {

@@ -30,18 +30,25 @@ const SCAN_MESSAGE_ROWS: usize = 8192;
 pub struct DataService {
     db: Db,
     auth: Authenticator,
+    /// The largest request message accepted (`query.message_bytes_max`).
+    message_bytes_max: usize,
 }
 
 impl DataService {
-    /// The service, callers authenticated by `auth`.
-    pub fn new(db: Db, auth: Authenticator) -> Self {
-        Self { db, auth }
+    /// The service, callers authenticated by `auth`, messages up to `message_bytes_max`.
+    pub fn new(db: Db, auth: Authenticator, message_bytes_max: usize) -> Self {
+        Self {
+            db,
+            auth,
+            message_bytes_max,
+        }
     }
 
     /// The tonic server of it.
     pub fn into_server(self) -> DataServer<Self> {
+        let limit = self.message_bytes_max;
         DataServer::new(self)
-            .max_decoding_message_size(crate::api::BODY_BYTES_MAX)
+            .max_decoding_message_size(limit)
             .max_encoding_message_size(usize::MAX)
     }
 

@@ -415,17 +415,18 @@ async fn writer(c: Config, role: &str) -> anyhow_free::Result<()> {
     // address in a 503 instead.
     let forward = tls.is_none();
     let forward_db = db.clone();
+    let body_bytes_max = c.query.message_bytes_max;
     let result = strata_query::server::serve_tls(
         q,
         auth.clone(),
-        api::router(db.clone(), auth.clone()),
+        api::router(db.clone(), auth.clone(), c.query.message_bytes_max),
         listeners,
         tls,
         Some(tonic::service::Routes::new(
-            grpc::DataService::new(db.clone(), auth).into_server(),
+            grpc::DataService::new(db.clone(), auth, c.query.message_bytes_max).into_server(),
         )),
         Some(Box::new(move |app| {
-            api::forwarding(app, forward_db, forward)
+            api::forwarding(app, forward_db, forward, body_bytes_max)
         })),
         strata_query::server::stop_on_signal(),
     )

@@ -156,6 +156,39 @@ fn csv_ndjson_and_parquet_files_load_into_tables() {
 async fn one_flight_message_larger_than_grpc_default_ingests() {
     // ADBC's Flight SQL driver sends a whole batch as one message: 150,000 rows of about 60
     // bytes are 9 MB, over tonic's default limit of 4 MiB.
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(&dir.path().join("data"));
+    let n = 150_000;
+    ingest_one_message(&server, n).await.unwrap();
+    assert_eq!(
+        sql(&server.http, "SELECT count(*) AS n FROM big"),
+        serde_json::json!([{"n": n}])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_message_limit_is_a_setting() {
+    // 50,000 rows (3 MB) in one message: refused under a 1 MB limit, with the size in the
+    // error, and nothing written.
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::start_with(
+        &dir.path().join("data"),
+        &["--set", "query.message_bytes_max=1000000"],
+    );
+    let err = ingest_one_message(&server, 50_000).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
+    assert!(
+        err.message().contains("message length too large") && err.message().contains("1000000"),
+        "{err}"
+    );
+    assert_eq!(
+        sql(&server.http, "SELECT count(*) AS n FROM big"),
+        serde_json::json!([{"n": 0}])
+    );
+}
+
+/// Creates table `big` and bulk-ingests `n` rows into it as one Flight message.
+async fn ingest_one_message(server: &common::Server, n: i32) -> Result<(), tonic::Status> {
     use arrow_flight::encode::FlightDataEncoderBuilder;
     use arrow_flight::flight_service_client::FlightServiceClient;
     use arrow_flight::sql::{CommandStatementIngest, ProstMessageExt};
@@ -163,13 +196,10 @@ async fn one_flight_message_larger_than_grpc_default_ingests() {
     use futures::TryStreamExt;
     use prost::Message;
 
-    let dir = tempfile::tempdir().unwrap();
-    let server = start(&dir.path().join("data"));
     sql(
         &server.http,
         "CREATE TABLE big (id INT NOT NULL, name VARCHAR, PRIMARY KEY (id))",
     );
-    let n = 150_000i32;
     let batch = RecordBatch::try_new(
         Arc::new(Schema::new(vec![
             Field::new("id", DataType::Int32, false),
@@ -197,7 +227,7 @@ async fn one_flight_message_larger_than_grpc_default_ingests() {
         .await
         .unwrap();
     let largest = data.iter().map(|d| d.encoded_len()).max().unwrap();
-    assert!(largest > 8 << 20, "{largest}");
+    assert!(largest > (n as usize) * 50, "{largest}");
     let channel = tonic::transport::Channel::from_shared(format!("http://{}", server.flight))
         .unwrap()
         .connect()
@@ -206,15 +236,10 @@ async fn one_flight_message_larger_than_grpc_default_ingests() {
     let mut client = FlightServiceClient::new(channel);
     let results: Vec<_> = client
         .do_put(futures::stream::iter(data))
-        .await
-        .unwrap()
+        .await?
         .into_inner()
         .try_collect()
-        .await
-        .unwrap();
+        .await?;
     assert!(!results.is_empty());
-    assert_eq!(
-        sql(&server.http, "SELECT count(*) AS n FROM big"),
-        serde_json::json!([{"n": n}])
-    );
+    Ok(())
 }
