@@ -69,6 +69,7 @@ module "ingest" {
   metric_namespace       = local.metric_namespace
   instance_type          = "i4i.2xlarge"
   node_count             = 2
+  postgres_port          = 5433
   strata_artifact_s3_uri = local.artifact_uri
   allowed_cidr_blocks    = var.client_cidr_blocks
   certificate_arn        = var.certificate_arn
@@ -118,6 +119,7 @@ module "query" {
   certificate_arn        = var.certificate_arn
   access_logs_bucket     = module.storage.log_bucket_name
   min_nodes              = 2
+  postgres_port          = 5434
   max_nodes              = 6
 
   auth_keys_parameter_name   = var.auth_keys_parameter_name

@@ -11,12 +11,14 @@ locals {
   data_dir       = "/mnt/nvme/strata"
   auth_keys_file = var.auth_keys_parameter_name != "" ? "/etc/strata/keys.toml" : ""
   tls            = var.certificate_arn != ""
-  ports          = { http = var.http_port, flight = var.flight_port }
+  ports          = merge({ http = var.http_port, flight = var.flight_port }, { for k, v in { postgres = var.postgres_port } : k => v if v > 0 })
+  postgres       = var.postgres_port > 0 ? "0.0.0.0:${var.postgres_port}" : ""
 
   strata_config = templatefile("${path.module}/templates/strata.toml.tftpl", {
     data_dir             = local.data_dir
     http_port            = var.http_port
     flight_port          = var.flight_port
+    postgres             = local.postgres
     bucket               = var.bucket_name
     region               = data.aws_region.current.name
     auth_keys_file       = local.auth_keys_file
@@ -123,7 +125,7 @@ resource "aws_lb" "ingest" {
 resource "aws_lb_target_group" "ingest" {
   for_each = local.ports
 
-  name                 = "${substr(var.name, 0, 18)}-ingest-${each.key == "http" ? "h" : "f"}"
+  name                 = "${substr(var.name, 0, 18)}-ingest-${substr(each.key, 0, 1)}"
   port                 = each.value
   protocol             = "TCP"
   vpc_id               = var.vpc_id
@@ -147,9 +149,9 @@ resource "aws_lb_listener" "ingest" {
 
   load_balancer_arn = aws_lb.ingest.arn
   port              = each.value
-  protocol          = local.tls ? "TLS" : "TCP"
-  certificate_arn   = local.tls ? var.certificate_arn : null
-  ssl_policy        = local.tls ? "ELBSecurityPolicy-TLS13-1-2-2021-06" : null
+  protocol          = local.tls && each.key != "postgres" ? "TLS" : "TCP"
+  certificate_arn   = local.tls && each.key != "postgres" ? var.certificate_arn : null
+  ssl_policy        = local.tls && each.key != "postgres" ? "ELBSecurityPolicy-TLS13-1-2-2021-06" : null
   alpn_policy       = local.tls && each.key == "flight" ? "HTTP2Preferred" : null
   tags              = local.tags
 

@@ -161,6 +161,17 @@ variable "flight_port" {
   }
 }
 
+variable "postgres_port" {
+  description = "PostgreSQL wire protocol port (psql, psycopg, JDBC, BI tools); 0 = off (the nodes do not listen). The load balancer passes it through as plain TCP even with certificate_arn (PostgreSQL clients negotiate TLS inside the protocol, which a TLS listener cannot answer): the API key travels as the password, so keep allowed_cidr_blocks to networks you trust."
+  type        = number
+  default     = 0
+
+  validation {
+    condition     = var.postgres_port == 0 || (var.postgres_port > 1023 && var.postgres_port < 65536)
+    error_message = "postgres_port must be 0 (off) or an unprivileged port (1024-65535)."
+  }
+}
+
 variable "allowed_cidr_blocks" {
   description = "Client networks allowed to reach the load balancer."
   type        = list(string)
