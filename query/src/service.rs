@@ -732,21 +732,40 @@ pub(crate) fn numbered_placeholders(sql: &str) -> std::borrow::Cow<'_, str> {
         return sql.into();
     }
     // Unparsable text goes to the planner as it is, which says what is wrong with it.
-    let Ok(tokens) = Tokenizer::new(&GenericDialect {}, sql).tokenize() else {
+    let Ok(tokens) = Tokenizer::new(&GenericDialect {}, sql).tokenize_with_location() else {
         return sql.into();
     };
-    let mut n = 0;
-    tokens
-        .into_iter()
-        .map(|t| match t {
-            Token::Placeholder(p) if p == "?" => {
-                n += 1;
-                format!("${n}")
-            }
-            other => other.to_string(),
-        })
-        .collect::<String>()
-        .into()
+    // Only the markers are replaced, in place: the rest of the text stays byte for byte as
+    // it came (printing tokens back would unescape quotes: `'it''s'` would become `'it's'`).
+    let line_starts: Vec<usize> = std::iter::once(0)
+        .chain(sql.match_indices('\n').map(|(i, _)| i + 1))
+        .collect();
+    let offset = |line: u64, column: u64| -> Option<usize> {
+        let start = *line_starts.get(usize::try_from(line).ok()?.checked_sub(1)?)?;
+        let column = usize::try_from(column).ok()?.checked_sub(1)?;
+        sql[start..]
+            .char_indices()
+            .nth(column)
+            .map(|(i, _)| start + i)
+    };
+    let mut out = String::with_capacity(sql.len() + 8);
+    let (mut copied, mut n) = (0, 0);
+    for t in tokens {
+        if !matches!(&t.token, Token::Placeholder(p) if p == "?") {
+            continue;
+        }
+        let at = offset(t.span.start.line, t.span.start.column);
+        let Some(at) = at.filter(|&at| at >= copied && sql.as_bytes().get(at) == Some(&b'?'))
+        else {
+            return sql.into();
+        };
+        n += 1;
+        out.push_str(&sql[copied..at]);
+        out.push_str(&format!("${n}"));
+        copied = at + 1;
+    }
+    out.push_str(&sql[copied..]);
+    out.into()
 }
 
 /// `sql` with its parameters (`$1`, `$2`, ... or `?`) written in as SQL literals: a write
@@ -934,6 +953,16 @@ mod tests {
                 "SELECT '?' AS q, \"a?\" FROM t WHERE id = $1 -- why?\n AND x > $2",
             ),
             ("SELECT $1", "SELECT $1"),
+            // Quotes stay escaped: a value such as `?' OR 'a'='a` sent inside a literal by a
+            // client that fills parameters in itself must stay one string.
+            (
+                "DELETE FROM t WHERE name = '?'' OR ''a''=''a' AND id = ?",
+                "DELETE FROM t WHERE name = '?'' OR ''a''=''a' AND id = $1",
+            ),
+            (
+                "SELECT \"a\"\"b?\" FROM t WHERE s = 'é''?' AND\n  k = ?",
+                "SELECT \"a\"\"b?\" FROM t WHERE s = 'é''?' AND\n  k = $1",
+            ),
         ] {
             assert_eq!(numbered_placeholders(sql), want, "{sql}");
         }
@@ -964,5 +993,14 @@ mod tests {
             )
             .is_err()
         );
+        // A value that looks like SQL stays a string through the forwarded text, and through
+        // the owner numbering `?` markers in it again.
+        let sql = with_literals(
+            "DELETE FROM t WHERE name = ?",
+            &[ScalarValue::Utf8(Some("?' OR 'a'='a".into()))],
+        )
+        .unwrap();
+        assert_eq!(sql, "DELETE FROM t WHERE name = '?'' OR ''a''=''a'");
+        assert_eq!(numbered_placeholders(&sql), sql);
     }
 }
