@@ -800,7 +800,19 @@ pub(crate) fn with_literals(sql: &str, params: &[ScalarValue]) -> Result<String,
             )));
             return ControlFlow::Break(());
         };
-        match unparser.expr_to_sql(&datafusion::logical_expr::lit(value.clone())) {
+        // NaN and the infinities have no literal: a cast from their text.
+        let expr = match value {
+            ScalarValue::Float64(Some(f)) if !f.is_finite() => datafusion::logical_expr::cast(
+                datafusion::logical_expr::lit(f.to_string()),
+                DataType::Float64,
+            ),
+            ScalarValue::Float32(Some(f)) if !f.is_finite() => datafusion::logical_expr::cast(
+                datafusion::logical_expr::lit(f.to_string()),
+                DataType::Float32,
+            ),
+            v => datafusion::logical_expr::lit(v.clone()),
+        };
+        match unparser.expr_to_sql(&expr) {
             Ok(literal) => {
                 *e = literal;
                 ControlFlow::Continue(())
@@ -1002,5 +1014,39 @@ mod tests {
         .unwrap();
         assert_eq!(sql, "DELETE FROM t WHERE name = '?'' OR ''a''=''a'");
         assert_eq!(numbered_placeholders(&sql), sql);
+        let sql = with_literals(
+            "INSERT INTO t VALUES ($1, $2)",
+            &[
+                ScalarValue::Float64(Some(f64::NAN)),
+                ScalarValue::Float64(Some(f64::NEG_INFINITY)),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            sql,
+            "INSERT INTO t VALUES (CAST('NaN' AS DOUBLE), CAST('-inf' AS DOUBLE))"
+        );
+    }
+
+    #[tokio::test]
+    async fn non_finite_literals_read_back() {
+        let ctx = datafusion::prelude::SessionContext::new();
+        let batches = ctx
+            .sql("SELECT CAST('NaN' AS DOUBLE) AS a, CAST('-inf' AS DOUBLE) AS b")
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let col = |i: usize| {
+            batches[0]
+                .column(i)
+                .as_any()
+                .downcast_ref::<arrow::array::Float64Array>()
+                .unwrap()
+                .value(0)
+        };
+        assert!(col(0).is_nan());
+        assert_eq!(col(1), f64::NEG_INFINITY);
     }
 }

@@ -130,12 +130,16 @@ fn set(text: &str) -> Command {
         .unwrap_or(rest);
     let (name, value) = if let Some(v) = strip_word(rest, "TIME ZONE") {
         ("timezone".to_string(), v)
-    } else if let Some((n, v)) = rest.split_once('=') {
-        (n.trim().to_ascii_lowercase(), v)
-    } else if let Some(i) = rest.to_ascii_uppercase().find(" TO ") {
-        (rest[..i].trim().to_ascii_lowercase(), &rest[i + 4..])
     } else {
-        return Command::Done("SET");
+        // The name is the first word; `=` or `TO` follows (a value may hold either).
+        let end = rest
+            .find(|c: char| c.is_whitespace() || c == '=')
+            .unwrap_or(rest.len());
+        let after = rest[end..].trim_start();
+        let Some(v) = after.strip_prefix('=').or_else(|| strip_word(after, "TO")) else {
+            return Command::Done("SET");
+        };
+        (rest[..end].to_ascii_lowercase(), v)
     };
     let value = value.trim();
     let value = value
@@ -190,6 +194,11 @@ mod tests {
                 set("statement_timeout", "0"),
             ),
             ("SET TIME ZONE 'UTC'", set("timezone", "UTC")),
+            (
+                "SET application_name TO 'a=b'",
+                set("application_name", "a=b"),
+            ),
+            ("SET search_path = 'x TO y'", set("search_path", "x TO y")),
             (
                 "SHOW transaction_isolation",
                 Command::Show("transaction_isolation".into()),
