@@ -89,7 +89,7 @@ impl Queries {
         C: ClientInfo + Unpin + Send + Sync,
     {
         let aborted = matches!(tx, TransactionStatus::Error);
-        match command {
+        let sql = match command {
             Command::Commit | Command::Rollback => {
                 let tag = if aborted || matches!(command, Command::Rollback) {
                     "ROLLBACK"
@@ -130,10 +130,7 @@ impl Queries {
                     stream::iter(rows),
                 )));
             }
-            Command::Sql(_) => {}
-        }
-        let Command::Sql(sql) = command else {
-            unreachable!("every other command answered above")
+            Command::Sql(sql) => sql,
         };
         if sql.kind.changes() && matches!(tx, TransactionStatus::Transaction) {
             return Err(QueryError::new(
@@ -235,8 +232,8 @@ fn changed_rows(batches: &[RecordBatch]) -> usize {
     batches
         .iter()
         .filter_map(|b| b.column_by_name("count"))
-        .filter_map(|c| c.as_any().downcast_ref::<UInt64Array>().cloned())
-        .flat_map(|a| a.iter().flatten().collect::<Vec<_>>())
+        .filter_map(|c| c.as_any().downcast_ref::<UInt64Array>())
+        .map(|a| a.iter().flatten().sum::<u64>())
         .sum::<u64>() as usize
 }
 

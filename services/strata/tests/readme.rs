@@ -45,6 +45,10 @@ fn every_readme_command_works_when_pasted() {
     let commands = readme_commands();
     assert!(commands.len() >= 10, "{commands:?}");
     let psql = std::env::var("STRATA_CLIENT_PSQL").ok();
+    assert!(
+        psql.is_some() || std::env::var("STRATA_REQUIRE_CLIENTS").as_deref() != Ok("1"),
+        "STRATA_CLIENT_PSQL is not set: run `eval \"$(bash ci/clients.sh)\"`"
+    );
     let dir = tempfile::tempdir().unwrap();
     let server = common::start(dir.path());
     let pg_port = server.postgres.rsplit(':').next().unwrap().to_string();

@@ -59,7 +59,12 @@ fn both_listeners_speak_tls_when_a_certificate_is_configured() {
     assert_eq!(out, "answer\n42\n");
     // PostgreSQL on TLS: psql checks the certificate against the CA and the host name;
     // a client that will not use TLS is refused.
-    if let Ok(psql) = std::env::var("STRATA_CLIENT_PSQL") {
+    let psql = std::env::var("STRATA_CLIENT_PSQL");
+    assert!(
+        psql.is_ok() || std::env::var("STRATA_REQUIRE_CLIENTS").as_deref() != Ok("1"),
+        "STRATA_CLIENT_PSQL is not set: run `eval \"$(bash ci/clients.sh)\"`"
+    );
+    if let Ok(psql) = psql {
         let port = port(&server.postgres);
         let run_psql = |mode: &str| {
             std::process::Command::new(&psql)
