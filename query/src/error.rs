@@ -22,6 +22,8 @@ pub enum QueryErrorKind {
     ResourcesExhausted,
     /// The query ran past its timeout.
     Timeout,
+    /// The client cancelled the statement while it ran (a PostgreSQL CancelRequest).
+    Cancelled,
     /// The engine refused a write for now (too much compaction debt); retry.
     Overloaded,
     /// Another ingest node owns the table's shard (the HTTP layer forwards the request
@@ -33,7 +35,7 @@ pub enum QueryErrorKind {
 
 impl QueryErrorKind {
     /// Every kind.
-    pub const ALL: [QueryErrorKind; 11] = [
+    pub const ALL: [QueryErrorKind; 12] = [
         Self::Invalid,
         Self::Unauthenticated,
         Self::Forbidden,
@@ -42,6 +44,7 @@ impl QueryErrorKind {
         Self::SnapshotTooOld,
         Self::ResourcesExhausted,
         Self::Timeout,
+        Self::Cancelled,
         Self::Overloaded,
         Self::NotOwner,
         Self::Internal,
@@ -91,6 +94,7 @@ impl QueryError {
             QueryErrorKind::SnapshotTooOld => "snapshot_too_old",
             QueryErrorKind::ResourcesExhausted => "resources_exhausted",
             QueryErrorKind::Timeout => "timeout",
+            QueryErrorKind::Cancelled => "cancelled",
             QueryErrorKind::Overloaded => "overloaded",
             QueryErrorKind::NotOwner => "not_owner",
             QueryErrorKind::Internal => "internal",
@@ -114,6 +118,8 @@ impl QueryError {
             QueryErrorKind::NotFound => 404,
             QueryErrorKind::AlreadyExists => 409,
             QueryErrorKind::Timeout => 408,
+            // nginx's "client closed request": the client gave up on the answer.
+            QueryErrorKind::Cancelled => 499,
             QueryErrorKind::SnapshotTooOld => 410,
             QueryErrorKind::ResourcesExhausted => 413,
             QueryErrorKind::Overloaded | QueryErrorKind::NotOwner => 503,
@@ -133,6 +139,7 @@ impl QueryError {
             QueryErrorKind::SnapshotTooOld => tonic::Status::failed_precondition(m),
             QueryErrorKind::ResourcesExhausted => tonic::Status::resource_exhausted(m),
             QueryErrorKind::Timeout => tonic::Status::deadline_exceeded(m),
+            QueryErrorKind::Cancelled => tonic::Status::cancelled(m),
             QueryErrorKind::Overloaded | QueryErrorKind::NotOwner => tonic::Status::unavailable(m),
             QueryErrorKind::Internal => tonic::Status::internal(m),
         }

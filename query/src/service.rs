@@ -54,6 +54,9 @@ pub struct QueryConfig {
     /// batch of a bulk ingest or a DoPut), one message of the gRPC data API, one data-API
     /// HTTP body. Larger ones are refused with a size error (gRPC `INVALID_ARGUMENT` naming the size and the limit, HTTP 413).
     pub message_bytes_max: usize,
+    /// PostgreSQL-protocol connections open at once at most (PostgreSQL's
+    /// `max_connections`); one more is refused with SQLSTATE 53300.
+    pub postgres_connections_max: usize,
 }
 
 impl Default for QueryConfig {
@@ -65,6 +68,7 @@ impl Default for QueryConfig {
             scan_partitions: 0,
             result_bytes_max: 256 << 20,
             message_bytes_max: crate::flight::MESSAGE_BYTES_MAX,
+            postgres_connections_max: 100,
         }
     }
 }
@@ -810,6 +814,16 @@ pub(crate) fn with_literals(sql: &str, params: &[ScalarValue]) -> Result<String,
                 datafusion::logical_expr::lit(f.to_string()),
                 DataType::Float32,
             ),
+            // A decimal's text would be read back as a double (digits past the 16th lost):
+            // a cast from its exact text to its own type.
+            ScalarValue::Decimal128(Some(_), p, s) => datafusion::logical_expr::cast(
+                datafusion::logical_expr::lit(value.to_string()),
+                DataType::Decimal128(*p, *s),
+            ),
+            ScalarValue::Decimal256(Some(_), p, s) => datafusion::logical_expr::cast(
+                datafusion::logical_expr::lit(value.to_string()),
+                DataType::Decimal256(*p, *s),
+            ),
             v => datafusion::logical_expr::lit(v.clone()),
         };
         match unparser.expr_to_sql(&expr) {
@@ -1026,6 +1040,43 @@ mod tests {
             sql,
             "INSERT INTO t VALUES (CAST('NaN' AS DOUBLE), CAST('-inf' AS DOUBLE))"
         );
+        // 21 digits: a double keeps about 16.
+        let sql = with_literals(
+            "INSERT INTO t VALUES ($1, $2)",
+            &[
+                ScalarValue::Decimal128(Some(123_456_789_012_345_678_901), 38, 2),
+                ScalarValue::Decimal128(Some(-5), 10, 3),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            sql,
+            "INSERT INTO t VALUES (CAST('1234567890123456789.01' AS DECIMAL(38,2)), CAST('-0.005' AS DECIMAL(10,3)))"
+        );
+    }
+
+    #[tokio::test]
+    async fn decimal_literals_read_back_exactly() {
+        let ctx = datafusion::prelude::SessionContext::new();
+        let batches = ctx
+            .sql(
+                "SELECT CAST('1234567890123456789.01' AS DECIMAL(38,2)) AS a, CAST('-0.005' AS DECIMAL(10,3)) AS b",
+            )
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let col = |i: usize| {
+            let a = batches[0]
+                .column(i)
+                .as_any()
+                .downcast_ref::<arrow::array::Decimal128Array>()
+                .unwrap();
+            (a.value(0), a.precision(), a.scale())
+        };
+        assert_eq!(col(0), (123_456_789_012_345_678_901, 38, 2));
+        assert_eq!(col(1), (-5, 10, 3));
     }
 
     #[tokio::test]

@@ -18,7 +18,7 @@ use async_trait::async_trait;
 use datafusion::common::ScalarValue;
 use datafusion::error::DataFusionError;
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
-use futures::{Sink, SinkExt, StreamExt, stream};
+use futures::{FutureExt, Sink, SinkExt, StreamExt, future, stream};
 use pgwire::api::DEFAULT_NAME;
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
@@ -82,8 +82,8 @@ impl Queries {
         client: &mut C,
         command: &Command,
         params: Vec<ScalarValue>,
-        format: &Format,
         tx: &mut TransactionStatus,
+        how: How<'_>,
     ) -> Result<Response, QueryError>
     where
         C: ClientInfo + Unpin + Send + Sync,
@@ -123,7 +123,7 @@ impl Queries {
                     vec![Arc::new(arrow::array::StringArray::from(vec![value]))],
                 )
                 .map_err(|e| QueryError::new(QueryErrorKind::Internal, e.to_string()))?;
-                let fields = Arc::new(pg_fields(&batch.schema(), format, client)?);
+                let fields = Arc::new(pg_fields(&batch.schema(), how.format, client)?);
                 let rows: Vec<_> = encode_recordbatch(fields.clone(), batch).collect();
                 return Ok(Response::Query(QueryResponse::new(
                     fields,
@@ -142,7 +142,7 @@ impl Queries {
             )
             .with_sqlstate("0A000"));
         }
-        self.sql(client, sql, params, format).await
+        self.sql(client, sql, params, how).await
     }
 
     /// Runs a SQL statement: rows for a query, a command tag for the rest.
@@ -151,23 +151,44 @@ impl Queries {
         client: &C,
         sql: &Sql,
         params: Vec<ScalarValue>,
-        format: &Format,
+        how: How<'_>,
     ) -> Result<Response, QueryError>
     where
         C: ClientInfo + Unpin + Send + Sync,
     {
+        let How {
+            format,
+            cancel,
+            described,
+        } = how;
         let session = session(client)?;
         let q = self.q();
         let deadline = q.deadline();
-        let (_, planned, ran) = match q.prepare_as(&sql.text, &params, &session.who).await {
+        let prepared = cancel
+            .unless(async { Ok(q.prepare_as(&sql.text, &params, &session.who).await) })
+            .await?;
+        let (_, planned, ran) = match prepared {
             Ok(p) => p,
             Err(e) => {
-                let rows = self.forward_or(e, sql, &params, &session).await?;
+                let rows = cancel
+                    .unless(self.forward_or(e, sql, &params, &session))
+                    .await?;
                 return Ok(Response::Execution(tag(sql.kind, rows)));
             }
         };
         if !sql.kind.changes() && !ran {
-            let (schema, batches) = q.stream_planned(planned, deadline).await?;
+            let (schema, batches) = cancel.unless(q.stream_planned(planned, deadline)).await?;
+            if let Some(described) = described
+                && !same_columns(described, &schema)
+            {
+                // PostgreSQL's answer when a prepared statement's tables changed shape
+                // between its Parse and its Execute.
+                return Err(QueryError::new(
+                    QueryErrorKind::Invalid,
+                    "cached plan must not change result type: the statement's tables changed since it was prepared; prepare it again",
+                )
+                .with_sqlstate("0A000"));
+            }
             let fields = Arc::new(pg_fields(&schema, format, client)?);
             let encode = fields.clone();
             let rows = batches
@@ -180,9 +201,12 @@ impl Queries {
                     },
                 )
                 .flat_map(stream::iter);
-            return Ok(Response::Query(QueryResponse::new(fields, rows)));
+            return Ok(Response::Query(QueryResponse::new(
+                fields,
+                cancel.rows(rows),
+            )));
         }
-        let (_, batches) = q.collect_planned(planned, deadline).await?;
+        let (_, batches) = cancel.unless(q.collect_planned(planned, deadline)).await?;
         Ok(Response::Execution(tag(sql.kind, changed_rows(&batches))))
     }
 
@@ -216,6 +240,103 @@ impl Queries {
             _ => Err(e),
         }
     }
+}
+
+/// How a statement runs.
+#[derive(Clone, Copy)]
+struct How<'a> {
+    /// The formats (text or binary) the client wants its columns in.
+    format: &'a Format,
+    /// Fires if the client cancels the query string or Execute the statement is part of.
+    cancel: &'a Cancel,
+    /// For a prepared statement, the rows it was described with at Parse, which the rows it
+    /// answers must fit.
+    described: Option<&'a SchemaRef>,
+}
+
+/// A connection's cancel key, kept with it while it lives: a CancelRequest naming the key
+/// interrupts the statements the connection is running.
+pub struct Cancellation {
+    /// Fired by [`ConnectionManager::cancel`](pgwire::api::ConnectionManager::cancel).
+    pub handle: Arc<pgwire::api::ConnectionHandle>,
+    /// Unregisters the key when the connection ends.
+    pub guard: pgwire::api::ConnectionGuard,
+}
+
+/// Resolves when the client cancels what the connection is running (one query string of
+/// the simple protocol, or one Execute); never otherwise.
+#[derive(Clone)]
+struct Cancel(future::Shared<future::BoxFuture<'static, ()>>);
+
+impl Cancel {
+    /// Watches for a cancel of the statements `client` is about to run.
+    async fn start<C: ClientInfo>(client: &C) -> Cancel {
+        let fired: future::BoxFuture<'static, ()> =
+            match client.session_extensions().get::<Cancellation>() {
+                Some(c) => {
+                    let rx = c.handle.start_query().await;
+                    Box::pin(async move {
+                        // Err: the next statement took over the key, or the connection ended.
+                        if rx.await.is_err() {
+                            future::pending::<()>().await;
+                        }
+                    })
+                }
+                None => Box::pin(future::pending()),
+            };
+        Cancel(fired.shared())
+    }
+
+    /// `f`'s result, or [`cancelled`] if the client cancels first (`f` is dropped).
+    async fn unless<T>(
+        &self,
+        f: impl std::future::Future<Output = Result<T, QueryError>>,
+    ) -> Result<T, QueryError> {
+        tokio::select! {
+            r = f => r,
+            () = self.0.clone() => Err(cancelled()),
+        }
+    }
+
+    /// `rows` until the client cancels, then the cancel's error.
+    fn rows(
+        &self,
+        rows: impl futures::Stream<Item = PgWireResult<DataRow>> + Send + 'static,
+    ) -> impl futures::Stream<Item = PgWireResult<DataRow>> + Send + 'static {
+        let fired = self.0.clone();
+        let stopped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stopped.clone();
+        let until = async move {
+            fired.await;
+            flag.store(true, std::sync::atomic::Ordering::Release);
+        };
+        rows.take_until(until).chain(
+            stream::once(async move {
+                stopped
+                    .load(std::sync::atomic::Ordering::Acquire)
+                    .then(|| Err(pg_error(&cancelled())))
+            })
+            .filter_map(future::ready),
+        )
+    }
+}
+
+/// PostgreSQL's answer to a cancelled statement.
+fn cancelled() -> QueryError {
+    QueryError::new(
+        QueryErrorKind::Cancelled,
+        "canceling statement due to user request",
+    )
+}
+
+/// Whether rows of schema `b` fit the description `a`: the same columns, by name and type,
+/// in the same order.
+fn same_columns(a: &Schema, b: &Schema) -> bool {
+    a.fields().len() == b.fields().len()
+        && a.fields().iter().zip(b.fields()).all(|(x, y)| {
+            // A column typed by a parameter is Null until the parameter is bound.
+            x.name() == y.name() && (x.data_type() == y.data_type() || x.data_type().is_null())
+        })
 }
 
 /// The command tag of a statement that changed `rows` rows.
@@ -351,7 +472,7 @@ pub fn sqlstate(e: &QueryError) -> &'static str {
         QueryErrorKind::AlreadyExists => "42P07",
         QueryErrorKind::SnapshotTooOld => "72000",
         QueryErrorKind::ResourcesExhausted => "53200",
-        QueryErrorKind::Timeout => "57014",
+        QueryErrorKind::Timeout | QueryErrorKind::Cancelled => "57014",
         QueryErrorKind::Overloaded => "53000",
         QueryErrorKind::NotOwner => "25006",
         QueryErrorKind::Internal => "XX000",
@@ -389,10 +510,21 @@ impl SimpleQueryHandler for Queries {
             return Ok(vec![Response::EmptyQuery]);
         }
         let mut tx = client.transaction_status();
+        let cancel = Cancel::start(client).await;
         let mut responses = Vec::with_capacity(commands.len());
         for command in &commands {
             match self
-                .run(client, command, Vec::new(), &Format::UnifiedText, &mut tx)
+                .run(
+                    client,
+                    command,
+                    Vec::new(),
+                    &mut tx,
+                    How {
+                        format: &Format::UnifiedText,
+                        cancel: &cancel,
+                        described: None,
+                    },
+                )
                 .await
             {
                 Ok(r) => responses.push(r),
@@ -558,14 +690,20 @@ impl ExtendedQueryHandler for Queries {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let mut tx = client.transaction_status();
+        let cancel = Cancel::start(client).await;
+        let prepared = &portal.statement.statement;
         let result = match parameters(portal) {
             Ok(params) => {
                 self.run(
                     client,
-                    &portal.statement.statement.command,
+                    &prepared.command,
                     params,
-                    &portal.result_column_format,
                     &mut tx,
+                    How {
+                        format: &portal.result_column_format,
+                        cancel: &cancel,
+                        described: Some(&prepared.results),
+                    },
                 )
                 .await
             }

@@ -30,6 +30,8 @@ pub mod statements;
 
 use std::sync::Arc;
 
+use pgwire::api::ConnectionManager;
+use pgwire::api::cancel::DefaultCancelHandler;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -40,6 +42,7 @@ use crate::auth::Authenticator;
 struct Handlers {
     startup: Arc<startup::Startup>,
     queries: Arc<handler::Queries>,
+    cancel: Arc<DefaultCancelHandler>,
 }
 
 impl pgwire::api::PgWireServerHandlers for Handlers {
@@ -54,6 +57,10 @@ impl pgwire::api::PgWireServerHandlers for Handlers {
     fn startup_handler(&self) -> Arc<impl pgwire::api::auth::StartupHandler> {
         self.startup.clone()
     }
+
+    fn cancel_handler(&self) -> Arc<impl pgwire::api::cancel::CancelHandler> {
+        self.cancel.clone()
+    }
 }
 
 /// Serves `q` to PostgreSQL clients on `listener` until `stop`, over TLS only when `tls`
@@ -66,9 +73,18 @@ pub async fn serve(
     tls: Option<Arc<rustls::ServerConfig>>,
     stop: CancellationToken,
 ) -> Result<(), std::io::Error> {
+    // Cancel keys of the open connections: a CancelRequest (psql's Ctrl-C, JDBC's
+    // Statement.cancel and query timeouts) comes on a connection of its own and names one.
+    let connections_of = Arc::new(ConnectionManager::new());
     let handlers = Arc::new(Handlers {
-        startup: Arc::new(startup::Startup::new(auth, tls.is_some())),
+        startup: Arc::new(startup::Startup::new(
+            auth,
+            tls.is_some(),
+            connections_of.clone(),
+            q.config().postgres_connections_max,
+        )),
         queries: Arc::new(handler::Queries::new(q.for_postgres())),
+        cancel: Arc::new(DefaultCancelHandler::new(connections_of)),
     });
     let tls = tls.map(tokio_rustls::TlsAcceptor::from);
     let connections = tokio_util::task::TaskTracker::new();

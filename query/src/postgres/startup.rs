@@ -7,6 +7,7 @@
 //! Flight SQL are. The caller ([`Session`]) is kept with the connection for its statements.
 
 use std::fmt::Debug;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use futures::{Sink, SinkExt};
@@ -15,12 +16,15 @@ use pgwire::api::auth::{
     save_startup_parameters_to_metadata,
 };
 use pgwire::api::{
-    ClientInfo, PgWireConnectionState, PidSecretKeyGenerator, RandomPidSecretKeyGenerator,
+    ClientInfo, ConnectionManager, PgWireConnectionState, PidSecretKeyGenerator,
+    RandomPidSecretKeyGenerator,
 };
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::startup::Authentication;
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+use tokio::sync::Semaphore;
 
+use super::handler::Cancellation;
 use crate::auth::{Authenticator, Principal};
 
 /// The caller of a connection, known once it has started.
@@ -47,12 +51,23 @@ pub struct Startup {
     tls: bool,
     parameters: DefaultServerParameterProvider,
     pids: RandomPidSecretKeyGenerator,
+    /// Where each connection's cancel key is registered.
+    connections: Arc<ConnectionManager>,
+    /// One permit per open connection (`query.postgres_connections_max`).
+    slots: Arc<Semaphore>,
+    slots_max: usize,
 }
 
 impl Startup {
     /// Connections authenticated by `auth`; with `tls`, only over TLS (as HTTP and Flight
-    /// SQL answer only TLS when the node has a certificate).
-    pub fn new(auth: Authenticator, tls: bool) -> Self {
+    /// SQL answer only TLS when the node has a certificate); their cancel keys registered
+    /// with `connections`; at most `slots_max` open at once.
+    pub fn new(
+        auth: Authenticator,
+        tls: bool,
+        connections: Arc<ConnectionManager>,
+        slots_max: usize,
+    ) -> Self {
         let mut parameters = DefaultServerParameterProvider::default();
         parameters.server_version = server_version();
         parameters.search_path = crate::auth::DEFAULT_NAMESPACE.to_string();
@@ -62,6 +77,9 @@ impl Startup {
             tls,
             parameters,
             pids: RandomPidSecretKeyGenerator::default(),
+            connections,
+            slots: Arc::new(Semaphore::new(slots_max)),
+            slots_max,
         }
     }
 
@@ -71,8 +89,25 @@ impl Startup {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        // The permit and the cancel key live in the connection's extensions: both are
+        // given back when the connection ends.
+        let Ok(slot) = self.slots.clone().try_acquire_owned() else {
+            return Err(PgWireError::UserError(Box::new(ErrorInfo::new(
+                "FATAL".to_string(),
+                "53300".to_string(),
+                format!(
+                    "sorry, too many clients already: this server takes {} PostgreSQL connections at most (query.postgres_connections_max)",
+                    self.slots_max
+                ),
+            ))));
+        };
+        client.session_extensions().insert(slot);
         client.session_extensions().insert(session);
         let (pid, secret) = self.pids.generate(client);
+        let (handle, guard) = self.connections.register(pid, secret.clone());
+        client
+            .session_extensions()
+            .insert(Cancellation { handle, guard });
         client.set_pid_and_secret_key(pid, secret);
         finish_authentication(client, &self.parameters).await
     }

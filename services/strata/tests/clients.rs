@@ -124,6 +124,33 @@ fn psycopg_over_the_postgres_protocol() {
     check(out, "the psycopg client", "psycopg: ok");
 }
 
+/// A connection cap and cancel requests, as psycopg meets them (`query.postgres_connections_max`
+/// set low, no API keys).
+#[test]
+fn psycopg_meets_the_connection_cap_and_cancels_a_statement() {
+    let Some(python) = client("STRATA_CLIENT_PYTHON") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("strata.toml");
+    std::fs::write(&config, "[query]\npostgres_connections_max = 3\n").unwrap();
+    let server = common::start_with(
+        dir.path().join("data").as_path(),
+        &["--config", config.to_str().unwrap()],
+    );
+    let (host, port) = server.postgres.rsplit_once(':').unwrap();
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/clients/psycopg_operations.py"
+    );
+    let out = Command::new(&python)
+        .arg(script)
+        .args([host, port, "3"])
+        .output()
+        .expect("run the psycopg client");
+    check(out, "the psycopg client", "psycopg operations: ok");
+}
+
 #[test]
 fn postgres_jdbc_driver() {
     let Some(jar) = client("STRATA_CLIENT_PG_JDBC") else {

@@ -112,6 +112,20 @@ public class PostgresJdbc {
             }
             check(cols.equals(List.of("id", "qty", "price", "name", "ok", "day", "at")), "getColumns " + cols);
             check(md.getDatabaseProductVersion().startsWith("16"), "version " + md.getDatabaseProductVersion());
+            // A query timeout: the driver sends a cancel request when it passes, and the
+            // statement (a cross join of 8^12 rows, minutes of work) stops with 57014.
+            try (Statement s = c.createStatement()) {
+                s.setQueryTimeout(1);
+                s.executeQuery("SELECT count(*) FROM sales.items a, sales.items b, sales.items c, "
+                        + "sales.items d, sales.items e, sales.items f, sales.items g, sales.items h, "
+                        + "sales.items i, sales.items j, sales.items k, sales.items l");
+                check(false, "the cross join finished within its timeout");
+            } catch (SQLException e) {
+                check("57014".equals(e.getSQLState()), "timeout: " + e.getSQLState() + " " + e.getMessage());
+            }
+            try (Statement s = c.createStatement(); ResultSet r = s.executeQuery("SELECT count(*) FROM sales.items")) {
+                check(r.next() && r.getLong(1) == 8, "count after a cancel");
+            }
             // Errors carry SQLSTATE codes.
             try (Statement s = c.createStatement()) {
                 s.executeQuery("SELECT * FROM sales.missing");

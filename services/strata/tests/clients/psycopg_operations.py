@@ -1,0 +1,73 @@
+"""psycopg 3 against a `strata serve` PostgreSQL port whose connection cap is CAP: the
+connection past the cap is refused with SQLSTATE 53300 and a freed slot is taken again;
+a running statement is cancelled (a CancelRequest, as psql's Ctrl-C sends) with 57014
+and the connection goes on working.
+
+Usage: psycopg_operations.py HOST PORT CAP
+Prints "psycopg operations: ok" when every check passed.
+"""
+
+import sys
+import threading
+import time
+
+import psycopg
+
+host, port, cap = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+
+
+def connect(**kw):
+    return psycopg.connect(host=host, port=port, user="u", dbname="strata", connect_timeout=10, **kw)
+
+
+# The cap: CAP connections open, the next refused, one closed, the next let in.
+held = [connect(autocommit=True) for _ in range(cap)]
+try:
+    connect()
+    raise AssertionError(f"connection {cap + 1} was let in past the cap")
+except psycopg.OperationalError as e:
+    # libpq reports a refused connection by its message (no SQLSTATE on the exception).
+    assert "too many clients already" in str(e), e
+    assert "query.postgres_connections_max" in str(e), e
+held.pop().close()
+spare = connect(autocommit=True)
+assert spare.execute("SELECT 1").fetchone() == (1,)
+spare.close()
+for c in held:
+    c.close()
+
+# Cancel: a statement that would run for minutes (a cross join of 40^6 rows), cancelled
+# from another thread after it started, fails with 57014 at once; the connection stays.
+with connect(autocommit=True) as conn:
+    conn.execute("CREATE TABLE ops.t (id BIGINT, PRIMARY KEY (id))")
+    with conn.cursor() as cur:
+        cur.executemany("INSERT INTO ops.t VALUES (%s)", [(i,) for i in range(40)])
+    outcome = {}
+
+    def long_query():
+        t0 = time.monotonic()
+        try:
+            conn.execute(
+                "SELECT count(*) FROM ops.t a, ops.t b, ops.t c, ops.t d, ops.t e, ops.t f"
+            ).fetchone()
+            outcome["error"] = None
+        except psycopg.Error as e:
+            outcome["error"] = e
+        outcome["seconds"] = time.monotonic() - t0
+
+    runner = threading.Thread(target=long_query)
+    runner.start()
+    time.sleep(1.0)
+    conn.cancel_safe(timeout=10)
+    runner.join(30)
+    assert not runner.is_alive(), "the cancelled statement still runs after 30 s"
+    error = outcome["error"]
+    assert isinstance(error, psycopg.errors.QueryCanceled), repr(error)
+    assert "canceling statement due to user request" in str(error), error
+    assert outcome["seconds"] < 20, outcome
+    # The same connection answers the next statement, and a cancel with nothing running
+    # cancels nothing.
+    conn.cancel_safe(timeout=10)
+    assert conn.execute("SELECT count(*) FROM ops.t").fetchone() == (40,)
+
+print("psycopg operations: ok")
