@@ -11,6 +11,12 @@
 //! samples over time of throughput, read sources and the tree (sorted runs, stalls, bytes
 //! per tier) for plots (`plot_hits.py`, `plot_sustained.py`).
 
+/// mimalloc, not the system allocator: with glibc's malloc the open loop's write latency
+/// was about twice as long at p50 and p99.9, and loads ran 40% slower (docs/BENCHMARKS.md,
+/// "the global allocator").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

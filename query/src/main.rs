@@ -3,6 +3,12 @@
 //! It never writes table data: INSERT / UPDATE / DELETE go to the ingest node
 //! (`strata serve` runs both roles in one process).
 
+/// mimalloc, not the system allocator: with glibc's malloc the open loop's write latency
+/// was about twice as long at p50 and p99.9, and loads ran 40% slower (docs/BENCHMARKS.md,
+/// "the global allocator").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 

@@ -12,6 +12,12 @@
 //! Every query runs `--reps` times per side, alternating sides; the report gives medians and
 //! the ratio of medians, and checks that both sides return the same answer.
 
+/// mimalloc, not the system allocator: with glibc's malloc the open loop's write latency
+/// was about twice as long at p50 and p99.9, and loads ran 40% slower (docs/BENCHMARKS.md,
+/// "the global allocator").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;

@@ -3,6 +3,12 @@
 //! its inputs into new Parquet files, and hands the result back for the writer to commit.
 //! Run any number of them; a killed worker's job is reclaimed when its lease expires.
 
+/// mimalloc, not the system allocator: with glibc's malloc the open loop's write latency
+/// was about twice as long at p50 and p99.9, and loads ran 40% slower (docs/BENCHMARKS.md,
+/// "the global allocator").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};

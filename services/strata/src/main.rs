@@ -13,6 +13,12 @@
 //! - `strata quickstart`: create a table in a local directory, write, read, reopen from the
 //!   bucket and read again (the embedded API, no server).
 
+/// mimalloc, not the system allocator: with glibc's malloc the open loop's write latency
+/// was about twice as long at p50 and p99.9, and loads ran 40% slower (docs/BENCHMARKS.md,
+/// "the global allocator").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod admin;
 mod api;
 mod cli;
