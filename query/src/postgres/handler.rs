@@ -10,6 +10,7 @@
 
 use std::fmt::Debug;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use arrow::array::{Array, RecordBatch, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -33,6 +34,7 @@ use pgwire::messages::data::{DataRow, NoData, ParameterDescription};
 use pgwire::messages::extendedquery::{Describe, TARGET_TYPE_BYTE_STATEMENT};
 use pgwire::messages::response::TransactionStatus;
 use pgwire::types::format::FormatOptions;
+use tokio_util::sync::CancellationToken;
 
 use super::startup::{Session, server_version};
 use super::statements::{Command, Kind, Sql, parse};
@@ -58,17 +60,64 @@ pub struct Preparer {
 /// Answers both query protocols.
 pub struct Queries {
     preparer: Arc<Preparer>,
+    running: Arc<Running>,
+    stopping: CancellationToken,
+}
+
+/// How many statements the port's connections are running (a query string, an Execute, and
+/// the rows they answer until sent): on shutdown the server waits until none is, then
+/// closes every connection, idle ones included.
+#[derive(Debug, Default)]
+pub struct Running(AtomicUsize);
+
+impl Running {
+    fn enter(self: &Arc<Self>) -> RunningGuard {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        RunningGuard(self.clone())
+    }
+
+    /// Whether no statement is running.
+    pub fn none(&self) -> bool {
+        self.0.load(Ordering::SeqCst) == 0
+    }
+}
+
+/// One running statement, counted while it lives.
+struct RunningGuard(Arc<Running>);
+
+impl Drop for RunningGuard {
+    fn drop(&mut self) {
+        self.0.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Queries {
-    /// Statements run by `q` (a service [`QueryService::for_postgres`] made).
-    pub fn new(q: QueryService) -> Self {
+    /// Statements run by `q` (a service [`QueryService::for_postgres`] made), counted in
+    /// `running`; once `stopping` fires, a new statement closes its connection (57P01).
+    pub fn new(q: QueryService, running: Arc<Running>, stopping: CancellationToken) -> Self {
         Self {
             preparer: Arc::new(Preparer {
                 q,
                 sql: PostgresCompatibilityParser::new(),
             }),
+            running,
+            stopping,
         }
+    }
+
+    /// Counts a statement as running, unless the server is stopping.
+    fn start(&self) -> PgWireResult<RunningGuard> {
+        if self.stopping.is_cancelled() {
+            // What PostgreSQL sends its sessions on a fast shutdown; FATAL closes the
+            // connection.
+            return Err(PgWireError::UserError(Box::new(ErrorInfo::new(
+                "FATAL".to_string(),
+                "57P01".to_string(),
+                "terminating connection due to administrator command: the server is shutting down"
+                    .to_string(),
+            ))));
+        }
+        Ok(self.running.enter())
     }
 
     fn q(&self) -> &QueryService {
@@ -191,9 +240,12 @@ impl Queries {
             }
             let fields = Arc::new(pg_fields(&schema, format, client)?);
             let encode = fields.clone();
+            // The statement runs while its rows are sent, after the handler has returned.
+            let running = self.running.enter();
             let rows = batches
                 .map(
                     move |batch| -> Box<dyn Iterator<Item = PgWireResult<DataRow>> + Send + Sync> {
+                        let _running = &running;
                         match batch {
                             Ok(b) => encode_recordbatch(encode.clone(), b),
                             Err(e) => Box::new(std::iter::once(Err(pg_error(&df_error(e))))),
@@ -502,6 +554,7 @@ impl SimpleQueryHandler for Queries {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        let _running = self.start()?;
         let commands = match parse(&self.preparer.sql, query) {
             Ok(c) => c,
             Err(e) => return Ok(vec![Response::Error(Box::new(error_info(&e)))]),
@@ -689,6 +742,7 @@ impl ExtendedQueryHandler for Queries {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        let _running = self.start()?;
         let mut tx = client.transaction_status();
         let cancel = Cancel::start(client).await;
         let prepared = &portal.statement.statement;

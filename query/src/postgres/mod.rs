@@ -64,8 +64,10 @@ impl pgwire::api::PgWireServerHandlers for Handlers {
 }
 
 /// Serves `q` to PostgreSQL clients on `listener` until `stop`, over TLS only when `tls`
-/// is given (clients ask for it with an SSLRequest, as `sslmode=require` does). Connections
-/// open when `stop` fires are closed after [`crate::server::SHUTDOWN_GRACE`].
+/// is given (clients ask for it with an SSLRequest, as `sslmode=require` does). When `stop`
+/// fires, statements running get up to [`crate::server::SHUTDOWN_GRACE`] to finish (a new
+/// one is refused with 57P01, which closes its connection); then, or as soon as none runs,
+/// every connection is closed, idle ones at once.
 pub async fn serve(
     q: QueryService,
     auth: Authenticator,
@@ -76,6 +78,9 @@ pub async fn serve(
     // Cancel keys of the open connections: a CancelRequest (psql's Ctrl-C, JDBC's
     // Statement.cancel and query timeouts) comes on a connection of its own and names one.
     let connections_of = Arc::new(ConnectionManager::new());
+    let running = Arc::new(handler::Running::default());
+    // Fired once no statement runs after `stop` (or the grace has passed): closes them all.
+    let close = CancellationToken::new();
     let handlers = Arc::new(Handlers {
         startup: Arc::new(startup::Startup::new(
             auth,
@@ -83,7 +88,11 @@ pub async fn serve(
             connections_of.clone(),
             q.config().postgres_connections_max,
         )),
-        queries: Arc::new(handler::Queries::new(q.for_postgres())),
+        queries: Arc::new(handler::Queries::new(
+            q.for_postgres(),
+            running.clone(),
+            stop.clone(),
+        )),
         cancel: Arc::new(DefaultCancelHandler::new(connections_of)),
     });
     let tls = tls.map(tokio_rustls::TlsAcceptor::from);
@@ -102,21 +111,23 @@ pub async fn serve(
             },
         };
         let _ = socket.set_nodelay(true);
-        let (handlers, tls, stop) = (handlers.clone(), tls.clone(), stop.clone());
+        let (handlers, tls, close) = (handlers.clone(), tls.clone(), close.clone());
         connections.spawn(async move {
             let conn = pgwire::tokio::process_socket(socket, tls, handlers);
             tokio::select! {
                 r = conn => if let Err(e) = r {
                     tracing::debug!(%peer, error = %e, "PostgreSQL connection ended with an error");
                 },
-                _ = async {
-                    stop.cancelled().await;
-                    tokio::time::sleep(crate::server::SHUTDOWN_GRACE).await;
-                } => {}
+                () = close.cancelled() => {}
             }
         });
     }
     connections.close();
+    let grace = tokio::time::Instant::now() + crate::server::SHUTDOWN_GRACE;
+    while !running.none() && tokio::time::Instant::now() < grace {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    close.cancel();
     connections.wait().await;
     Ok(())
 }

@@ -223,3 +223,67 @@ async fn idle_after_abuse_and_bounded_exit_on_sigterm() {
     let _ = q.join();
     let _ = f.await;
 }
+
+/// A PostgreSQL connection that has started (no API keys: trusted) and is idle: its
+/// startup message sent and the server's answer read up to ReadyForQuery.
+fn idle_postgres_connection(addr: &str) -> TcpStream {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut body = 196_608u32.to_be_bytes().to_vec(); // protocol 3.0
+    for part in ["user", "u", "database", "strata", ""] {
+        body.extend_from_slice(part.as_bytes());
+        body.push(0);
+    }
+    let mut msg = u32::try_from(body.len() + 4)
+        .unwrap()
+        .to_be_bytes()
+        .to_vec();
+    msg.extend_from_slice(&body);
+    s.write_all(&msg).unwrap();
+    // Messages: a type byte, a length (itself included), the body; 'Z' is ReadyForQuery.
+    loop {
+        let mut head = [0u8; 5];
+        s.read_exact(&mut head).unwrap();
+        let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+        let mut rest = vec![0u8; len - 4];
+        s.read_exact(&mut rest).unwrap();
+        assert_ne!(head[0], b'E', "the connection was refused: {rest:?}");
+        if head[0] == b'Z' {
+            return s;
+        }
+    }
+}
+
+/// Idle PostgreSQL connections do not hold a stopping server for the grace period that
+/// running statements get: with nothing running, SIGTERM closes them and the process exits
+/// at once.
+#[test]
+fn idle_postgres_connections_do_not_hold_shutdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = start_with(dir.path(), &[]);
+    let mut idle: Vec<TcpStream> = (0..3)
+        .map(|_| idle_postgres_connection(&server.postgres))
+        .collect();
+    let t = Instant::now();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &server.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exited = server
+        .wait_exit(Duration::from_secs(30))
+        .expect("strata serve still running 30 s after SIGTERM");
+    let took = t.elapsed();
+    assert!(exited.success(), "{exited:?}");
+    // The grace for running statements is 10 s; closing the shards of an empty database
+    // takes well under a second.
+    assert!(
+        took < Duration::from_secs(5),
+        "exit took {} ms with idle PostgreSQL connections",
+        took.as_millis()
+    );
+    for s in &mut idle {
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+    }
+}
