@@ -181,12 +181,16 @@ impl Queries {
             }
             Command::Sql(sql) => sql,
         };
-        if sql.kind.changes() && matches!(tx, TransactionStatus::Transaction) {
+        if sql.changes && matches!(tx, TransactionStatus::Transaction) {
+            let what = if sql.kind.changes() {
+                sql.kind.tag()
+            } else {
+                "EXPLAIN ANALYZE (which runs its statement) of a change"
+            };
             return Err(QueryError::new(
                 QueryErrorKind::Invalid,
                 format!(
-                    "{} inside a transaction block is not supported: Strata runs each statement as its own transaction, and ROLLBACK could not undo it. Run it outside BEGIN ... COMMIT (autocommit: psycopg's autocommit=True, JDBC's setAutoCommit(true))",
-                    sql.kind.tag()
+                    "{what} inside a transaction block is not supported: Strata runs each statement as its own transaction, and ROLLBACK could not undo it. Run it outside BEGIN ... COMMIT (autocommit: psycopg's autocommit=True, JDBC's setAutoCommit(true))"
                 ),
             )
             .with_sqlstate("0A000"));

@@ -42,6 +42,9 @@ pub struct Sql {
     pub text: String,
     /// What it does, for its command tag.
     pub kind: Kind,
+    /// Whether running it changes data or tables: its kind's, or an `EXPLAIN ANALYZE` of
+    /// such a statement (which runs it).
+    pub changes: bool,
 }
 
 /// What a SQL statement does.
@@ -107,18 +110,43 @@ fn classify(statement: Statement) -> Command {
         }
         _ => {}
     }
-    let kind = match &statement {
+    let kind = kind(&statement);
+    let changes = match &statement {
+        Statement::Explain {
+            analyze: true,
+            statement: inner,
+            ..
+        } => kind.changes() || kind_of_run(inner).changes(),
+        _ => kind.changes(),
+    };
+    Command::Sql(Sql {
+        text: statement.to_string(),
+        kind,
+        changes,
+    })
+}
+
+fn kind(statement: &Statement) -> Kind {
+    match statement {
         Statement::Insert { .. } => Kind::Insert,
         Statement::Update { .. } => Kind::Update,
         Statement::Delete { .. } => Kind::Delete,
         Statement::CreateTable { .. } => Kind::CreateTable,
         Statement::Drop { .. } => Kind::DropTable,
         _ => Kind::Query,
-    };
-    Command::Sql(Sql {
-        text: statement.to_string(),
-        kind,
-    })
+    }
+}
+
+/// What running `statement` does, through nested `EXPLAIN ANALYZE`s.
+fn kind_of_run(statement: &Statement) -> Kind {
+    match statement {
+        Statement::Explain {
+            analyze: true,
+            statement: inner,
+            ..
+        } => kind_of_run(inner),
+        other => kind(other),
+    }
 }
 
 /// `SET [SESSION | LOCAL] name {= | TO} value`, `SET TIME ZONE value`.
@@ -227,7 +255,26 @@ mod tests {
         ];
         for (sql, want) in table {
             match one(sql) {
-                Command::Sql(s) => assert_eq!(s.kind, want, "{sql}"),
+                Command::Sql(s) => {
+                    assert_eq!(s.kind, want, "{sql}");
+                    assert_eq!(s.changes, want.changes(), "{sql}");
+                }
+                other => panic!("{sql}: {other:?}"),
+            }
+        }
+        // EXPLAIN ANALYZE runs its statement: rows for the client, a change for the
+        // transaction rules. Plain EXPLAIN runs nothing.
+        for (sql, changes) in [
+            ("EXPLAIN ANALYZE INSERT INTO t VALUES (1)", true),
+            ("EXPLAIN ANALYZE DELETE FROM t WHERE k = 2", true),
+            ("EXPLAIN ANALYZE SELECT 1", false),
+            ("EXPLAIN INSERT INTO t VALUES (1)", false),
+        ] {
+            match one(sql) {
+                Command::Sql(s) => {
+                    assert_eq!(s.kind, Kind::Query, "{sql}");
+                    assert_eq!(s.changes, changes, "{sql}");
+                }
                 other => panic!("{sql}: {other:?}"),
             }
         }

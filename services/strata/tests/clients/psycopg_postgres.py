@@ -97,6 +97,9 @@ with connect(root) as conn:
     message = fails(psycopg.errors.FeatureNotSupported, cur, "INSERT INTO hr.people VALUES (%s, %s)", (3, "x"))
     assert "autocommit" in message, message
     conn.rollback()
+    # EXPLAIN ANALYZE runs its statement: refused the same way, and nothing is written.
+    fails(psycopg.errors.FeatureNotSupported, cur, "EXPLAIN ANALYZE INSERT INTO hr.people VALUES (4, 'y')")
+    conn.rollback()
     cur.execute("SELECT count(*) FROM hr.people")
     assert cur.fetchone() == (2,)
     conn.commit()
