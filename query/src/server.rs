@@ -196,9 +196,11 @@ pub async fn serve_tls(
     let (s1, s2) = (stop.clone(), stop.clone());
     let postgres_task = match postgres {
         Some(listener) => {
+            // ALPN `postgresql`: libpq 17+ opening TLS directly (`sslnegotiation=direct`)
+            // requires the server to select it; clients that send no ALPN are unaffected.
             let config = tls
                 .as_ref()
-                .map(|id| id.server_config(Vec::new()))
+                .map(|id| id.server_config(vec![b"postgresql".to_vec()]))
                 .transpose()?;
             Some(tokio::spawn(crate::postgres::serve(
                 q.clone(),

@@ -98,6 +98,36 @@ fn both_listeners_speak_tls_when_a_certificate_is_configured() {
             "plain PostgreSQL was answered"
         );
     }
+    // libpq 17 and later (psycopg's, here 18) also open TLS directly, without the
+    // SSLRequest round trip (`sslnegotiation=direct`), which needs the server to select the
+    // `postgresql` ALPN protocol.
+    if let Ok(python) = std::env::var("STRATA_CLIENT_PYTHON") {
+        let script = r#"
+import sys, psycopg
+host, port, ca = sys.argv[1], sys.argv[2], sys.argv[3]
+for negotiation in ("postgres", "direct"):
+    with psycopg.connect(host=host, port=port, user="any", dbname="strata", sslmode="verify-full",
+                         sslrootcert=ca, sslnegotiation=negotiation, connect_timeout=10) as conn:
+        assert conn.execute("SELECT 41 + 1").fetchone() == (42,), negotiation
+print("psycopg tls: ok")
+"#;
+        let out = std::process::Command::new(python)
+            .args(["-c", script, "localhost", &port(&server.postgres), c])
+            .output()
+            .expect("run psycopg");
+        assert!(
+            out.status.success()
+                && String::from_utf8_lossy(&out.stdout).contains("psycopg tls: ok"),
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    } else {
+        assert!(
+            std::env::var("STRATA_REQUIRE_CLIENTS").as_deref() != Ok("1"),
+            "STRATA_CLIENT_PYTHON is not set: run `eval \"$(bash ci/clients.sh)\"`"
+        );
+    }
 
     // HTTP on TLS (the admin client).
     let (ok, out, err) = strata(&["admin", "--http", &https, "--ca-cert", c, "tables"]);
