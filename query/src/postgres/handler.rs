@@ -22,17 +22,22 @@ use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 use futures::{FutureExt, Sink, SinkExt, StreamExt, future, stream};
 use pgwire::api::DEFAULT_NAME;
 use pgwire::api::portal::{Format, Portal};
-use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::query::{
+    ExtendedQueryHandler, SimpleQueryHandler, send_execution_response, send_query_response,
+    send_ready_for_query,
+};
 use pgwire::api::results::{FieldInfo, QueryResponse, Response, Tag};
 use pgwire::api::stmt::QueryParser;
 use pgwire::api::store::Entry;
 use pgwire::api::store::PortalStore;
-use pgwire::api::{ClientInfo, ClientPortalStore, Type};
+use pgwire::api::{ClientInfo, ClientPortalStore, PgWireConnectionState, Type};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::messages::data::{DataRow, NoData, ParameterDescription};
 use pgwire::messages::extendedquery::{Describe, TARGET_TYPE_BYTE_STATEMENT};
+use pgwire::messages::response::EmptyQueryResponse;
 use pgwire::messages::response::TransactionStatus;
+use pgwire::messages::simplequery::Query;
 use pgwire::types::format::FormatOptions;
 use tokio_util::sync::CancellationToken;
 
@@ -553,6 +558,73 @@ fn pg_error(e: &QueryError) -> PgWireError {
 
 #[async_trait]
 impl SimpleQueryHandler for Queries {
+    /// A query string's statements one at a time, each answered before the next runs (as
+    /// PostgreSQL does): a `SELECT` before an `INSERT` in the same string reads without
+    /// the insert, and the first results reach the client while later statements run.
+    async fn on_query<C>(&self, client: &mut C, query: Query) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if !matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
+            return Err(PgWireError::NotReadyForQuery);
+        }
+        let _running = self.start()?;
+        client.set_state(PgWireConnectionState::QueryInProgress);
+        let mut tx = client.transaction_status();
+        match parse(&self.preparer.sql, &query.query) {
+            Err(e) => {
+                client
+                    .feed(PgWireBackendMessage::ErrorResponse(error_info(&e).into()))
+                    .await?;
+                tx = tx.to_error_state();
+            }
+            Ok(commands) if commands.is_empty() => {
+                client
+                    .feed(PgWireBackendMessage::EmptyQueryResponse(
+                        EmptyQueryResponse::new(),
+                    ))
+                    .await?;
+            }
+            Ok(commands) => {
+                let cancel = Cancel::start(client).await;
+                for command in &commands {
+                    let how = How {
+                        format: &Format::UnifiedText,
+                        cancel: &cancel,
+                        described: None,
+                    };
+                    match self.run(client, command, Vec::new(), &mut tx, how).await {
+                        Ok(Response::Query(rows)) => {
+                            send_query_response(client, rows, true).await?;
+                        }
+                        Ok(
+                            Response::Execution(tag)
+                            | Response::TransactionStart(tag)
+                            | Response::TransactionEnd(tag),
+                        ) => send_execution_response(client, tag).await?,
+                        Ok(_) => {}
+                        Err(e) => {
+                            // PostgreSQL skips the rest of a query string after an error.
+                            client
+                                .feed(PgWireBackendMessage::ErrorResponse(error_info(&e).into()))
+                                .await?;
+                            tx = tx.to_error_state();
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        client.set_state(PgWireConnectionState::ReadyForQuery);
+        client.set_transaction_status(tx);
+        send_ready_for_query(client, tx).await
+    }
+
+    /// The responses of a query string's statements, all run first ([`Self::on_query`]
+    /// answers simple queries; this is pgwire's collecting form of it).
     async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,

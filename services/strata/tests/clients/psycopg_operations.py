@@ -70,4 +70,24 @@ with connect(autocommit=True) as conn:
     conn.cancel_safe(timeout=10)
     assert conn.execute("SELECT count(*) FROM ops.t").fetchone() == (40,)
 
+# One query string of several statements (the simple protocol, as psql -c sends it): each
+# runs and answers before the next, so the first count is read before the insert.
+with connect(autocommit=True) as conn:
+    cur = conn.cursor()
+    cur.execute(
+        "SELECT count(*) FROM ops.t; INSERT INTO ops.t VALUES (100), (101); SELECT count(*) FROM ops.t"
+    )
+    assert cur.fetchone() == (40,)
+    assert cur.nextset() and cur.rowcount == 2, cur.rowcount
+    assert cur.nextset() and cur.fetchone() == (42,)
+    assert not cur.nextset()
+    # An error stops the string there: what ran before it stays (each statement is its own
+    # transaction), what follows does not run.
+    try:
+        cur.execute("INSERT INTO ops.t VALUES (102); SELECT * FROM ops.missing; INSERT INTO ops.t VALUES (103)")
+        raise AssertionError("a missing table answered")
+    except psycopg.errors.UndefinedTable:
+        pass
+    assert conn.execute("SELECT count(*) FROM ops.t").fetchone() == (43,)
+
 print("psycopg operations: ok")
