@@ -623,50 +623,19 @@ impl SimpleQueryHandler for Queries {
         send_ready_for_query(client, tx).await
     }
 
-    /// The responses of a query string's statements, all run first ([`Self::on_query`]
-    /// answers simple queries; this is pgwire's collecting form of it).
-    async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    /// Not called: pgwire calls `do_query` only from its own `on_query`, which
+    /// [`Self::on_query`] replaces (a collecting form would run every statement before
+    /// answering any).
+    async fn do_query<C>(&self, _client: &mut C, _query: &str) -> PgWireResult<Vec<Response>>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::PortalStore: PortalStore,
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let _running = self.start()?;
-        let commands = match parse(&self.preparer.sql, query) {
-            Ok(c) => c,
-            Err(e) => return Ok(vec![Response::Error(Box::new(error_info(&e)))]),
-        };
-        if commands.is_empty() {
-            return Ok(vec![Response::EmptyQuery]);
-        }
-        let mut tx = client.transaction_status();
-        let cancel = Cancel::start(client).await;
-        let mut responses = Vec::with_capacity(commands.len());
-        for command in &commands {
-            match self
-                .run(
-                    client,
-                    command,
-                    Vec::new(),
-                    &mut tx,
-                    How {
-                        format: &Format::UnifiedText,
-                        cancel: &cancel,
-                        described: None,
-                    },
-                )
-                .await
-            {
-                Ok(r) => responses.push(r),
-                Err(e) => {
-                    // PostgreSQL skips the rest of a query string after an error.
-                    responses.push(Response::Error(Box::new(error_info(&e))));
-                    break;
-                }
-            }
-        }
-        Ok(responses)
+        Err(PgWireError::ApiError(
+            "simple queries are answered by Queries::on_query, one statement at a time".into(),
+        ))
     }
 }
 
