@@ -1055,18 +1055,18 @@ mod tests {
         );
     }
 
+    /// What DataFusion reads `sql` (a forwarded statement's literals) as.
+    async fn read_back(sql: &str) -> Vec<arrow::array::RecordBatch> {
+        let ctx = datafusion::prelude::SessionContext::new();
+        ctx.sql(sql).await.unwrap().collect().await.unwrap()
+    }
+
     #[tokio::test]
     async fn decimal_literals_read_back_exactly() {
-        let ctx = datafusion::prelude::SessionContext::new();
-        let batches = ctx
-            .sql(
-                "SELECT CAST('1234567890123456789.01' AS DECIMAL(38,2)) AS a, CAST('-0.005' AS DECIMAL(10,3)) AS b",
-            )
-            .await
-            .unwrap()
-            .collect()
-            .await
-            .unwrap();
+        let batches = read_back(
+            "SELECT CAST('1234567890123456789.01' AS DECIMAL(38,2)) AS a, CAST('-0.005' AS DECIMAL(10,3)) AS b",
+        )
+        .await;
         let col = |i: usize| {
             let a = batches[0]
                 .column(i)
@@ -1081,14 +1081,8 @@ mod tests {
 
     #[tokio::test]
     async fn non_finite_literals_read_back() {
-        let ctx = datafusion::prelude::SessionContext::new();
-        let batches = ctx
-            .sql("SELECT CAST('NaN' AS DOUBLE) AS a, CAST('-inf' AS DOUBLE) AS b")
-            .await
-            .unwrap()
-            .collect()
-            .await
-            .unwrap();
+        let batches =
+            read_back("SELECT CAST('NaN' AS DOUBLE) AS a, CAST('-inf' AS DOUBLE) AS b").await;
         let col = |i: usize| {
             batches[0]
                 .column(i)
