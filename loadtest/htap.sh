@@ -25,12 +25,9 @@ for a in "$@"; do
 done
 wants() { [[ ",$systems," == *",$1,"* ]]; }
 
-venv="$STRATA_CACHE/bench-venv"
-if [ ! -x "$venv/bin/python" ]; then python3 -m venv "$venv"; fi
-"$venv/bin/pip" install -q -r loadtest/htap/requirements.txt
-rm -rf "$work" && mkdir -p "$work"
-
 source loadtest/servers.sh
+bench_venv
+rm -rf "$work" && mkdir -p "$work"
 trap stop_servers EXIT
 
 args=()

@@ -13,12 +13,9 @@ cd "$(dirname "$0")/.."
 source ci/env.sh
 work="${WORK:-/tmp/strata-pgwire}"
 pg_port="${PG_PORT:-55432}"
-venv="$STRATA_CACHE/bench-venv"
-if [ ! -x "$venv/bin/python" ]; then python3 -m venv "$venv"; fi
-"$venv/bin/pip" install -q -r loadtest/htap/requirements.txt
-
-rm -rf "$work" && mkdir -p "$work"
 source loadtest/servers.sh
+bench_venv
+rm -rf "$work" && mkdir -p "$work"
 trap stop_servers EXIT
 start_strata
 start_postgres "$pg_port"

@@ -1,10 +1,18 @@
 # Sourced by the benchmark scripts (loadtest/htap.sh, loadtest/pgwire.sh): starts and stops
 # `strata serve` at its defaults and a throwaway PostgreSQL server (initdb, every setting at
-# its default: fsync and synchronous_commit on). Needs $work; sets $strata_bin.
-# Call stop_servers on exit.
+# its default: fsync and synchronous_commit on), and sets up their Python clients. Needs
+# $work; sets $strata_bin and $venv. Call stop_servers on exit.
 
 strata_pid=""
 pg_as=()
+
+# bench_venv: the benchmark clients' virtualenv ($venv, kept under $STRATA_CACHE) with
+# loadtest/htap/requirements.txt installed (pinned).
+bench_venv() {
+  venv="$STRATA_CACHE/bench-venv"
+  if [ ! -x "$venv/bin/python" ]; then python3 -m venv "$venv"; fi
+  "$venv/bin/pip" install -q -r loadtest/htap/requirements.txt
+}
 
 # start_strata: `strata serve` over $work/data (STRATA_BIN, else a release build), waits
 # until /ready answers.
