@@ -1248,7 +1248,9 @@ async fn writer_loop(
             let data = Bytes::from(Segment::encode(inner.epoch, &records));
             let data_len = data.len() as u64;
             let mut applied = false;
-            if writes.iter().any(|w| w.2 == Durability::Local) {
+            // Only a group with a locally durable write leaves a local segment to remove.
+            let local = writes.iter().any(|w| w.2 == Durability::Local);
+            if local {
                 match write_local_wal(&inner, wal_id, &data).await {
                     Ok(()) => {
                         apply(&inner, wal_id, &writes);
@@ -1285,7 +1287,10 @@ async fn writer_loop(
                     return;
                 }
             }
-            let _ = tokio::fs::remove_file(inner.local_dir.join(format!("{wal_id:020}.wal"))).await;
+            if local {
+                let _ =
+                    tokio::fs::remove_file(inner.local_dir.join(format!("{wal_id:020}.wal"))).await;
+            }
             if !applied {
                 apply(&inner, wal_id, &writes);
             }

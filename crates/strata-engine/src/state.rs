@@ -49,11 +49,9 @@ impl SstHandle {
 
 impl Drop for SstHandle {
     fn drop(&mut self) {
-        if self.obsolete.load(Ordering::Acquire)
-            && let Err(e) = std::fs::remove_file(&self.path)
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
-            tracing::warn!(path = %self.path.display(), error = %e, "could not delete obsolete sst");
+        // Often the last reader is a runtime thread: the unlink happens elsewhere.
+        if self.obsolete.load(Ordering::Acquire) {
+            crate::reclaim::delete_later(&self.path);
         }
     }
 }

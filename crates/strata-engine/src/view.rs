@@ -1422,9 +1422,7 @@ impl RemoteViews {
             }
             match weak.upgrade() {
                 Some(h) => h.mark_obsolete(),
-                None => {
-                    let _ = std::fs::remove_file(local.join(format!("{id}.sst")));
-                }
+                None => crate::reclaim::delete_later(&local.join(format!("{id}.sst"))),
             }
             false
         });

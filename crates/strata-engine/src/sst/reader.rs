@@ -27,7 +27,7 @@ struct IndexEntry {
 pub struct SstReader {
     /// The local file, named in errors.
     name: String,
-    file: std::fs::File,
+    file: ClosedElsewhere,
     index: Vec<IndexEntry>,
     bloom: Bloom,
     footer: Footer,
@@ -91,7 +91,7 @@ impl SstReader {
         let bloom = Bloom::new(unseal(&bloom_raw)?.to_vec());
         Ok(Self {
             name,
-            file,
+            file: ClosedElsewhere(Some(file)),
             index,
             bloom,
             footer,
@@ -105,7 +105,12 @@ impl SstReader {
 
     fn block(&self, i: usize) -> Result<Block> {
         let e = &self.index[i];
-        let raw = Bytes::from(read_at(&self.file, &self.name, e.offset, e.len as usize)?);
+        let raw = Bytes::from(read_at(
+            self.file.get(),
+            &self.name,
+            e.offset,
+            e.len as usize,
+        )?);
         Block::decode(&raw).map_err(|err| named(&self.name, err))
     }
 
@@ -146,6 +151,27 @@ impl SstReader {
             }
         }
         Ok(out)
+    }
+}
+
+/// An SST's open file, closed on the reclaimer's thread: the close of a file already
+/// unlinked frees it, which is not work for whichever thread drops the last reader.
+#[derive(Debug)]
+struct ClosedElsewhere(Option<std::fs::File>);
+
+impl ClosedElsewhere {
+    fn get(&self) -> &std::fs::File {
+        self.0
+            .as_ref()
+            .expect("an sst file is open until its reader is dropped")
+    }
+}
+
+impl Drop for ClosedElsewhere {
+    fn drop(&mut self) {
+        if let Some(file) = self.0.take() {
+            crate::reclaim::close_later(file);
+        }
     }
 }
 
