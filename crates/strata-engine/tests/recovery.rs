@@ -174,7 +174,13 @@ async fn a_trickle_of_writes_is_flushed_by_segment_count() {
             .await
             .unwrap();
     }
-    let stats = t.shards().next().unwrap().stats();
+    // Flushes run in the background: the second (at 100 segments) may still be under way.
+    let shard = t.shards().next().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while shard.stats().flushes < 2 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let stats = shard.stats();
     assert!(stats.flushes >= 2, "{stats:?}");
     drop(t);
     drop(db);

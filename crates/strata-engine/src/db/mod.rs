@@ -688,6 +688,10 @@ impl Db {
         if let Some(c) = self.inner.cluster.get() {
             c.release_all().await;
         }
+        // Files retired so far leave the local directory before the process may exit (a
+        // shard's next open would remove them; a view's cache directory is not swept).
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(10), crate::reclaim::settle())
+            .await;
     }
 
     /// Makes this process an ingest node of a cluster: from now on it serves (and writes)
