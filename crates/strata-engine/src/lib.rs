@@ -29,7 +29,7 @@ pub mod memtable;
 pub mod metrics;
 pub mod overlay;
 mod promotion;
-pub mod reclaim;
+mod reclaim;
 pub mod row;
 pub mod s3;
 pub mod scan;

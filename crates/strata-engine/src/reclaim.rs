@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock, mpsc};
 
 /// The suffix of a file waiting for the reclaimer.
-pub(crate) const RETIRED_SUFFIX: &str = ".retired";
+const RETIRED_SUFFIX: &str = ".retired";
 
 enum Work {
     Unlink(PathBuf),
@@ -28,7 +28,9 @@ enum Work {
 }
 
 static QUEUE: OnceLock<Mutex<mpsc::Sender<Work>>> = OnceLock::new();
-static PENDING: AtomicU64 = AtomicU64::new(0);
+/// Work handed over, and work finished, in the queue's order (one thread takes it).
+static SUBMITTED: AtomicU64 = AtomicU64::new(0);
+static DONE: AtomicU64 = AtomicU64::new(0);
 static NEXT: AtomicU64 = AtomicU64::new(0);
 
 fn sender() -> Option<mpsc::Sender<Work>> {
@@ -42,7 +44,7 @@ fn sender() -> Option<mpsc::Sender<Work>> {
                         Work::Unlink(path) => unlink(&path),
                         Work::Close(file) => drop(file),
                     }
-                    PENDING.fetch_sub(1, Ordering::AcqRel);
+                    DONE.fetch_add(1, Ordering::AcqRel);
                 }
             });
         if let Err(e) = spawned {
@@ -85,26 +87,21 @@ pub(crate) fn close_later(file: std::fs::File) {
 }
 
 fn hand_over(work: Work) -> std::result::Result<(), Work> {
-    PENDING.fetch_add(1, Ordering::AcqRel);
     let Some(tx) = sender() else {
-        PENDING.fetch_sub(1, Ordering::AcqRel);
         return Err(work);
     };
+    SUBMITTED.fetch_add(1, Ordering::AcqRel);
     tx.send(work).map_err(|e| {
-        PENDING.fetch_sub(1, Ordering::AcqRel);
+        SUBMITTED.fetch_sub(1, Ordering::AcqRel);
         e.0
     })
 }
 
-/// Files handed over and not yet unlinked or closed (in this process).
-pub fn pending() -> u64 {
-    PENDING.load(Ordering::Acquire)
-}
-
-/// Waits until every file handed over so far is unlinked or closed (tests, and a process
-/// that wants its local directory tidy before it exits).
-pub async fn settle() {
-    while pending() > 0 {
+/// Waits until every file handed over before the call is unlinked or closed (work handed
+/// over meanwhile, by other shards of the process, is not waited for).
+pub(crate) async fn settle() {
+    let target = SUBMITTED.load(Ordering::Acquire);
+    while DONE.load(Ordering::Acquire) < target {
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
 }
