@@ -292,3 +292,112 @@ fn sigterm(server: &Server) {
         .unwrap();
     assert!(status.success());
 }
+
+/// Sends one simple-protocol query on a started PostgreSQL connection and reads the
+/// answer up to ReadyForQuery or the end of the stream: the messages' type bytes, and the
+/// fields of the first ErrorResponse (field type byte, value).
+fn postgres_query(s: &mut TcpStream, sql: &str) -> (Vec<u8>, Vec<(u8, String)>) {
+    let mut msg = vec![b'Q'];
+    msg.extend_from_slice(&u32::try_from(sql.len() + 5).unwrap().to_be_bytes());
+    msg.extend_from_slice(sql.as_bytes());
+    msg.push(0);
+    s.write_all(&msg).unwrap();
+    let (mut kinds, mut error) = (Vec::new(), Vec::new());
+    loop {
+        let mut head = [0u8; 5];
+        if s.read_exact(&mut head).is_err() {
+            return (kinds, error);
+        }
+        let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+        let mut body = vec![0u8; len - 4];
+        s.read_exact(&mut body).unwrap();
+        kinds.push(head[0]);
+        if head[0] == b'E' && error.is_empty() {
+            // Fields: a type byte, a NUL-terminated value; a NUL ends the list.
+            for field in body.split(|b| *b == 0).filter(|f| !f.is_empty()) {
+                error.push((field[0], String::from_utf8_lossy(&field[1..]).into_owned()));
+            }
+        }
+        if head[0] == b'Z' {
+            return (kinds, error);
+        }
+    }
+}
+
+const CROSS: &str = "SELECT count(*) FROM small a, small b, small c, small d, small e, small f";
+
+/// While a stopping server lets a running statement finish (its grace period), a new
+/// statement on another connection is refused with FATAL 57P01 (`admin_shutdown`, what
+/// PostgreSQL sends when it is shut down) and its connection is closed; the process still
+/// exits once the grace has passed.
+#[test]
+fn a_statement_sent_while_stopping_is_refused_with_57p01() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = start_with(dir.path(), &[]);
+    let h = server.http.clone();
+    let spec = r#"{"name": "small", "columns": [{"name": "k", "type": "int64", "nullable": false},
+        {"name": "v", "type": "string"}], "primary_key": ["k"]}"#;
+    let (st, body) = request(&h, "POST", "/v1/tables", spec);
+    assert_eq!(st, 201, "{body}");
+    let rows: String = (0..40i64)
+        .map(|i| format!("{{\"k\": {i}, \"v\": \"v{i}\"}}\n"))
+        .collect();
+    let (st, body) = request_as(
+        &h,
+        "POST",
+        "/v1/tables/small/rows",
+        "application/x-ndjson",
+        rows.as_bytes(),
+    );
+    assert_eq!(st, 200, "{body}");
+
+    // A cross join of 40^6 rows: minutes, in short polls (so the runtime threads stay
+    // free to answer other connections meanwhile).
+    let mut busy = idle_postgres_connection(&server.postgres);
+    busy.set_read_timeout(Some(Duration::from_secs(40)))
+        .unwrap();
+    let running = std::thread::spawn(move || postgres_query(&mut busy, CROSS));
+    let mut late = idle_postgres_connection(&server.postgres);
+    std::thread::sleep(Duration::from_millis(500));
+    if running.is_finished() {
+        let (kinds, error) = running.join().unwrap();
+        panic!("the self-join ended before SIGTERM: {kinds:?} {error:?}");
+    }
+    let t = Instant::now();
+    sigterm(&server);
+    std::thread::sleep(Duration::from_millis(500));
+    let (kinds, error) = postgres_query(&mut late, "SELECT 1");
+    assert_eq!(
+        kinds.first(),
+        Some(&b'E'),
+        "answered {kinds:?} while stopping"
+    );
+    let field = |t: u8| error.iter().find(|(k, _)| *k == t).map(|(_, v)| v.as_str());
+    assert_eq!(field(b'C'), Some("57P01"), "{error:?}");
+    assert_eq!(field(b'S'), Some("FATAL"), "{error:?}");
+    assert!(
+        field(b'M').is_some_and(|m| m.contains("shutting down")),
+        "{error:?}"
+    );
+    // FATAL closes the connection: after the error (and the ReadyForQuery pgwire sends
+    // with it) nothing follows but the end of the stream.
+    let mut rest = Vec::new();
+    assert!(
+        late.read_to_end(&mut rest).is_ok() && rest.is_empty(),
+        "{rest:?}"
+    );
+
+    let exited = server
+        .wait_exit(Duration::from_secs(40))
+        .expect("strata serve still running 40 s after SIGTERM");
+    assert!(exited.success(), "{exited:?}");
+    let took = t.elapsed();
+    assert!(
+        took < Duration::from_secs(30),
+        "exit took {} ms (bound: 10 s grace + 15 s close)",
+        took.as_millis()
+    );
+    // The running statement either finished within the grace or had its connection
+    // closed after it; either way its client is not left waiting.
+    running.join().unwrap();
+}
