@@ -159,6 +159,41 @@ impl ShardInner {
         })
     }
 
+    /// Whether an NVMe SST other than the job's inputs may hold versions of `[lo, hi]` as
+    /// old as the job's: a copy HotRAP retained on NVMe while newer versions moved down.
+    /// Such a job is not bottommost: a tombstone it dropped (or a partial update it
+    /// completed with NULLs) would let the retained copy resurrect once it moves down in
+    /// turn. Judged by sequence numbers, which the manifest keeps (the set of retained
+    /// SSTs is in memory only and empty after a reopen).
+    fn older_on_nvme(
+        &self,
+        source: &JobSource,
+        targets: &[JobTarget],
+        lo: &[u8],
+        hi: &[u8],
+    ) -> bool {
+        let (inputs, source_seq): (Vec<SstId>, u64) = match source {
+            JobSource::CrossTier { ssts } => (
+                ssts.iter().map(|s| s.id).collect(),
+                ssts.iter().map(|s| s.seq_max).max().unwrap_or(0),
+            ),
+            JobSource::Group { files, .. } => (
+                Vec::new(),
+                files.iter().map(|f| f.seq_max).max().unwrap_or(0),
+            ),
+        };
+        let seq_max = targets
+            .iter()
+            .flat_map(|t| t.overlapping.iter().map(|f| f.seq_max))
+            .fold(source_seq, u64::max);
+        self.current().levels.iter().flatten().any(|h| {
+            !inputs.contains(&h.info.id)
+                && h.info.seq_min <= seq_max
+                && h.info.key_max.as_slice() >= lo
+                && h.info.key_min.as_slice() <= hi
+        })
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn spec(
         &self,
@@ -178,6 +213,8 @@ impl ShardInner {
             })
             .collect();
         let input_bytes = source_bytes + targets.iter().map(|t| size(&t.overlapping)).sum::<u64>();
+        let bottommost = !Self::deeper_overlap(m, target_level, lo, hi)
+            && !self.older_on_nvme(&source, &targets, lo, hi);
         JobSpec {
             id: String::new(),
             table: self.table.entry.clone(),
@@ -185,7 +222,7 @@ impl ShardInner {
             source,
             target_level,
             targets,
-            bottommost: !Self::deeper_overlap(m, target_level, lo, hi),
+            bottommost,
             pins: self.pins.lock().keys().copied().collect(),
             keep_above: self.history_horizon(),
             file_bytes: self.config.parquet_file_bytes,

@@ -1066,3 +1066,16 @@ fn simulated_shard_lives_lose_no_acknowledged_write() {
     }
     assert!(total.seeds > 0, "no seed ran");
 }
+
+/// Seed 25,758 of a long run: a column group moved down to the last S3 level judged itself
+/// bottommost and dropped a delete's tombstones while a copy HotRAP had retained on NVMe
+/// still held an older version of those keys; once that copy moved down, the deleted rows
+/// came back (and partial updates lost columns). The seed failed every replay before the
+/// fix.
+#[test]
+fn a_retained_copy_does_not_outlive_a_delete() {
+    let mut counts = Counts::default();
+    if let Err(e) = run_seed(25_758, &mut counts) {
+        panic!("seed 25758: {e}");
+    }
+}
