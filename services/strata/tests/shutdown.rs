@@ -30,6 +30,16 @@ fn cpu(pid: u32) -> Duration {
     Duration::from_millis(ticks * 1000 / hz)
 }
 
+/// Creates table `name` (`k BIGINT` key, `v STRING`) over HTTP.
+fn create_kv_table(h: &str, name: &str) {
+    let spec = format!(
+        r#"{{"name": "{name}", "columns": [{{"name": "k", "type": "int64", "nullable": false}},
+            {{"name": "v", "type": "string"}}], "primary_key": ["k"]}}"#
+    );
+    let (st, body) = request(h, "POST", "/v1/tables", &spec);
+    assert_eq!(st, 201, "{body}");
+}
+
 fn sql(s: &Server, q: &str) -> (u16, String) {
     request_as(&s.http, "POST", "/sql", "text/plain", q.as_bytes())
 }
@@ -66,12 +76,7 @@ async fn idle_after_abuse_and_bounded_exit_on_sigterm() {
     let mut server = start_with(dir.path(), &["--set", "query.timeout_ms=300"]);
     let h = server.http.clone();
     for name in ["kv", "small"] {
-        let spec = format!(
-            r#"{{"name": "{name}", "columns": [{{"name": "k", "type": "int64", "nullable": false}},
-                {{"name": "v", "type": "string"}}], "primary_key": ["k"]}}"#
-        );
-        let (st, body) = request(&h, "POST", "/v1/tables", &spec);
-        assert_eq!(st, 201, "{body}");
+        create_kv_table(&h, name);
     }
     let rows: String = (0..3000i64)
         .map(|i| {
@@ -335,10 +340,7 @@ fn a_statement_sent_while_stopping_is_refused_with_57p01() {
     let dir = tempfile::tempdir().unwrap();
     let mut server = start_with(dir.path(), &[]);
     let h = server.http.clone();
-    let spec = r#"{"name": "small", "columns": [{"name": "k", "type": "int64", "nullable": false},
-        {"name": "v", "type": "string"}], "primary_key": ["k"]}"#;
-    let (st, body) = request(&h, "POST", "/v1/tables", spec);
-    assert_eq!(st, 201, "{body}");
+    create_kv_table(&h, "small");
     let rows: String = (0..40i64)
         .map(|i| format!("{{\"k\": {i}, \"v\": \"v{i}\"}}\n"))
         .collect();
