@@ -24,6 +24,8 @@ clients="$(bash ci/clients.sh)"
 eval "$clients"
 export STRATA_REQUIRE_CLIENTS=1
 
+echo "== module graph: no cycle among the engine's modules"
+python3 ci/modgraph.py --check crates/strata-engine/src
 echo "== cargo fmt --check"
 cargo fmt --all --check
 echo "== cargo clippy"

@@ -27,6 +27,7 @@ use strata_manifest::Layout;
 use strata_objstore::StoreRef;
 
 use crate::error::{Error, Result};
+pub use crate::node::NodeInfo;
 
 /// How this process takes part in a cluster of ingest nodes.
 #[derive(Debug, Clone)]
@@ -41,17 +42,6 @@ pub struct ClusterConfig {
     pub lease_ms: u64,
     /// How often leases and the liveness record are renewed and free shards are claimed.
     pub renew_ms: u64,
-}
-
-/// An ingest node as other nodes see it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeInfo {
-    /// Its name.
-    pub name: String,
-    /// Its HTTP address.
-    pub http: String,
-    /// Its gRPC address.
-    pub flight: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

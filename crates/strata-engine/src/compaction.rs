@@ -1,4 +1,7 @@
-//! Leveled compaction of the NVMe tier.
+//! Leveled compaction of the NVMe tier, the policy: which files to compact (a pure
+//! picker over plain level lists, unit-tested here), level size targets, and the output
+//! SST of a merge. The shard runs it (`shard::compact`); the version rules a merge applies
+//! are `crate::fold`'s. Calls nothing above the formats and the shard state.
 //!
 //! Picking: all of L0 plus the overlapping L1 files once L0 has `l0_compaction_trigger`
 //! files (so every L1 version is older than every L0 version); otherwise the oldest file of
@@ -15,23 +18,20 @@ use std::sync::Arc;
 
 use strata_manifest::SstInfo;
 
-use crate::entry::{Entry, EntryKind, Folded};
-use crate::error::{Error, Result};
-use crate::iter::{EntryIter, MergeIter};
-use crate::row::RowCodec;
-use crate::shard::ShardInner;
-use crate::sst::{SstBuilder, SstIter, SstReader};
+use crate::error::Result;
+
+use crate::sst::{SstBuilder, SstReader};
 use crate::state::{ShardState, SstHandle};
 
 /// A chosen compaction, over the files of a level (`SstHandle`s in a shard, plain
 /// `SstInfo`s in the picker's tests).
 #[derive(Debug)]
 pub(crate) struct Job<F = Arc<SstHandle>> {
-    upper: usize,
-    output: usize,
-    upper_inputs: Vec<F>,
-    lower_inputs: Vec<F>,
-    bottommost: bool,
+    pub(crate) upper: usize,
+    pub(crate) output: usize,
+    pub(crate) upper_inputs: Vec<F>,
+    pub(crate) lower_inputs: Vec<F>,
+    pub(crate) bottommost: bool,
 }
 
 /// A file of a level as the picker sees it.
@@ -52,7 +52,7 @@ impl LevelFile for SstInfo {
     }
 }
 
-fn overlapping<F: LevelFile>(level: &[F], lo: &[u8], hi: &[u8]) -> Vec<F> {
+pub(crate) fn overlapping<F: LevelFile>(level: &[F], lo: &[u8], hi: &[u8]) -> Vec<F> {
     level
         .iter()
         .filter(|h| h.info().key_max.as_slice() >= lo && h.info().key_min.as_slice() <= hi)
@@ -60,7 +60,7 @@ fn overlapping<F: LevelFile>(level: &[F], lo: &[u8], hi: &[u8]) -> Vec<F> {
         .collect()
 }
 
-fn range_of<F: LevelFile>(files: &[F]) -> (Vec<u8>, Vec<u8>) {
+pub(crate) fn range_of<F: LevelFile>(files: &[F]) -> (Vec<u8>, Vec<u8>) {
     let lo = files
         .iter()
         .map(|h| h.info().key_min.clone())
@@ -195,230 +195,11 @@ pub(crate) fn pick_in<F: LevelFile>(
     })
 }
 
-/// The background task: compacts whenever asked and something is due.
-pub(crate) async fn compaction_loop(inner: Arc<ShardInner>) {
-    loop {
-        tokio::select! {
-            _ = inner.compaction_wanted.notified() => {}
-            _ = inner.cancel.cancelled() => return,
-        }
-        if let Err(e) = compact_until_idle(&inner).await {
-            if inner.fenced.load(std::sync::atomic::Ordering::Acquire)
-                || inner.cancel.is_cancelled()
-            {
-                return;
-            }
-            tracing::warn!(shard = %inner.name, error = %e, "compaction failed; will retry");
-            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-            inner.compaction_wanted.notify_one();
-        }
-    }
-}
-
-/// Whether a job would consume SSTs an outstanding cross-tier job reads.
-fn touches_locked(inner: &ShardInner, job: &Job) -> bool {
-    let locked = inner.locked_ssts.lock();
-    job.upper_inputs
-        .iter()
-        .chain(job.lower_inputs.iter())
-        .any(|h| locked.contains(&h.info.id))
-}
-
-/// Runs compactions until none is due.
-pub(crate) async fn compact_until_idle(inner: &Arc<ShardInner>) -> Result<()> {
-    let _one_at_a_time = inner.compaction_lock.lock().await;
-    loop {
-        let settled = l0_settled(
-            &inner.config,
-            inner.l0_grown_ms.load(std::sync::atomic::Ordering::Acquire),
-            inner.clock.now_ms(),
-        );
-        let state = inner.current();
-        let held = last_level_held(&state, &inner.config, &inner.retained_ssts.lock());
-        let Some(job) = pick(&state, &inner.config, settled, held) else {
-            break;
-        };
-        if touches_locked(inner, &job) {
-            break; // retried when the cross-tier job settles
-        }
-        run(inner, job).await?;
-    }
-    inner.jobs_wanted.notify_one();
-    Ok(())
-}
-
-/// Compacts every NVMe level into the last one, regardless of size targets. Returns false
-/// when an outstanding cross-tier job holds files it needs (wait for the job, then retry).
-pub(crate) async fn compact_all_to_last(inner: &Arc<ShardInner>) -> Result<bool> {
-    let _one_at_a_time = inner.compaction_lock.lock().await;
-    loop {
-        let state = inner.current();
-        let last = state.levels.len() - 1;
-        let Some(upper) = (0..last).find(|l| !state.levels[*l].is_empty()) else {
-            return Ok(true);
-        };
-        let upper_inputs = state.levels[upper].clone();
-        let (lo, hi) = range_of(&upper_inputs);
-        let output = upper + 1;
-        let job = Job {
-            upper,
-            output,
-            upper_inputs,
-            lower_inputs: overlapping(&state.levels[output], &lo, &hi),
-            bottommost: false,
-        };
-        if touches_locked(inner, &job) {
-            return Ok(false);
-        }
-        run(inner, job).await?;
-    }
-}
-
-/// Collapses one key's versions (newest first) into one version per snapshot stripe; every
-/// version above `keep_above` (the history horizon) is kept as it is.
-pub(crate) fn collapse(
-    codec: &RowCodec,
-    versions: &[Entry],
-    pins: &[u64],
-    keep_above: u64,
-    bottommost: bool,
-) -> Result<Vec<Entry>> {
-    let stripe = |seq: u64| {
-        if seq > keep_above {
-            (1, seq)
-        } else {
-            (0, pins.partition_point(|p| *p < seq) as u64)
-        }
-    };
-    let mut out: Vec<Entry> = Vec::new();
-    let mut i = 0;
-    while i < versions.len() {
-        let head = &versions[i];
-        let s = stripe(head.seq);
-        let mut folded = Folded::from_entry(codec, head.kind, &head.value)?;
-        let mut j = i + 1;
-        while j < versions.len() && stripe(versions[j].seq) == s {
-            if !folded.kind.is_full() {
-                folded.merge_older(codec, versions[j].kind, &versions[j].value)?;
-            }
-            j += 1;
-        }
-        let is_last = j == versions.len();
-        if bottommost && is_last {
-            folded.finish_at_bottom();
-        }
-        let drop_tombstone = bottommost && is_last && folded.kind == EntryKind::Delete;
-        if !drop_tombstone {
-            out.push(Entry {
-                key: head.key.clone(),
-                seq: head.seq,
-                kind: folded.kind,
-                value: folded.encode(codec)?,
-            });
-        }
-        i = j;
-    }
-    Ok(out)
-}
-
 /// A written SST, not yet uploaded or committed.
 pub(crate) struct Output {
     pub(crate) info: SstInfo,
     pub(crate) path: std::path::PathBuf,
     pub(crate) reader: SstReader,
-}
-
-async fn run(inner: &Arc<ShardInner>, job: Job) -> Result<()> {
-    let started = std::time::Instant::now();
-    let pins: Vec<u64> = inner.pins.lock().keys().copied().collect();
-    let keep_above = inner.history_horizon();
-    let readers: Vec<Arc<SstReader>> = job
-        .upper_inputs
-        .iter()
-        .chain(job.lower_inputs.iter())
-        .map(|h| h.reader.clone())
-        .collect();
-    let floor = job
-        .upper_inputs
-        .iter()
-        .chain(job.lower_inputs.iter())
-        .map(|h| h.info.seq_max)
-        .max()
-        .unwrap_or(0)
-        .min(keep_above);
-    let codec = inner.table.codec.clone();
-    let worker = inner.clone();
-    let bottommost = job.bottommost;
-    let outputs = tokio::task::spawn_blocking(move || -> Result<Vec<Output>> {
-        let sources: Vec<Box<dyn EntryIter>> = readers
-            .into_iter()
-            .map(|r| Box::new(SstIter::new(r, &[])) as Box<dyn EntryIter>)
-            .collect();
-        // Copies of one version (retained or promoted beside another copy) merge as parts.
-        let mut merged = MergeIter::with_parts(sources, codec.clone());
-        let mut outputs = Vec::new();
-        let mut builder: Option<(strata_manifest::SstId, std::path::PathBuf, SstBuilder)> = None;
-        let mut group: Vec<Entry> = Vec::new();
-        let finish_group =
-            |group: &mut Vec<Entry>,
-             builder: &mut Option<(strata_manifest::SstId, std::path::PathBuf, SstBuilder)>,
-             outputs: &mut Vec<Output>|
-             -> Result<()> {
-                if group.is_empty() {
-                    return Ok(());
-                }
-                let collapsed = collapse(&codec, group, &pins, keep_above, bottommost)?;
-                group.clear();
-                if collapsed.is_empty() {
-                    return Ok(());
-                }
-                if builder.is_none() {
-                    let id = worker.new_sst_id();
-                    let path = worker.local_sst_path(&id);
-                    let b = SstBuilder::create(
-                        &path,
-                        worker.config.sst_block_bytes,
-                        worker.config.bloom_bits_per_key,
-                    )?;
-                    *builder = Some((id, path, b));
-                }
-                let Some((_, _, b)) = builder.as_mut() else {
-                    return Err(Error::Internal("no builder".into()));
-                };
-                for e in &collapsed {
-                    b.add(e)?;
-                }
-                if b.size_bytes() >= worker.config.sst_bytes_target
-                    && let Some((id, path, b)) = builder.take()
-                {
-                    outputs.push(finish(id, path, b)?);
-                }
-                Ok(())
-            };
-        while let Some(e) = merged.next_entry()? {
-            if group.first().is_some_and(|g: &Entry| g.key != e.key) {
-                finish_group(&mut group, &mut builder, &mut outputs)?;
-            }
-            group.push(e);
-        }
-        finish_group(&mut group, &mut builder, &mut outputs)?;
-        if let Some((id, path, b)) = builder.take() {
-            outputs.push(finish(id, path, b)?);
-        }
-        Ok(outputs)
-    })
-    .await
-    .map_err(|e| Error::Internal(e.to_string()))??;
-
-    for o in &outputs {
-        inner.in_flight.lock().insert(o.info.id);
-    }
-    let result = commit(inner, &job, outputs, floor).await;
-    if let Err(e) = &result {
-        tracing::warn!(shard = %inner.name, error = %e, "compaction commit failed");
-    }
-    inner.stats.record_compaction(started.elapsed());
-    result
 }
 
 pub(crate) fn finish(
@@ -443,97 +224,9 @@ pub(crate) fn finish(
     })
 }
 
-async fn commit(
-    inner: &Arc<ShardInner>,
-    job: &Job,
-    outputs: Vec<Output>,
-    floor: u64,
-) -> Result<()> {
-    let ids: Vec<_> = outputs.iter().map(|o| o.info.id).collect();
-    let upload = async {
-        for o in &outputs {
-            inner.upload_sst(&o.info.id, &o.path).await?;
-        }
-        Ok::<_, Error>(())
-    }
-    .await;
-    let result = match upload {
-        Err(e) => Err(e),
-        Ok(()) => {
-            let _lock = inner.manifest_lock.lock().await;
-            let upper_ids: Vec<_> = job.upper_inputs.iter().map(|h| h.info.id).collect();
-            let lower_ids: Vec<_> = job.lower_inputs.iter().map(|h| h.info.id).collect();
-            let new_infos: Vec<SstInfo> = outputs.iter().map(|o| o.info.clone()).collect();
-            let committed = inner
-                .commit_manifest(|m| {
-                    m.levels[job.upper]
-                        .ssts
-                        .retain(|s| !upper_ids.contains(&s.id));
-                    m.levels[job.output]
-                        .ssts
-                        .retain(|s| !lower_ids.contains(&s.id));
-                    m.levels[job.output].ssts.extend(new_infos.iter().cloned());
-                    m.levels[job.output]
-                        .ssts
-                        .sort_by(|a, b| a.key_min.cmp(&b.key_min));
-                    m.compaction_floor_seq = m.compaction_floor_seq.max(floor);
-                })
-                .await;
-            match committed {
-                Err(e) => Err(e),
-                Ok(manifest) => {
-                    let mut guard = inner.state.write();
-                    let mut next = (**guard).clone();
-                    next.levels[job.upper].retain(|h| !upper_ids.contains(&h.info.id));
-                    next.levels[job.output].retain(|h| !lower_ids.contains(&h.info.id));
-                    for o in outputs {
-                        next.levels[job.output]
-                            .push(Arc::new(SstHandle::new(o.info, o.reader, o.path)));
-                    }
-                    next.levels[job.output].sort_by(|a, b| a.info.key_min.cmp(&b.info.key_min));
-                    next.manifest = manifest;
-                    *guard = Arc::new(next);
-                    drop(guard);
-                    for h in job.upper_inputs.iter().chain(job.lower_inputs.iter()) {
-                        h.mark_obsolete();
-                    }
-                    Ok(())
-                }
-            }
-        }
-    };
-    let mut in_flight = inner.in_flight.lock();
-    for id in ids {
-        in_flight.remove(&id);
-    }
-    result
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::value::Value;
-    use arrow::datatypes::DataType;
-    use bytes::Bytes;
-
-    fn codec() -> RowCodec {
-        RowCodec::new(vec![DataType::Int64, DataType::Int64])
-    }
-
-    fn e(seq: u64, kind: EntryKind, vals: &[Option<i64>]) -> Entry {
-        let c = codec();
-        let row: Vec<Option<Value>> = vals.iter().map(|v| v.map(Value::Int)).collect();
-        Entry {
-            key: Bytes::from_static(b"k"),
-            seq,
-            kind,
-            value: if kind == EntryKind::Delete {
-                Bytes::new()
-            } else {
-                Bytes::from(c.encode(&row).unwrap())
-            },
-        }
-    }
 
     fn sst(n: u64, lo: &[u8], hi: &[u8], seq_max: u64, bytes: u64) -> SstInfo {
         SstInfo {
@@ -663,68 +356,5 @@ mod tests {
         );
         config.l0_settle_ms = 0;
         assert!(!l0_settled(&config, 0, u64::MAX), "0 turns settling off");
-    }
-
-    #[test]
-    fn collapses_to_one_version_without_pins() {
-        let v = vec![
-            e(5, EntryKind::Partial, &[Some(9), None]),
-            e(3, EntryKind::Put, &[Some(1), Some(2)]),
-        ];
-        let out = collapse(&codec(), &v, &[], u64::MAX, false).unwrap();
-        assert_eq!(out.len(), 1);
-        assert_eq!(out[0].seq, 5);
-        assert_eq!(out[0].kind, EntryKind::Put);
-        assert_eq!(
-            codec().decode(&out[0].value).unwrap(),
-            vec![Some(Value::Int(9)), Some(Value::Int(2))]
-        );
-    }
-
-    #[test]
-    fn keeps_versions_a_pinned_snapshot_needs() {
-        let v = vec![
-            e(5, EntryKind::Put, &[Some(9), Some(9)]),
-            e(3, EntryKind::Put, &[Some(1), Some(2)]),
-        ];
-        let out = collapse(&codec(), &v, &[4], u64::MAX, false).unwrap();
-        assert_eq!(out.iter().map(|x| x.seq).collect::<Vec<_>>(), vec![5, 3]);
-    }
-
-    #[test]
-    fn keeps_every_version_above_the_history_horizon() {
-        let v = vec![
-            e(7, EntryKind::Partial, &[Some(7), None]),
-            e(6, EntryKind::Put, &[Some(6), Some(6)]),
-            e(3, EntryKind::Put, &[Some(3), Some(3)]),
-            e(2, EntryKind::Put, &[Some(2), Some(2)]),
-        ];
-        // Horizon 4: 7 and 6 stay as written, 3 and 2 collapse to 3.
-        let out = collapse(&codec(), &v, &[], 4, false).unwrap();
-        assert_eq!(out.iter().map(|x| x.seq).collect::<Vec<_>>(), vec![7, 6, 3]);
-        assert_eq!(out[0].kind, EntryKind::Partial);
-        // A pin below the horizon still splits the old stripe.
-        let out = collapse(&codec(), &v, &[2], 4, false).unwrap();
-        assert_eq!(
-            out.iter().map(|x| x.seq).collect::<Vec<_>>(),
-            vec![7, 6, 3, 2]
-        );
-    }
-
-    #[test]
-    fn drops_tombstones_only_at_the_bottom() {
-        let v = vec![
-            e(5, EntryKind::Delete, &[]),
-            e(3, EntryKind::Put, &[Some(1), Some(2)]),
-        ];
-        assert_eq!(
-            collapse(&codec(), &v, &[], u64::MAX, false).unwrap()[0].kind,
-            EntryKind::Delete
-        );
-        assert!(
-            collapse(&codec(), &v, &[], u64::MAX, true)
-                .unwrap()
-                .is_empty()
-        );
     }
 }

@@ -1,4 +1,4 @@
-//! The sorted run a scan reads column-wise (see [`crate::scan`]).
+//! The sorted run a scan reads column-wise (see [`crate::read::scan`]).
 //!
 //! A scan reads one run of columnar files by columns and lines everything above it up by
 //! key (the overlay of the immutable upper tiers, the memtables). That run is the deepest

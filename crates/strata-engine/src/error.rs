@@ -63,7 +63,7 @@ pub enum Error {
         /// The shard.
         shard: u32,
         /// The owner (or the node expected to become it), when known.
-        owner: Option<crate::cluster::NodeInfo>,
+        owner: Option<crate::node::NodeInfo>,
     },
     /// The database or shard was closed.
     #[error("closed: {0}")]
@@ -98,7 +98,7 @@ pub enum Error {
     Internal(String),
 }
 
-fn not_owner_message(table: &str, shard: u32, owner: Option<&crate::cluster::NodeInfo>) -> String {
+fn not_owner_message(table: &str, shard: u32, owner: Option<&crate::node::NodeInfo>) -> String {
     match owner {
         Some(o) => format!(
             "not the owner: shard {shard} of table {table} is served by ingest node {} (http {}, grpc {})",

@@ -29,9 +29,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::columnar::reader::block_on_unless;
 use crate::columnar::{FileShape, GroupFormat, MetaCache, ParquetSource, RunIter, RunWriter};
-use crate::compaction::collapse;
 use crate::entry::Entry;
 use crate::error::{Error, Result};
+use crate::fold::collapse;
 use crate::iter::{EntryIter, MergeIter};
 use crate::row::RowCodec;
 use crate::schema::TableSchema;

@@ -11,14 +11,17 @@
 //! retention are separate components built on this crate; reads of explicit old sequence
 //! numbers need a pinned [`Snapshot`].
 
+mod backpressure;
 pub mod cluster;
 pub mod columnar;
 pub mod compaction;
 pub mod config;
+pub mod context;
 pub mod db;
 mod deep_run;
 pub mod entry;
 pub mod error;
+mod fold;
 pub mod gc;
 pub mod history;
 pub mod hotness;
@@ -27,28 +30,31 @@ pub mod jobs;
 pub mod keycodec;
 pub mod memtable;
 pub mod metrics;
-pub mod overlay;
+pub mod node;
+mod offload;
+pub mod pins;
 mod promotion;
+pub mod read;
 mod reclaim;
 pub mod row;
-pub mod s3;
-pub mod scan;
 pub mod schema;
 pub mod shard;
 pub mod sst;
 pub mod state;
 pub mod value;
 pub mod varint;
-pub mod view;
+mod version;
 pub mod wal;
 
-pub use cluster::{ClusterConfig, NodeInfo, ShardLease};
+pub use cluster::{ClusterConfig, ShardLease};
 pub use config::{Durability, EngineConfig, GcConfig, HotnessConfig, JobsConfig, WriteOptions};
 pub use db::{CatalogSnapshot, Db, DbConfig, ScanOptions, Snapshot, Table, TableView};
 pub use error::{Error, Result};
 pub use gc::{GcPlan, GcReport};
-pub use scan::{ScanPaths, ViewBatches};
+pub use node::NodeInfo;
+pub use read::scan::{ScanPaths, ViewBatches};
+pub use read::view::{AsOf, ScanSummary, ShardView, ViewRows};
+pub use read::{overlay, scan, view};
 pub use schema::Mutation;
 pub use shard::{Shard, ShardSnapshot};
 pub use value::Value;
-pub use view::{AsOf, ScanSummary, ShardView, ViewRows};

@@ -283,7 +283,12 @@ impl TableSchema {
                             .ok_or_else(|| Error::Internal(format!("{c} is a key column")))
                     })
                     .collect::<Result<Vec<usize>>>()?;
-                formats.push(Arc::new(crate::columnar::GroupFormat::new(&me, cols)));
+                formats.push(Arc::new(crate::columnar::GroupFormat::new(
+                    &me.schema,
+                    &me.key_indices,
+                    &me.value_indices,
+                    cols,
+                )));
             }
             groups.push(formats);
         }

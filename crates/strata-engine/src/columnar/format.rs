@@ -27,7 +27,6 @@ use crate::entry::{Entry, EntryKind};
 use crate::error::{Error, Result};
 use crate::keycodec;
 use crate::row::{RowCodec, RowValues};
-use crate::schema::TableSchema;
 use crate::value::{Value, build_array, value_at};
 
 /// Name of the encoded-key column.
@@ -73,19 +72,28 @@ impl GroupFormat {
         self.key_types.len()
     }
 
-    /// The format of a group made of the non-key columns at `columns` (codec positions).
-    pub fn new(table: &TableSchema, columns: Vec<usize>) -> Self {
+    /// The format of a group made of the non-key columns at `columns` (codec positions) of
+    /// a table whose Arrow schema is `table`, with key columns at `key_indices` and value
+    /// columns (in codec order) at `value_indices`.
+    pub fn new(
+        table: &Schema,
+        key_indices: &[usize],
+        value_indices: &[usize],
+        columns: Vec<usize>,
+    ) -> Self {
         let mut fields = vec![Field::new(KEY_COLUMN, DataType::Binary, false)];
-        for i in &table.key_indices {
-            let f = table.schema.field(*i);
+        let mut key_types = Vec::with_capacity(key_indices.len());
+        for i in key_indices {
+            let f = table.field(*i);
             fields.push(Field::new(f.name(), f.data_type().clone(), false));
+            key_types.push(f.data_type().clone());
         }
         fields.push(Field::new(SEQ_COLUMN, DataType::UInt64, false));
         fields.push(Field::new(KIND_COLUMN, DataType::UInt8, false));
         fields.push(Field::new(PRESENT_COLUMN, DataType::Binary, true));
         let mut value_types = Vec::with_capacity(columns.len());
         for c in &columns {
-            let f = table.schema.field(table.value_indices[*c]);
+            let f = table.field(value_indices[*c]);
             fields.push(Field::new(f.name(), f.data_type().clone(), true));
             value_types.push(f.data_type().clone());
         }
@@ -93,9 +101,9 @@ impl GroupFormat {
             codec: RowCodec::new(value_types.clone()),
             columns,
             schema: Arc::new(Schema::new(fields)),
-            key_types: table.key_types.clone(),
+            key_types,
             value_types,
-            full_width: table.value_indices.len(),
+            full_width: value_indices.len(),
         }
     }
 

@@ -44,10 +44,10 @@ struct DbInner {
     clock: ClockRef,
     catalog: catalog::CatalogCache,
     open: tokio::sync::Mutex<HashMap<u64, Table>>,
-    s3: crate::s3::S3Context,
+    s3: crate::context::ProcessContext,
     workers: tokio_util::sync::CancellationToken,
     worker_stats: Vec<Arc<crate::jobs::WorkerStats>>,
-    remote: crate::view::RemoteViews,
+    remote: crate::read::view::RemoteViews,
     /// Set when this process is an ingest node of a cluster (shards owned through leases).
     cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
 }
@@ -160,18 +160,20 @@ impl Db {
         } else {
             None
         };
-        let s3 = crate::s3::S3Context {
+        let s3 = crate::context::ProcessContext {
             hotness,
-            cache,
-            metas: Arc::new(crate::columnar::MetaCache::with_scan_cache(
-                config.page_cache_bytes,
-                config.scan_cache_bytes,
-            )),
+            reads: crate::read::ReadContext {
+                cache,
+                metas: Arc::new(crate::columnar::MetaCache::with_scan_cache(
+                    config.page_cache_bytes,
+                    config.scan_cache_bytes,
+                )),
+                overlays: Arc::new(
+                    crate::read::overlay::OverlayCache::new(config.scan_overlay_bytes)
+                        .with_refold_bytes(config.scan_memtable_refold_bytes),
+                ),
+            },
             layout: layout.clone(),
-            overlays: Arc::new(
-                crate::overlay::OverlayCache::new(config.scan_overlay_bytes)
-                    .with_refold_bytes(config.scan_memtable_refold_bytes),
-            ),
             jobs_published: Arc::default(),
         };
         let workers = tokio_util::sync::CancellationToken::new();
@@ -196,9 +198,9 @@ impl Db {
             let cancel = workers.clone();
             tokio::spawn(async move { w.run(cancel).await });
         }
-        let remote = crate::view::RemoteViews::new(
+        let remote = crate::read::view::RemoteViews::new(
             store.clone(),
-            s3.clone(),
+            s3.reads.clone(),
             clock.clone(),
             local_dir.join("views"),
             config.pin_lease_ms,
@@ -522,7 +524,11 @@ impl Db {
     /// acknowledged before the call, or as of an older snapshot. Reads the writer's state
     /// when this process writes the table, otherwise the bucket alone (WAL tail included):
     /// query services call this without becoming writers.
-    pub async fn view(&self, name: &str, as_of: Option<crate::view::AsOf>) -> Result<TableView> {
+    pub async fn view(
+        &self,
+        name: &str,
+        as_of: Option<crate::read::view::AsOf>,
+    ) -> Result<TableView> {
         let schema = self.catalog_with(name).await?.schema(name)?;
         self.view_of(schema, as_of).await
     }
@@ -532,7 +538,7 @@ impl Db {
     pub async fn view_of(
         &self,
         schema: Arc<TableSchema>,
-        as_of: Option<crate::view::AsOf>,
+        as_of: Option<crate::read::view::AsOf>,
     ) -> Result<TableView> {
         let entry = schema.entry.clone();
         let open = self.inner.open.lock().await.get(&entry.id).cloned();
@@ -619,7 +625,7 @@ impl Db {
                 let rec =
                     match store.get(o).await {
                         Ok(g) => g.bytes().await.ok().and_then(|b| {
-                            serde_json::from_slice::<crate::view::PinRecord>(&b).ok()
+                            serde_json::from_slice::<crate::pins::PinRecord>(&b).ok()
                         }),
                         Err(_) => None,
                     };
@@ -818,13 +824,13 @@ impl Db {
     /// The decoded-page cache of point lookups into columnar levels: (bytes held, pages
     /// held, hits, misses). Its bytes stay within `page_cache_bytes`.
     pub fn page_cache_stats(&self) -> (u64, usize, u64, u64) {
-        self.inner.s3.metas.page_stats()
+        self.inner.s3.reads.metas.page_stats()
     }
 
     /// The decoded-column cache of scans over columnar levels: (bytes held, column chunks
     /// held, hits, misses). Its bytes stay within `scan_cache_bytes`.
     pub fn scan_cache_stats(&self) -> (u64, usize, u64, u64) {
-        self.inner.s3.metas.column_stats()
+        self.inner.s3.reads.metas.column_stats()
     }
 
     /// The hotness tracker's sizes and counters, when it is enabled.

@@ -13,7 +13,7 @@ use crate::schema::{Mutation, TableSchema};
 use crate::shard::{Shard, ShardSnapshot};
 use crate::value::Value;
 
-/// A consistent read-only view of a table: one pinned [`crate::view::ShardView`] per shard.
+/// A consistent read-only view of a table: one pinned [`crate::read::view::ShardView`] per shard.
 #[derive(Debug)]
 pub struct TableView {
     /// The engine's view of the table.
@@ -21,7 +21,7 @@ pub struct TableView {
     /// The catalog entry (shard key ranges).
     pub entry: TableEntry,
     /// One view per shard, in shard order.
-    pub shards: Vec<crate::view::ShardView>,
+    pub shards: Vec<crate::read::view::ShardView>,
 }
 
 pub(super) struct TableInner {

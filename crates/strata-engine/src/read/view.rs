@@ -26,21 +26,20 @@ use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
-use object_store::{ObjectStoreExt, PutPayload};
+use object_store::ObjectStoreExt;
 use parking_lot::Mutex;
-use serde::{Deserialize, Serialize};
 use strata_common::clock::ClockRef;
 use strata_common::ids::parse_id;
 use strata_manifest::{Manifest, SeqTime, ShardPaths, SstId, SstInfo, Versioned, VersionedStore};
 use strata_objstore::StoreRef;
-use tokio_util::sync::CancellationToken;
 
 use crate::deep_run::DeepRun;
 use crate::error::{Error, Result};
 use crate::iter::{EntryIter, MergeIter, RowIter};
 use crate::memtable::{Memtable, MemtableIter};
+use crate::read::ReadContext;
+use crate::read::remote::BucketFiles;
 use crate::row::RowValues;
-use crate::s3::{BucketFiles, S3Context};
 use crate::schema::TableSchema;
 use crate::sst::{SstIter, SstReader};
 use crate::state::{ShardState, SstHandle};
@@ -78,6 +77,38 @@ pub struct ScanSummary {
 pub(crate) trait Hold: Send + Sync {}
 impl<T: Send + Sync> Hold for T {}
 
+/// Where a view's point reads report, when the view is of a shard this process writes
+/// (the shard implements it; the view holds it weakly). Kept narrow so that reads do not
+/// depend on the shard: the tier that answered, the access for the hotness tracker, and
+/// the promotion cache (HotRAP §3.3).
+pub(crate) trait PointReadSink: Send + Sync {
+    /// The shard's name, for logs.
+    fn name(&self) -> &str;
+    /// Counts a point read answered by `source`.
+    fn record_point_read(&self, source: crate::metrics::ReadSource);
+    /// Records an access to `key` (newest version `value_len` bytes); returns the tracker
+    /// when its buffer is full and must be flushed (blocking work: the caller's to place).
+    fn note_access(
+        &self,
+        key: &[u8],
+        value_len: u32,
+    ) -> Option<Arc<crate::hotness::HotnessTracker>>;
+    /// Whether point reads at the latest sequence number go through the promotion cache.
+    fn promotes(&self) -> bool;
+    /// The versions of `key` the promotion cache holds for a read at `seq`.
+    fn promoted(&self, key: &[u8], seq: u64) -> Option<Vec<crate::entry::Entry>>;
+    /// Offers `versions` of `key`, read from the columnar levels at `seq` under promotion
+    /// epoch `epoch`, to the promotion cache; a full cache starts promotion on `runtime`.
+    fn offer_promotion(
+        self: Arc<Self>,
+        key: &[u8],
+        versions: Vec<crate::entry::Entry>,
+        seq: u64,
+        epoch: u64,
+        runtime: &tokio::runtime::Handle,
+    );
+}
+
 /// A consistent read-only view of one shard.
 pub struct ShardView {
     pub(crate) table: Arc<TableSchema>,
@@ -88,7 +119,7 @@ pub struct ShardView {
     pub(crate) read_seq: u64,
     pub(crate) store: StoreRef,
     pub(crate) paths: ShardPaths,
-    pub(crate) s3: S3Context,
+    pub(crate) reads: ReadContext,
     pub(crate) seq_times: Vec<SeqTime>,
     /// Shared with background work reading the view's files (an overlay build).
     holds: Arc<Vec<Box<dyn Hold>>>,
@@ -99,7 +130,7 @@ pub struct ShardView {
     /// retention reads) and, at the latest sequence number, the promotion cache (HotRAP
     /// §3.3). SQL over a single key is such a read. Weak: a view does not keep a closed
     /// shard alive.
-    shard: Option<(Weak<crate::shard::ShardInner>, u64)>,
+    shard: Option<(Weak<dyn PointReadSink>, u64)>,
 }
 
 impl std::fmt::Debug for ShardView {
@@ -122,7 +153,7 @@ impl ShardView {
         seq: u64,
         store: StoreRef,
         paths: ShardPaths,
-        s3: S3Context,
+        reads: ReadContext,
         seq_times: Vec<SeqTime>,
         holds: Vec<Box<dyn Hold>>,
     ) -> Self {
@@ -133,7 +164,7 @@ impl ShardView {
             read_seq: seq,
             store,
             paths,
-            s3,
+            reads,
             seq_times,
             holds: Arc::new(holds),
             shard: None,
@@ -143,7 +174,7 @@ impl ShardView {
     /// The view, reporting its point reads to `shard` (promotion epoch `promotion_epoch`).
     pub(crate) fn reporting_to(
         mut self,
-        shard: Weak<crate::shard::ShardInner>,
+        shard: Weak<dyn PointReadSink>,
         promotion_epoch: u64,
     ) -> Self {
         self.shard = Some((shard, promotion_epoch));
@@ -263,15 +294,15 @@ impl ShardView {
         mems: Vec<Arc<Memtable>>,
         handle: &tokio::runtime::Handle,
     ) -> impl FnOnce(
-        Arc<crate::overlay::Overlay>,
+        Arc<crate::read::overlay::Overlay>,
         u64,
         u64,
         u64,
-    ) -> Result<Option<crate::overlay::Overlay>>
+    ) -> Result<Option<crate::read::overlay::Overlay>>
     + Send
     + 'static {
         let (table, holds) = (self.table.clone(), self.holds.clone());
-        let (store, paths, s3) = (self.store.clone(), self.paths.clone(), self.s3.clone());
+        let (store, paths, s3) = (self.store.clone(), self.paths.clone(), self.reads.clone());
         let first = run.groups.first().cloned().unwrap_or_default();
         let h = handle.clone();
         move |under, from, seq, max| {
@@ -283,7 +314,8 @@ impl ShardView {
                 })
                 .collect();
             let started = std::time::Instant::now();
-            let Some(folded) = crate::overlay::Overlay::fold(&table, sources, seq, max)? else {
+            let Some(folded) = crate::read::overlay::Overlay::fold(&table, sources, seq, max)?
+            else {
                 return Ok(None);
             };
             let Some(combined) = under.combine(&table, &folded, max)? else {
@@ -302,7 +334,8 @@ impl ShardView {
             let files = BucketFiles {
                 store: &store,
                 paths: &paths,
-                s3: &s3,
+                cache: &s3.cache,
+                metas: &s3.metas,
             };
             let deep_files: Vec<_> = first.iter().map(|f| files.parquet_source(f)).collect();
             Ok(Some(combined.positioned(&table, &deep_files, &h)))
@@ -318,7 +351,7 @@ impl ShardView {
     }
 
     /// What identifies the overlay of the immutable upper tiers above the deep run `run`
-    /// (see [`crate::overlay`]): the shard, the table's schema, every file folded and the
+    /// (see [`crate::read::overlay`]): the shard, the table's schema, every file folded and the
     /// run's first group's files (the overlay's keys are placed among them). None when
     /// the view reads older than the newest version folded. With nothing to fold the
     /// overlay is empty: the memtables are then folded over it alone
@@ -381,7 +414,7 @@ impl ShardView {
             let _ = write!(key, "{},", f.name);
         }
         // And the run's first group, where the overlay's keys are placed (see
-        // `crate::scan::Positions`).
+        // `crate::read::scan::Positions`).
         key.push('|');
         for f in run.groups.first().into_iter().flatten() {
             let _ = write!(key, "{},", f.name);
@@ -415,10 +448,10 @@ impl ShardView {
         handle: &tokio::runtime::Handle,
         build: bool,
         wait: bool,
-        make: impl FnOnce(u64) -> Result<Option<crate::overlay::Overlay>> + Send + 'static,
-    ) -> Option<Arc<crate::overlay::Overlay>> {
-        use crate::overlay::Lookup;
-        let cache = self.s3.overlays.clone();
+        make: impl FnOnce(u64) -> Result<Option<crate::read::overlay::Overlay>> + Send + 'static,
+    ) -> Option<Arc<crate::read::overlay::Overlay>> {
+        use crate::read::overlay::Lookup;
+        let cache = self.reads.overlays.clone();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         loop {
             match cache.lookup(&key, build) {
@@ -458,13 +491,13 @@ impl ShardView {
         handle: &tokio::runtime::Handle,
         build: bool,
         wait: bool,
-    ) -> Option<Arc<crate::overlay::Overlay>> {
+    ) -> Option<Arc<crate::read::overlay::Overlay>> {
         let (table, state, store, paths, s3, holds) = (
             self.table.clone(),
             self.state.clone(),
             self.store.clone(),
             self.paths.clone(),
-            self.s3.clone(),
+            self.reads.clone(),
             self.holds.clone(),
         );
         let h = handle.clone();
@@ -476,9 +509,10 @@ impl ShardView {
             let files = BucketFiles {
                 store: &store,
                 paths: &paths,
-                s3: &s3,
+                cache: &s3.cache,
+                metas: &s3.metas,
             };
-            crate::overlay::Overlay::build(&table, &state, &files, &run, max, &h)
+            crate::read::overlay::Overlay::build(&table, &state, &files, &run, max, &h)
         })
     }
 
@@ -492,10 +526,10 @@ impl ShardView {
         &self,
         base_key: &str,
         run: &DeepRun,
-        base: &Arc<crate::overlay::Overlay>,
+        base: &Arc<crate::read::overlay::Overlay>,
         handle: &tokio::runtime::Handle,
         wait: bool,
-    ) -> Option<Arc<crate::overlay::Overlay>> {
+    ) -> Option<Arc<crate::read::overlay::Overlay>> {
         use std::fmt::Write;
         let mems = self.nonempty_memtables();
         if mems.is_empty() {
@@ -532,16 +566,16 @@ impl ShardView {
         &self,
         base_key: &str,
         run: &DeepRun,
-        base: &Arc<crate::overlay::Overlay>,
+        base: &Arc<crate::read::overlay::Overlay>,
         handle: &tokio::runtime::Handle,
         start_build: bool,
-    ) -> Option<Arc<crate::overlay::Overlay>> {
-        use crate::overlay::{Lookup, MemtablesFolded, Overlay};
+    ) -> Option<Arc<crate::read::overlay::Overlay>> {
+        use crate::read::overlay::{Lookup, MemtablesFolded, Overlay};
         let mems = self.nonempty_memtables();
         if mems.is_empty() {
             return None;
         }
-        let cache = self.s3.overlays.clone();
+        let cache = self.reads.overlays.clone();
         cache.refold_bytes(0)?;
         let key = format!("{base_key}|memtables-through");
         let ids: Vec<String> = mems.iter().map(|m| m.identity()).collect();
@@ -574,7 +608,7 @@ impl ShardView {
         };
         let spawn =
             |key: String,
-             cache: Arc<crate::overlay::OverlayCache>,
+             cache: Arc<crate::read::overlay::OverlayCache>,
              job: Box<dyn FnOnce(u64) -> Result<Option<Overlay>> + Send>| {
                 drop(handle.spawn_blocking(move || {
                     let max = cache.max_overlay_bytes();
@@ -615,7 +649,7 @@ impl ShardView {
     /// that one.
     fn positions_hold(
         &self,
-        overlay: &crate::overlay::Overlay,
+        overlay: &crate::read::overlay::Overlay,
         run: &DeepRun,
         groups: &[usize],
     ) -> Option<u64> {
@@ -629,7 +663,7 @@ impl ShardView {
 
     /// Builds (or waits for) the scan overlay of this view's immutable upper tiers (and of
     /// its memtables over them, when every memtable version is visible), as the
-    /// first wide scan of a file set does in the background (see [`crate::overlay`]); true
+    /// first wide scan of a file set does in the background (see [`crate::read::overlay`]); true
     /// when scans of this view now use one. Blocking: call it on a blocking thread.
     pub fn warm_overlay(&self, handle: &tokio::runtime::Handle) -> bool {
         let Some((run, key)) = self
@@ -650,7 +684,8 @@ impl ShardView {
         BucketFiles {
             store: &self.store,
             paths: &self.paths,
-            s3: &self.s3,
+            cache: &self.reads.cache,
+            metas: &self.reads.metas,
         }
     }
 
@@ -674,7 +709,7 @@ impl ShardView {
             }
         }
         for (li, level) in self.state.manifest.value.s3_levels.iter().enumerate() {
-            let wanted = crate::s3::groups_needed(&self.table, li, needed);
+            let wanted = crate::read::remote::groups_needed(&self.table, li, needed);
             s.groups_read.push(wanted.len());
             for (g, run) in level.groups.iter().enumerate() {
                 for f in &run.files {
@@ -702,7 +737,7 @@ impl ShardView {
         let sources = self.row_sources(start, end);
         let mut merged = MergeIter::with_parts(sources, self.table.codec.clone());
         let files = self.files();
-        merged.add_sources(crate::s3::run_iters(
+        merged.add_sources(crate::read::remote::run_iters(
             &self.table,
             &files,
             &self.state.manifest.value,
@@ -746,7 +781,7 @@ impl ShardView {
     /// batches of the table's read schema projected to `projection` (indices into the
     /// table's columns), at most `batch_rows` rows each. The deepest S3 level is read
     /// column-wise and passed through where nothing above it overrides a row (see
-    /// [`crate::scan`]). Blocking: call it on a blocking thread.
+    /// [`crate::read::scan`]). Blocking: call it on a blocking thread.
     pub fn batches(
         &self,
         start: &[u8],
@@ -754,7 +789,7 @@ impl ShardView {
         projection: &[usize],
         batch_rows: usize,
         handle: &tokio::runtime::Handle,
-    ) -> Result<crate::scan::ViewBatches> {
+    ) -> Result<crate::read::scan::ViewBatches> {
         let table = &self.table;
         if self.single_key(start, end) {
             // A point read: the key's versions tier by tier, as `Shard::get` finds them
@@ -764,7 +799,11 @@ impl ShardView {
                 .map(|r| (Bytes::copy_from_slice(start), r))
                 .into_iter()
                 .collect();
-            return crate::scan::ViewBatches::ready(table.clone(), projection.to_vec(), &rows);
+            return crate::read::scan::ViewBatches::ready(
+                table.clone(),
+                projection.to_vec(),
+                &rows,
+            );
         }
         let needed: Vec<usize> = projection
             .iter()
@@ -817,7 +856,7 @@ impl ShardView {
             let mut upper =
                 MergeIter::with_parts(self.row_sources(start, end), table.codec.clone());
             let none = std::collections::HashSet::new();
-            upper.add_sources(crate::s3::run_iters(
+            upper.add_sources(crate::read::remote::run_iters(
                 table,
                 &files,
                 manifest,
@@ -833,8 +872,8 @@ impl ShardView {
         };
         let deep = run.map(|run| {
             let li = run.level;
-            let groups = crate::s3::groups_needed(table, li, Some(&needed));
-            crate::scan::DeepSpec {
+            let groups = crate::read::remote::groups_needed(table, li, Some(&needed));
+            crate::read::scan::DeepSpec {
                 level: li,
                 by_position: overlay
                     .as_deref()
@@ -854,7 +893,7 @@ impl ShardView {
                 end: end.map(|e| e.to_vec()),
             }
         });
-        crate::scan::ViewBatches::new(
+        crate::read::scan::ViewBatches::new(
             table.clone(),
             projection.to_vec(),
             self.read_seq,
@@ -895,8 +934,8 @@ impl ShardView {
             .as_ref()
             .and_then(|(s, epoch)| Some((s.upgrade()?, *epoch)));
         let (mut versions, mut source) =
-            crate::shard::point_versions(&self.state, key, self.read_seq)?;
-        if !crate::s3::decided(codec, &mut versions)? {
+            crate::read::upper::point_versions(&self.state, key, self.read_seq)?;
+        if !crate::fold::decided(codec, &mut versions)? {
             // Through the promotion cache only at the latest sequence number (not time
             // travel), as `Shard::get` without a snapshot.
             let promoting = shard
@@ -909,7 +948,7 @@ impl ShardView {
             } else {
                 source = crate::metrics::ReadSource::S3;
                 let before = versions.len();
-                crate::s3::s3_point_versions(
+                crate::read::remote::point_versions(
                     &self.table,
                     &self.files(),
                     &self.state,
@@ -921,7 +960,7 @@ impl ShardView {
                 if let Some((shard, epoch)) = promoting
                     && versions.len() > before
                 {
-                    shard.offer_promotion(
+                    shard.clone().offer_promotion(
                         key,
                         versions[before..].to_vec(),
                         self.read_seq,
@@ -930,18 +969,18 @@ impl ShardView {
                     );
                 }
             }
-            crate::s3::coalesce(codec, &mut versions)?;
+            crate::fold::coalesce(codec, &mut versions)?;
         }
         let row = crate::iter::resolve(codec, &versions)?;
         if let Some((shard, _)) = &shard {
-            shard.stats.record_point_read(source);
+            shard.record_point_read(source);
             let value_len = versions.first().map_or(0, |e| e.value.len()) as u32;
             if row.is_some()
                 && let Some(t) = shard.note_access(key, value_len)
                 && let Err(e) = t.flush_full()
             {
                 // Losing an access loses warmth, never data: log and go on.
-                tracing::warn!(shard = %shard.name, "hotness tracker: {e}");
+                tracing::warn!(shard = %shard.name(), "hotness tracker: {e}");
             }
         }
         Ok(row)
@@ -953,7 +992,7 @@ impl ShardView {
         let run = DeepRun::of(&self.table, &self.state.manifest.value)?;
         // Its needed groups must hold the same versions to be read side by side; groups
         // compacted separately may not (their runs then differ in rows or sequence span).
-        let groups = crate::s3::groups_needed(&self.table, run.level, Some(needed));
+        let groups = crate::read::remote::groups_needed(&self.table, run.level, Some(needed));
         let first = run.signature(groups[0]);
         groups
             .iter()
@@ -979,177 +1018,11 @@ impl ViewRows {
     }
 }
 
-/// A durable pin: `<shard>/pins/<id>.json`, renewed until dropped.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct PinRecord {
-    /// The manifest version whose objects must be kept.
-    pub manifest_version: u64,
-    /// The pin lapses after this time (the reader's clock) unless renewed.
-    pub expires_at_ms: u64,
-    /// The lease it was set with: the writer also keeps it until it has seen it unrenewed
-    /// for this long by its own clock (0 in pins of older readers: the writer's
-    /// `pin_lease_ms`).
-    #[serde(default)]
-    pub lease_ms: u64,
-}
-
-struct DurablePin {
-    cancel: CancellationToken,
-}
-
-impl Drop for DurablePin {
-    fn drop(&mut self) {
-        self.cancel.cancel();
-    }
-}
-
-async fn put_pin(store: &StoreRef, path: &object_store::path::Path, rec: &PinRecord) -> Result<()> {
-    let body = serde_json::to_vec(rec).map_err(|e| Error::Internal(e.to_string()))?;
-    store
-        .put(path, PutPayload::from(body))
-        .await
-        .map_err(Error::store(format!("write pin {path}")))?;
-    Ok(())
-}
-
-/// Pins `version` of the shard at `paths` until the returned guard drops.
-async fn pin_version(
-    store: &StoreRef,
-    paths: &ShardPaths,
-    version: u64,
-    clock: &ClockRef,
-    lease_ms: u64,
-) -> Result<DurablePin> {
-    let id = format!(
-        "{:016x}-{:08x}-{:016x}",
-        clock.now_ms(),
-        std::process::id(),
-        NEXT_PIN.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    );
-    let path = paths.pin(&id);
-    let lease_ms = lease_ms.max(300);
-    put_pin(
-        store,
-        &path,
-        &PinRecord {
-            manifest_version: version,
-            expires_at_ms: clock.now_ms() + lease_ms,
-            lease_ms,
-        },
-    )
-    .await?;
-    let cancel = CancellationToken::new();
-    let (c, store, clock) = (cancel.clone(), store.clone(), clock.clone());
-    tokio::spawn(async move {
-        let every = std::time::Duration::from_millis(lease_ms / 3);
-        loop {
-            tokio::select! {
-                _ = c.cancelled() => break,
-                _ = tokio::time::sleep(every) => {}
-            }
-            let rec = PinRecord {
-                manifest_version: version,
-                expires_at_ms: clock.now_ms() + lease_ms,
-                lease_ms,
-            };
-            if let Err(e) = put_pin(&store, &path, &rec).await {
-                tracing::warn!(%path, error = %e, "could not renew snapshot pin");
-            }
-        }
-        if let Err(e) = store.delete(&path).await
-            && !matches!(e, object_store::Error::NotFound { .. })
-        {
-            tracing::warn!(%path, error = %e, "could not delete snapshot pin; it lapses on its own");
-        }
-    });
-    Ok(DurablePin { cancel })
-}
-
-static NEXT_PIN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-
-/// Every durable pin of a shard with its object (lapsed ones included; unreadable ones
-/// are logged and skipped).
-async fn read_pins(
-    store: &StoreRef,
-    paths: &ShardPaths,
-) -> Result<Vec<(object_store::path::Path, PinRecord)>> {
-    let metas: Vec<object_store::ObjectMeta> = store
-        .list(Some(&paths.pins_dir()))
-        .try_collect()
-        .await
-        .map_err(Error::store("list pins"))?;
-    let mut out = Vec::new();
-    for m in metas {
-        let data = match store.get(&m.location).await {
-            Ok(g) => g.bytes().await.map_err(Error::store("read pin"))?,
-            Err(object_store::Error::NotFound { .. }) => continue,
-            Err(e) => return Err(Error::store("read pin")(e)),
-        };
-        match serde_json::from_slice::<PinRecord>(&data) {
-            Ok(p) => out.push((m.location, p)),
-            Err(e) => {
-                tracing::warn!(path = %m.location, error = %e, "ignoring unreadable snapshot pin")
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// Every durable pin of a shard: (reader, record), lapsed ones included.
-pub(crate) async fn list_pins(
-    store: &StoreRef,
-    paths: &ShardPaths,
-) -> Result<Vec<(String, PinRecord)>> {
-    Ok(read_pins(store, paths)
-        .await?
-        .into_iter()
-        .map(|(location, p)| {
-            let reader = location
-                .filename()
-                .and_then(|f| f.strip_suffix(".json"))
-                .unwrap_or_default()
-                .to_string();
-            (reader, p)
-        })
-        .collect())
-}
-
-/// Manifest versions pinned by live durable pins of the shard at `paths`; lapsed pins are
-/// deleted when `delete_lapsed`.
-pub(crate) async fn pinned_versions(
-    store: &StoreRef,
-    paths: &ShardPaths,
-    now_ms: u64,
-    delete_lapsed: bool,
-    sightings: &parking_lot::Mutex<crate::gc::Sightings>,
-    lease_ms: u64,
-) -> Result<Vec<u64>> {
-    let mut out = Vec::new();
-    for (location, p) in read_pins(store, paths).await? {
-        // Live by the reader's clock (its expiry), or by ours: not yet seen unrenewed for
-        // a whole lease (a reader whose clock runs behind ours writes expiries that look
-        // past already). A renewal changes the expiry and restarts our count.
-        let unrenewed_ms = sightings
-            .lock()
-            .age(location.as_ref(), p.expires_at_ms as i64, now_ms);
-        let lease = if p.lease_ms > 0 { p.lease_ms } else { lease_ms };
-        if p.expires_at_ms >= now_ms || unrenewed_ms < lease {
-            out.push(p.manifest_version);
-        } else if delete_lapsed {
-            match store.delete(&location).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(Error::store("delete lapsed pin")(e)),
-            }
-        }
-    }
-    Ok(out)
-}
-
 /// Builds views of shards from the bucket alone (query services and other readers that are
 /// not the shard's writer). Caches downloaded SSTs and decoded WAL segments.
 pub(crate) struct RemoteViews {
     pub(crate) store: StoreRef,
-    pub(crate) s3: S3Context,
+    pub(crate) reads: ReadContext,
     pub(crate) clock: ClockRef,
     pub(crate) local_dir: PathBuf,
     pub(crate) pin_lease_ms: u64,
@@ -1172,14 +1045,14 @@ struct Tail {
 impl RemoteViews {
     pub(crate) fn new(
         store: StoreRef,
-        s3: S3Context,
+        reads: ReadContext,
         clock: ClockRef,
         local_dir: PathBuf,
         pin_lease_ms: u64,
     ) -> Self {
         Self {
             store,
-            s3,
+            reads,
             clock,
             local_dir,
             pin_lease_ms,
@@ -1218,19 +1091,19 @@ impl RemoteViews {
                     0,
                     self.store.clone(),
                     paths,
-                    self.s3.clone(),
+                    self.reads.clone(),
                     Vec::new(),
                     Vec::new(),
                 ));
             };
             let groups: Vec<usize> = table.groups.iter().map(|g| g.len()).collect();
-            crate::s3::check_shape(&manifest.value, &groups).map_err(|e| match e {
+            crate::version::check_shape(&manifest.value, &groups).map_err(|e| match e {
                 Error::Corrupt(m) => {
                     Error::Corrupt(format!("{}: {m}", manifests.path(manifest.version)))
                 }
                 e => e,
             })?;
-            let pin = pin_version(
+            let pin = crate::pins::pin_version(
                 &self.store,
                 &paths,
                 manifest.version,
@@ -1256,7 +1129,7 @@ impl RemoteViews {
                         seq,
                         self.store.clone(),
                         paths,
-                        self.s3.clone(),
+                        self.reads.clone(),
                         seq_times,
                         vec![Box::new(pin)],
                     ));

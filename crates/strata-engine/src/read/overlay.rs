@@ -1,6 +1,6 @@
 //! The upper overlay: a merged, columnar copy of a shard's immutable upper tiers.
 //!
-//! A scan lines the deepest S3 level up with every version above it (see [`crate::scan`]).
+//! A scan lines the deepest S3 level up with every version above it (see [`crate::read::scan`]).
 //! Most of those versions sit in immutable files (NVMe-tier SSTs, shallower S3 levels)
 //! that many scans read again and again until the next flush or drain changes the file
 //! set. Merging them version by version through the row codec on every scan cost a scan
@@ -33,9 +33,9 @@ use crate::deep_run::DeepRun;
 use crate::entry::{Entry, EntryKind, Folded};
 use crate::error::Result;
 use crate::iter::{EntryIter, MergeIter};
+use crate::read::remote::BucketFiles;
+use crate::read::scan::Positions;
 use crate::row::RowValues;
-use crate::s3::BucketFiles;
-use crate::scan::Positions;
 use crate::schema::TableSchema;
 use crate::sst::SstIter;
 use crate::state::ShardState;
@@ -114,7 +114,7 @@ impl Overlay {
             sources.push(Box::new(SstIter::new(h.reader.clone(), &[])));
         }
         let all: Vec<usize> = (0..table.value_indices.len()).collect();
-        sources.extend(crate::s3::run_iters(
+        sources.extend(crate::read::remote::run_iters(
             table,
             files,
             &state.manifest.value,

@@ -47,7 +47,7 @@ use crate::columnar::reader::{BatchStream, ParquetSource};
 use crate::entry::{Entry, EntryKind};
 use crate::error::{Error, Result};
 use crate::iter::{EntryIter, MergeIter, RowIter, VecIter};
-use crate::overlay::Overlay;
+use crate::read::overlay::Overlay;
 use crate::row::RowValues;
 use crate::schema::TableSchema;
 use crate::value::value_at;
@@ -66,7 +66,7 @@ pub struct ScanPaths {
     /// the level's files hold only visible whole-row puts, one per key.
     pub unversioned: u64,
     /// Rows spliced straight from the overlay of the immutable upper tiers (whole rows;
-    /// see [`crate::overlay`]), and deep rows dropped under its deletes.
+    /// see [`crate::read::overlay`]), and deep rows dropped under its deletes.
     pub overlaid: u64,
     /// Deep-level rows read by row position: the overlay's keys placed by the positions
     /// computed with it, without reading or searching the key column.

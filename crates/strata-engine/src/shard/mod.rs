@@ -6,6 +6,18 @@
 //! its epoch. After that, one task group-commits writes (WAL segment PUT, then memtable,
 //! then acknowledge), one flushes frozen memtables to L0 SSTs, one compacts, one collects
 //! garbage.
+//!
+//! The shard room: this module owns `ShardInner` (the writer's state, locks and
+//! protections) and is the only place that reaches into it. Its submodules run the
+//! background subsystems on it: `compact` (NVMe compaction), `offload` (cross-tier and
+//! column-group jobs, HotRAP retention) and `gc`. They call the pure policies below the
+//! shard (`crate::compaction`, `crate::offload`, `crate::gc`), the reads (`crate::read`,
+//! to which the shard reports through `PointReadSink`), the formats and the jobs protocol;
+//! nothing below the shard calls back into it (`ci/modgraph.py` checks).
+
+mod compact;
+mod gc;
+mod offload;
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
@@ -28,12 +40,13 @@ use crate::config::{Durability, EngineConfig};
 use crate::entry::Entry;
 use crate::error::{Error, Result};
 use crate::history::{HorizonInputs, merge_seq_times, push_seq_time, seq_time_quantum};
-use crate::iter::{EntryIter, MergeIter, RowIter, resolve};
+use crate::iter::{EntryIter, RowIter, resolve};
 use crate::memtable::{Memtable, MemtableIter};
 use crate::metrics::ReadSource;
+use crate::read::upper::{point_versions, row_files_may_hold, state_iter};
 use crate::row::RowValues;
 use crate::schema::{PreparedEntry, TableSchema};
-use crate::sst::{SstBuilder, SstIter, SstReader};
+use crate::sst::{SstBuilder, SstReader};
 use crate::state::{ShardState, SstHandle};
 use crate::wal::Segment;
 
@@ -100,9 +113,9 @@ pub(crate) struct ShardInner {
     /// Shard id within the table.
     pub(crate) shard_id: u32,
     /// Reading context of the S3 levels.
-    pub(crate) s3: crate::s3::S3Context,
+    pub(crate) s3: crate::context::ProcessContext,
     /// Published S3 compaction jobs awaiting results.
-    pub(crate) outstanding: Mutex<std::collections::HashMap<String, crate::s3::Outstanding>>,
+    pub(crate) outstanding: Mutex<std::collections::HashMap<String, crate::offload::Outstanding>>,
     /// Last-NVMe-level SSTs an outstanding cross-tier job reads: NVMe compaction leaves them.
     pub(crate) locked_ssts: Mutex<HashSet<SstId>>,
     /// Last-NVMe-level SSTs written by retention: copies of records already in S3, which a
@@ -217,6 +230,43 @@ impl ShardInner {
                 }
             }
         });
+    }
+}
+
+impl crate::read::view::PointReadSink for ShardInner {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn record_point_read(&self, source: ReadSource) {
+        self.stats.record_point_read(source);
+    }
+
+    fn note_access(
+        &self,
+        key: &[u8],
+        value_len: u32,
+    ) -> Option<Arc<crate::hotness::HotnessTracker>> {
+        ShardInner::note_access(self, key, value_len)
+    }
+
+    fn promotes(&self) -> bool {
+        ShardInner::promotes(self)
+    }
+
+    fn promoted(&self, key: &[u8], seq: u64) -> Option<Vec<Entry>> {
+        ShardInner::promoted(self, key, seq)
+    }
+
+    fn offer_promotion(
+        self: Arc<Self>,
+        key: &[u8],
+        versions: Vec<Entry>,
+        seq: u64,
+        epoch: u64,
+        runtime: &tokio::runtime::Handle,
+    ) {
+        ShardInner::offer_promotion(&self, key, versions, seq, epoch, runtime)
     }
 }
 
@@ -457,7 +507,7 @@ impl Shard {
         local_root: PathBuf,
         config: EngineConfig,
         clock: ClockRef,
-        s3: crate::s3::S3Context,
+        s3: crate::context::ProcessContext,
     ) -> Result<Shard> {
         let name = format!("{}/{}", table.name(), shard_id);
         let group_counts: Vec<usize> = table.groups.iter().map(|g| g.len()).collect();
@@ -472,7 +522,7 @@ impl Shard {
             };
             next.writer_epoch += 1;
             next.written_at_ms = clock.now_ms();
-            crate::s3::shape_levels(&mut next, &group_counts).map_err(|e| match &latest {
+            crate::version::shape_levels(&mut next, &group_counts).map_err(|e| match &latest {
                 Some(v) => e.in_object(&manifests.path(v.version)),
                 None => e,
             })?;
@@ -604,7 +654,9 @@ impl Shard {
             // not `Send` for every lifetime, which the spawned open needs.
             let mut downloads = Vec::with_capacity(level.ssts.len());
             for info in &level.ssts {
-                downloads.push(crate::view::fetch_sst(&store, &paths, info, &local_dir));
+                downloads.push(crate::read::view::fetch_sst(
+                    &store, &paths, info, &local_dir,
+                ));
             }
             let handles: Vec<_> = futures::stream::iter(downloads)
                 .buffered(SST_DOWNLOADS_CONCURRENT)
@@ -667,13 +719,13 @@ impl Shard {
             written_bytes: AtomicU64::new(written_bytes),
             l0_grown_ms: AtomicU64::new(opened_ms),
         });
-        crate::s3::clear_stale_jobs(&inner).await?;
-        tokio::spawn(crate::s3::job_loop(inner.clone()));
+        offload::clear_stale_jobs(&inner).await?;
+        tokio::spawn(offload::job_loop(inner.clone()));
         tokio::spawn(writer_loop(inner.clone(), rx, fence + 1, last_seq + 1));
         tokio::spawn(flush_loop(inner.clone()));
-        tokio::spawn(crate::compaction::compaction_loop(inner.clone()));
+        tokio::spawn(compact::compaction_loop(inner.clone()));
         if inner.config.gc.interval_ms > 0 {
-            tokio::spawn(crate::gc::gc_loop(inner.clone()));
+            tokio::spawn(gc::gc_loop(inner.clone()));
         }
         inner.compaction_wanted.notify_one();
         Ok(Shard { inner, tx })
@@ -746,7 +798,7 @@ impl Shard {
         let frozen = state.frozen.len();
         let limit = self.inner.config.sorted_runs_max;
         let mut since = self.inner.overloaded_since.lock();
-        if runs > limit || frozen >= self.inner.config.memtables_frozen_max.max(1) {
+        if crate::backpressure::refuses(runs, frozen, &self.inner.config).is_some() {
             if since.is_none() {
                 *since = Some(std::time::Instant::now());
                 tracing::warn!(shard = %self.inner.name, runs, frozen, "write stall: refusing writes until compaction catches up");
@@ -774,7 +826,7 @@ impl Shard {
         self.flush().await?;
         loop {
             self.wait_jobs().await?;
-            if crate::compaction::compact_all_to_last(&self.inner).await? {
+            if compact::compact_all_to_last(&self.inner).await? {
                 break;
             }
         }
@@ -840,8 +892,8 @@ impl Shard {
     }
 
     /// Durable snapshot pins of readers in other processes: (reader, record).
-    pub async fn pins(&self) -> Result<Vec<(String, crate::view::PinRecord)>> {
-        crate::view::list_pins(&self.inner.store, &self.inner.paths).await
+    pub async fn pins(&self) -> Result<Vec<(String, crate::pins::PinRecord)>> {
+        crate::pins::list_pins(&self.inner.store, &self.inner.paths).await
     }
 
     /// Snapshots this process holds (pinned sequence numbers, one per snapshot).
@@ -897,19 +949,19 @@ impl Shard {
     /// Runs compactions until none is due, waiting for them.
     pub async fn compact(&self) -> Result<()> {
         self.inner.check_open()?;
-        crate::compaction::compact_until_idle(&self.inner).await
+        compact::compact_until_idle(&self.inner).await
     }
 
     /// Runs garbage collection once now.
     pub async fn gc(&self) -> Result<crate::gc::GcReport> {
         self.inner.check_open()?;
-        crate::gc::collect(&self.inner).await
+        gc::collect(&self.inner).await
     }
 
     /// What a GC pass would delete now, deleting nothing (a dry run).
     pub async fn gc_plan(&self) -> Result<crate::gc::GcPlan> {
         self.inner.check_open()?;
-        crate::gc::plan(&self.inner, false).await
+        gc::plan(&self.inner, false).await
     }
 
     /// Pins the current state: versions visible at it survive compaction until dropped.
@@ -933,24 +985,24 @@ impl Shard {
 
     /// A consistent read-only view of the shard's current state (every acknowledged
     /// write), pinned until dropped.
-    pub fn view(&self) -> Result<crate::view::ShardView> {
+    pub fn view(&self) -> Result<crate::read::view::ShardView> {
         self.inner.check_open()?;
         let snap = self.snapshot();
         // The promotion epoch before the state, as in `get`: versions a point read through
         // the view finds in the columnar levels are offered to the promotion cache under it.
         let promotion_epoch = self.inner.promotion.lock().epoch;
         let (state, guard) = self.inner.read_state();
-        Ok(crate::view::ShardView::new(
+        Ok(crate::read::view::ShardView::new(
             self.inner.table.clone(),
             state,
             snap.seq(),
             self.inner.store.clone(),
             self.inner.paths.clone(),
-            self.inner.s3.clone(),
+            self.inner.s3.reads.clone(),
             self.inner.seq_times(),
             vec![Box::new(snap), Box::new(guard)],
         )
-        .reporting_to(Arc::downgrade(&self.inner), promotion_epoch))
+        .reporting_to(Arc::downgrade(&self.inner) as _, promotion_epoch))
     }
 
     /// Point read of an encoded key; the row's non-key values, or None.
@@ -980,7 +1032,7 @@ impl Shard {
         };
         let codec = &inner.table.codec;
         let promote = snapshot.is_none() && inner.promotes();
-        if !crate::s3::decided(codec, &mut versions)? {
+        if !crate::fold::decided(codec, &mut versions)? {
             let cached = promote.then(|| inner.promoted(&key, seq)).flatten();
             if let Some(c) = cached {
                 source = ReadSource::PromotionCache;
@@ -988,12 +1040,13 @@ impl Shard {
             } else {
                 source = ReadSource::S3;
                 let before = versions.len();
-                let files = crate::s3::BucketFiles {
+                let files = crate::read::remote::BucketFiles {
                     store: &inner.store,
                     paths: &inner.paths,
-                    s3: &inner.s3,
+                    cache: &inner.s3.reads.cache,
+                    metas: &inner.s3.reads.metas,
                 };
-                crate::s3::s3_point_versions_async(
+                crate::read::remote::point_versions_async(
                     &inner.table,
                     &files,
                     &state,
@@ -1012,7 +1065,7 @@ impl Shard {
                     );
                 }
             }
-            crate::s3::coalesce(codec, &mut versions)?;
+            crate::fold::coalesce(codec, &mut versions)?;
         }
         inner.stats.record_point_read(source);
         let row = resolve(codec, &versions)?;
@@ -1050,12 +1103,22 @@ impl Shard {
         let handle = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || {
             let mut iter = state_iter(&state, &start, end.as_deref(), &table.codec);
-            iter.add_sources(crate::s3::s3_iters(
-                &inner,
-                &state,
+            let files = crate::read::remote::BucketFiles {
+                store: &inner.store,
+                paths: &inner.paths,
+                cache: &inner.s3.reads.cache,
+                metas: &inner.s3.reads.metas,
+            };
+            iter.add_sources(crate::read::remote::run_iters(
+                &table,
+                &files,
+                &state.manifest.value,
+                0..usize::MAX,
+                &std::collections::HashSet::new(),
                 &start,
                 end.as_deref(),
                 None,
+                false,
                 &handle,
             ));
             let mut rows = RowIter::new(Box::new(iter), &table.codec, seq, end);
@@ -1089,85 +1152,6 @@ impl Shard {
         }
         self.inner.cancel.cancel();
     }
-}
-
-/// The row-level SSTs of `state` whose key range covers `key`, level by level (every L0
-/// file, newest first; at most one per deeper, sorted level).
-fn covering<'a>(
-    state: &'a ShardState,
-    key: &'a [u8],
-) -> impl Iterator<Item = &'a Arc<SstHandle>> + 'a {
-    state
-        .levels
-        .iter()
-        .enumerate()
-        .flat_map(move |(li, level)| {
-            let files: &[Arc<SstHandle>] = if li == 0 {
-                level
-            } else {
-                let i = level.partition_point(|h| h.info.key_max.as_slice() < key);
-                level.get(i..(i + 1).min(level.len())).unwrap_or(&[])
-            };
-            files.iter().filter(move |h| h.covers(key))
-        })
-}
-
-/// Whether a row-level SST of `state` may hold `key` (key range and Bloom filter, both in
-/// memory).
-pub(crate) fn row_files_may_hold(state: &ShardState, key: &[u8]) -> bool {
-    covering(state, key).any(|h| h.reader.may_contain(key))
-}
-
-/// All versions of `key` visible at `seq`, newest first, stopping once a source yields a
-/// version that alone determines the row; and the tier that stopped the search (the NVMe
-/// tier when none did: the caller decides whether S3 is needed).
-pub(crate) fn point_versions(
-    state: &ShardState,
-    key: &[u8],
-    seq: u64,
-) -> Result<(Vec<Entry>, ReadSource)> {
-    let mut out: Vec<Entry> = Vec::new();
-    let done = |v: &[Entry]| v.iter().any(|e| e.kind.is_full());
-    for mem in state.memtables() {
-        let v = mem.get(key, seq);
-        let stop = done(&v);
-        out.extend(v);
-        if stop {
-            return Ok((out, ReadSource::Memtable));
-        }
-    }
-    for h in covering(state, key) {
-        let v = h.reader.get(key, seq)?;
-        let stop = done(&v);
-        out.extend(v);
-        if stop {
-            return Ok((out, ReadSource::Nvme));
-        }
-    }
-    Ok((out, ReadSource::Nvme))
-}
-
-/// A merged iterator over every source of a state from `start`.
-pub(crate) fn state_iter(
-    state: &ShardState,
-    start: &[u8],
-    end: Option<&[u8]>,
-    codec: &crate::row::RowCodec,
-) -> MergeIter {
-    let mut sources: Vec<Box<dyn EntryIter>> = Vec::new();
-    for mem in state.memtables() {
-        sources.push(Box::new(MemtableIter::new(mem.clone(), start)));
-    }
-    for level in &state.levels {
-        for h in level {
-            let before_start = h.info.key_max.as_slice() < start;
-            let after_end = end.is_some_and(|e| h.info.key_min.as_slice() >= e);
-            if !before_start && !after_end {
-                sources.push(Box::new(SstIter::new(h.reader.clone(), start)));
-            }
-        }
-    }
-    MergeIter::with_parts(sources, codec.clone())
 }
 
 async fn writer_loop(

@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""The module graph of a crate, from its `crate::` paths, and a check that it has no cycle.
+
+Usage: python3 ci/modgraph.py [--check] [--dot] <crate>/src
+
+Each file is a module (`a.rs` and `a/mod.rs` are `a`, `a/b.rs` is `a::b`); an edge a -> b
+is any `crate::b...` path in a's code, `use crate::{b, c::d}` groups included. Test code
+(`#[cfg(test)]` modules) is left out: tests may reach anywhere. Edges are counted between
+top-level modules, since a cycle through submodules of one top-level module is that
+module's own business. `--check` exits 1 and names the cycles when there are any.
+"""
+import os
+import re
+import sys
+
+IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def module_of(root, path):
+    rel = os.path.relpath(path, root)[: -len(".rs")].split(os.sep)
+    if rel[-1] == "mod":
+        rel = rel[:-1]
+    if rel in (["lib"], ["main"]):
+        return None
+    return rel[0]
+
+
+def strip_tests_and_comments(text):
+    # Cut `#[cfg(test)]` items: a `mod name { ... }` block by brace matching.
+    out = []
+    i = 0
+    while True:
+        j = text.find("#[cfg(test)]", i)
+        if j < 0:
+            out.append(text[i:])
+            break
+        out.append(text[i:j])
+        k = j + len("#[cfg(test)]")
+        m = re.compile(r"\s*(pub(\([^)]*\))?\s+)?mod\s+\w+\s*\{").match(text, k)
+        if not m:
+            # An attribute on something else (a function, a use): skip just the attribute.
+            i = k
+            continue
+        depth = 0
+        p = m.end() - 1
+        while p < len(text):
+            if text[p] == "{":
+                depth += 1
+            elif text[p] == "}":
+                depth -= 1
+                if depth == 0:
+                    break
+            p += 1
+        i = p + 1
+    text = "".join(out)
+    text = re.sub(r"//[^\n]*", "", text)
+    return text
+
+
+def group_heads(text, start):
+    """The first identifier of each comma-separated item in the brace group at `start`."""
+    heads = []
+    depth = 0
+    item_start = start + 1
+    p = start
+    while p < len(text):
+        c = text[p]
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                heads.append(text[item_start:p])
+                break
+        elif c == "," and depth == 1:
+            heads.append(text[item_start:p])
+            item_start = p + 1
+        p += 1
+    names = []
+    for h in heads:
+        m = IDENT.search(h)
+        if m:
+            names.append(m.group(0))
+    return names
+
+
+def edges_of(text, modules):
+    found = set()
+    for m in re.finditer(r"\bcrate::", text):
+        p = m.end()
+        while p < len(text) and text[p].isspace():
+            p += 1
+        if p < len(text) and text[p] == "{":
+            names = group_heads(text, p)
+        else:
+            im = IDENT.match(text, p)
+            names = [im.group(0)] if im else []
+        for n in names:
+            if n in modules:
+                found.add(n)
+    return found
+
+
+def graph(root):
+    files = []
+    for d, _, fs in os.walk(root):
+        for f in fs:
+            if f.endswith(".rs"):
+                files.append(os.path.join(d, f))
+    modules = {module_of(root, f) for f in files} - {None}
+    g = {m: set() for m in modules}
+    for f in files:
+        src = module_of(root, f)
+        if src is None:
+            continue
+        with open(f, encoding="utf-8") as fh:
+            text = strip_tests_and_comments(fh.read())
+        g[src] |= edges_of(text, modules) - {src}
+    return g
+
+
+def cycles(g):
+    """Strongly connected components with more than one module (Tarjan)."""
+    index = {}
+    low = {}
+    stack = []
+    on = set()
+    out = []
+    counter = [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(g[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    sys.setrecursionlimit(10000)
+    for v in sorted(g):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def main():
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    flags = {a for a in sys.argv[1:] if a.startswith("--")}
+    root = args[0] if args else "crates/strata-engine/src"
+    g = graph(root)
+    comps = cycles(g)
+    if "--dot" in flags:
+        print("digraph modules {")
+        for a in sorted(g):
+            for b in sorted(g[a]):
+                print(f'  "{a}" -> "{b}";')
+        print("}")
+        return 0
+    if not comps:
+        print(f"{root}: {len(g)} modules, no cycle")
+        return 0
+    for comp in comps:
+        inside = set(comp)
+        print(f"cycle among {len(comp)} modules: {', '.join(comp)}")
+        for a in comp:
+            back = sorted(b for b in g[a] if b in inside)
+            print(f"  {a} -> {', '.join(back)}")
+    return 1 if "--check" in flags else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

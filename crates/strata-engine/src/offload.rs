@@ -1,0 +1,293 @@
+//! Offload to the columnar levels, the pure part: what an outstanding cross-tier or
+//! column-group job holds, and which file of a level is a straggler worth moving down.
+//! Plain values in, plain values out; the coordinator that publishes jobs and commits
+//! their results is `shard::offload`.
+
+use std::collections::HashSet;
+
+use strata_manifest::{ParquetFileInfo, S3Level, SstId, SstInfo};
+
+use crate::jobs::JobSpec;
+
+/// What a job holds while outstanding: runs no other job may touch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Resource {
+    /// The last NVMe level's files taken as input.
+    Nvme,
+    /// The run of (S3 level, group).
+    Run(usize, usize),
+}
+
+/// A published job awaiting its result.
+#[derive(Debug, Clone)]
+pub(crate) struct Outstanding {
+    pub(crate) spec: JobSpec,
+    pub(crate) resources: HashSet<Resource>,
+    /// When the job's spec was last seen in the bucket (ms).
+    pub(crate) seen_at_ms: u64,
+}
+
+pub(crate) fn overlapping(files: &[ParquetFileInfo], lo: &[u8], hi: &[u8]) -> Vec<ParquetFileInfo> {
+    files
+        .iter()
+        .filter(|f| f.key_max.as_slice() >= lo && f.key_min.as_slice() <= hi)
+        .cloned()
+        .collect()
+}
+
+/// Most rows of the level below a [`straggler`] may overlap, per row of the file.
+const STRAGGLER_OVERLAP: u64 = 4;
+
+/// The file of `files` (one run of a columnar level) to move into the level below,
+/// `below`, while nothing else is due: one whose keys interleave with `below`'s, so that
+/// scans cannot read it as part of the deep run (see [`crate::deep_run`]) and fold it,
+/// row by row, into the overlay of every file set. A load in key order leaves one such file
+/// at its tail (at 10M rows, 856 K rows folded into every scan's overlay, which then took
+/// seconds to build after each change). Only files overlapping at most
+/// [`STRAGGLER_OVERLAP`] times their rows below qualify, the least overlapping first: under
+/// uniform writes every file of a level overlaps all of the level below, and moving them
+/// early would rewrite that level again and again.
+pub(crate) fn straggler<'a>(
+    files: &'a [ParquetFileInfo],
+    below: &[ParquetFileInfo],
+) -> Option<&'a ParquetFileInfo> {
+    files
+        .iter()
+        .filter_map(|f| {
+            // Rows, not bytes: the level below may be laid out in other column groups.
+            let over: u64 = overlapping(below, &f.key_min, &f.key_max)
+                .iter()
+                .map(|b| b.rows)
+                .sum();
+            let rows = f.rows.max(1);
+            (over > 0 && over <= STRAGGLER_OVERLAP.saturating_mul(rows))
+                .then_some((over as f64 / rows as f64, f))
+        })
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, f)| f)
+}
+
+/// The key span `[lo, hi]` of a set of SSTs.
+pub(crate) fn sst_span(ssts: &[strata_manifest::SstInfo]) -> (Vec<u8>, Vec<u8>) {
+    let lo = ssts.iter().map(|s| s.key_min.clone()).min();
+    let hi = ssts.iter().map(|s| s.key_max.clone()).max();
+    (lo.unwrap_or_default(), hi.unwrap_or_default())
+}
+
+pub(crate) fn size(files: &[ParquetFileInfo]) -> u64 {
+    files.iter().map(|f| f.size_bytes).sum()
+}
+
+/// The file of the last row level a cross-tier job moves, as HotRAP §3.5 scores them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CrossTierPick {
+    /// The file at this index has the best score: the least rewriting of the first
+    /// columnar level per cold byte moved. The job may take its neighbours too.
+    Scored(usize),
+    /// No file has a cold byte by the (overestimated) hot sizes: the oldest file that is
+    /// not a copy retention just wrote (moving that one would retain it again).
+    Oldest(usize),
+}
+
+/// Picks the file of the last row level (`files`) to move into the first columnar level
+/// (`below`): the best `(size - hot) / (size + overlapping bytes below)`, where `hot_size`
+/// tells how many bytes of a key range the hotness tracker holds hot (0 without one), and
+/// the oldest file not in `retained` when no score is positive. None when there is no file
+/// (or every candidate of the fallback is retained).
+pub(crate) fn pick_cross_tier(
+    files: &[&SstInfo],
+    below: &S3Level,
+    hot_size: impl Fn(&[u8], &[u8]) -> u64,
+    retained: &HashSet<SstId>,
+) -> Option<CrossTierPick> {
+    let score = |f: &SstInfo| {
+        let ov: u64 = below
+            .groups
+            .iter()
+            .map(|g| size(&overlapping(&g.files, &f.key_min, &f.key_max)))
+            .sum();
+        let hot = hot_size(&f.key_min, &f.key_max);
+        f.size_bytes.saturating_sub(hot) as f64 / (f.size_bytes + ov).max(1) as f64
+    };
+    let (best, i) = files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (score(f), i))
+        .max_by(|a, b| a.0.total_cmp(&b.0))?;
+    if best > 0.0 {
+        return Some(CrossTierPick::Scored(i));
+    }
+    files
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| !retained.contains(&f.id))
+        .min_by_key(|(_, f)| (f.id.epoch, f.id.n))
+        .map(|(i, _)| CrossTierPick::Oldest(i))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file holding keys `lo..=hi` (one byte each): `mb` MiB, a thousand rows a MiB.
+    fn file(name: &str, lo: u8, hi: u8, mb: u64) -> ParquetFileInfo {
+        ParquetFileInfo {
+            name: name.into(),
+            key_min: vec![lo],
+            key_max: vec![hi],
+            seq_min: 1,
+            seq_max: 1,
+            rows: mb * 1000,
+            size_bytes: mb << 20,
+            tail_offset: 0,
+        }
+    }
+
+    #[test]
+    fn straggler_is_the_least_overlapping_file_within_bounds() {
+        // (level, level below, the file expected to move down)
+        let cases: Vec<(Vec<ParquetFileInfo>, Vec<ParquetFileInfo>, Option<&str>)> = vec![
+            // Nothing below, or nothing overlapping: every file joins the deep run.
+            (vec![file("a", 10, 20, 100)], vec![], None),
+            (
+                vec![file("a", 10, 20, 100), file("b", 30, 40, 100)],
+                vec![file("x", 0, 9, 100), file("y", 21, 29, 100)],
+                None,
+            ),
+            // An in-order load's tail: the newest file interleaves with two below.
+            (
+                vec![file("a", 10, 20, 100), file("tail", 70, 99, 120)],
+                vec![
+                    file("x", 0, 9, 100),
+                    file("y", 75, 80, 90),
+                    file("z", 81, 90, 90),
+                ],
+                Some("tail"),
+            ),
+            // The least overlapping per row goes first.
+            (
+                vec![file("a", 10, 20, 100), file("b", 30, 40, 100)],
+                vec![file("x", 15, 16, 300), file("y", 35, 36, 50)],
+                Some("b"),
+            ),
+            // Overlapping more than four times its rows: left where it is (uniform
+            // writes: every file overlaps the whole level below).
+            (
+                vec![file("a", 0, 99, 100)],
+                vec![file("x", 0, 49, 300), file("y", 50, 99, 300)],
+                None,
+            ),
+            // Exactly four times: moved.
+            (
+                vec![file("a", 0, 99, 100)],
+                vec![file("x", 0, 49, 200), file("y", 50, 99, 200)],
+                Some("a"),
+            ),
+        ];
+        for (i, (files, below, want)) in cases.into_iter().enumerate() {
+            let got = straggler(&files, &below).map(|f| f.name.as_str());
+            assert_eq!(got, want, "case {i}");
+        }
+    }
+
+    fn sst(n: u64, lo: u8, hi: u8, mb: u64) -> SstInfo {
+        SstInfo {
+            id: SstId { epoch: 1, n },
+            key_min: vec![lo],
+            key_max: vec![hi],
+            seq_min: 1,
+            seq_max: 1,
+            entries: mb * 1000,
+            size_bytes: mb << 20,
+        }
+    }
+
+    #[test]
+    fn cross_tier_pick_table() {
+        let below = S3Level {
+            groups: vec![strata_manifest::GroupRun {
+                files: vec![file("p", 0, 99, 64)],
+            }],
+        };
+        let empty = S3Level {
+            groups: vec![Default::default()],
+        };
+        let none = HashSet::new();
+        let cold = |_: &[u8], _: &[u8]| 0u64;
+        // (case, files, level below, hot bytes of keys 100..=199, retained, expected)
+        let a = sst(1, 0, 50, 8); // overlaps the 64 MiB below
+        let b = sst(2, 100, 150, 8); // overlaps nothing below
+        let c = sst(3, 160, 199, 8); // overlaps nothing below
+        let hot_above_100 = |lo: &[u8], _: &[u8]| if lo[0] >= 100 { 8u64 << 20 } else { 0 };
+        let all_hot = |_: &[u8], _: &[u8]| 8u64 << 20;
+        let r1: HashSet<SstId> = [a.id].into_iter().collect();
+        let r12: HashSet<SstId> = [a.id, b.id, c.id].into_iter().collect();
+        type Hot<'a> = &'a dyn Fn(&[u8], &[u8]) -> u64;
+        type Case<'a> = (
+            &'a str,
+            Vec<&'a SstInfo>,
+            &'a S3Level,
+            Hot<'a>,
+            &'a HashSet<SstId>,
+            Option<CrossTierPick>,
+        );
+        let cases: Vec<Case> = vec![
+            ("no file", vec![], &below, &cold, &none, None),
+            (
+                "least overlap wins",
+                vec![&a, &b],
+                &below,
+                &cold,
+                &none,
+                Some(CrossTierPick::Scored(1)),
+            ),
+            (
+                "nothing below: a tie goes to the later file",
+                vec![&a, &b],
+                &empty,
+                &cold,
+                &none,
+                Some(CrossTierPick::Scored(1)),
+            ),
+            (
+                "hot files stay: the cold one moves despite its overlap",
+                vec![&a, &b, &c],
+                &below,
+                &hot_above_100,
+                &none,
+                Some(CrossTierPick::Scored(0)),
+            ),
+            (
+                "all hot: the oldest moves",
+                vec![&c, &b, &a],
+                &below,
+                &all_hot,
+                &none,
+                Some(CrossTierPick::Oldest(2)),
+            ),
+            (
+                "all hot: the oldest not retained moves",
+                vec![&c, &b, &a],
+                &below,
+                &all_hot,
+                &r1,
+                Some(CrossTierPick::Oldest(1)),
+            ),
+            (
+                "all hot and all retained: nothing",
+                vec![&a, &b, &c],
+                &below,
+                &all_hot,
+                &r12,
+                None,
+            ),
+        ];
+        for (case, files, below, hot, retained, want) in cases {
+            assert_eq!(
+                pick_cross_tier(&files, below, hot, retained),
+                want,
+                "{case}"
+            );
+        }
+    }
+}

@@ -1,0 +1,92 @@
+//! Reads of one shard state's upper tiers: the memtables and the row levels. The versions
+//! of one key (stopping at the first that decides the row) and a merged iterator over a key
+//! range; the columnar levels beneath are `remote`'s.
+
+use std::sync::Arc;
+
+use crate::entry::Entry;
+use crate::error::Result;
+use crate::iter::{EntryIter, MergeIter};
+use crate::memtable::MemtableIter;
+use crate::metrics::ReadSource;
+use crate::sst::SstIter;
+use crate::state::{ShardState, SstHandle};
+
+/// The row-level SSTs of `state` whose key range covers `key`, level by level (every L0
+/// file, newest first; at most one per deeper, sorted level).
+fn covering<'a>(
+    state: &'a ShardState,
+    key: &'a [u8],
+) -> impl Iterator<Item = &'a Arc<SstHandle>> + 'a {
+    state
+        .levels
+        .iter()
+        .enumerate()
+        .flat_map(move |(li, level)| {
+            let files: &[Arc<SstHandle>] = if li == 0 {
+                level
+            } else {
+                let i = level.partition_point(|h| h.info.key_max.as_slice() < key);
+                level.get(i..(i + 1).min(level.len())).unwrap_or(&[])
+            };
+            files.iter().filter(move |h| h.covers(key))
+        })
+}
+
+/// Whether a row-level SST of `state` may hold `key` (key range and Bloom filter, both in
+/// memory).
+pub(crate) fn row_files_may_hold(state: &ShardState, key: &[u8]) -> bool {
+    covering(state, key).any(|h| h.reader.may_contain(key))
+}
+
+/// All versions of `key` visible at `seq`, newest first, stopping once a source yields a
+/// version that alone determines the row; and the tier that stopped the search (the NVMe
+/// tier when none did: the caller decides whether S3 is needed).
+pub(crate) fn point_versions(
+    state: &ShardState,
+    key: &[u8],
+    seq: u64,
+) -> Result<(Vec<Entry>, ReadSource)> {
+    let mut out: Vec<Entry> = Vec::new();
+    let done = |v: &[Entry]| v.iter().any(|e| e.kind.is_full());
+    for mem in state.memtables() {
+        let v = mem.get(key, seq);
+        let stop = done(&v);
+        out.extend(v);
+        if stop {
+            return Ok((out, ReadSource::Memtable));
+        }
+    }
+    for h in covering(state, key) {
+        let v = h.reader.get(key, seq)?;
+        let stop = done(&v);
+        out.extend(v);
+        if stop {
+            return Ok((out, ReadSource::Nvme));
+        }
+    }
+    Ok((out, ReadSource::Nvme))
+}
+
+/// A merged iterator over every source of a state from `start`.
+pub(crate) fn state_iter(
+    state: &ShardState,
+    start: &[u8],
+    end: Option<&[u8]>,
+    codec: &crate::row::RowCodec,
+) -> MergeIter {
+    let mut sources: Vec<Box<dyn EntryIter>> = Vec::new();
+    for mem in state.memtables() {
+        sources.push(Box::new(MemtableIter::new(mem.clone(), start)));
+    }
+    for level in &state.levels {
+        for h in level {
+            let before_start = h.info.key_max.as_slice() < start;
+            let after_end = end.is_some_and(|e| h.info.key_min.as_slice() >= e);
+            if !before_start && !after_end {
+                sources.push(Box::new(SstIter::new(h.reader.clone(), start)));
+            }
+        }
+    }
+    MergeIter::with_parts(sources, codec.clone())
+}

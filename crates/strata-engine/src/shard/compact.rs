@@ -1,0 +1,256 @@
+//! NVMe compaction as the shard runs it: the background loop, one compaction at a time,
+//! the merge on a blocking thread, and the commit of its result. What to compact is
+//! `crate::compaction`'s pure picker.
+
+use std::sync::Arc;
+
+use strata_manifest::SstInfo;
+
+use crate::compaction::{
+    Job, Output, finish, l0_settled, last_level_held, overlapping, pick, range_of,
+};
+use crate::entry::Entry;
+use crate::error::{Error, Result};
+use crate::iter::{EntryIter, MergeIter};
+use crate::shard::ShardInner;
+use crate::sst::{SstBuilder, SstIter, SstReader};
+use crate::state::SstHandle;
+
+/// The background task: compacts whenever asked and something is due.
+pub(crate) async fn compaction_loop(inner: Arc<ShardInner>) {
+    loop {
+        tokio::select! {
+            _ = inner.compaction_wanted.notified() => {}
+            _ = inner.cancel.cancelled() => return,
+        }
+        if let Err(e) = compact_until_idle(&inner).await {
+            if inner.fenced.load(std::sync::atomic::Ordering::Acquire)
+                || inner.cancel.is_cancelled()
+            {
+                return;
+            }
+            tracing::warn!(shard = %inner.name, error = %e, "compaction failed; will retry");
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            inner.compaction_wanted.notify_one();
+        }
+    }
+}
+
+/// Whether a job would consume SSTs an outstanding cross-tier job reads.
+fn touches_locked(inner: &ShardInner, job: &Job) -> bool {
+    let locked = inner.locked_ssts.lock();
+    job.upper_inputs
+        .iter()
+        .chain(job.lower_inputs.iter())
+        .any(|h| locked.contains(&h.info.id))
+}
+
+/// Runs compactions until none is due.
+pub(crate) async fn compact_until_idle(inner: &Arc<ShardInner>) -> Result<()> {
+    let _one_at_a_time = inner.compaction_lock.lock().await;
+    loop {
+        let settled = l0_settled(
+            &inner.config,
+            inner.l0_grown_ms.load(std::sync::atomic::Ordering::Acquire),
+            inner.clock.now_ms(),
+        );
+        let state = inner.current();
+        let held = last_level_held(&state, &inner.config, &inner.retained_ssts.lock());
+        let Some(job) = pick(&state, &inner.config, settled, held) else {
+            break;
+        };
+        if touches_locked(inner, &job) {
+            break; // retried when the cross-tier job settles
+        }
+        run(inner, job).await?;
+    }
+    inner.jobs_wanted.notify_one();
+    Ok(())
+}
+
+/// Compacts every NVMe level into the last one, regardless of size targets. Returns false
+/// when an outstanding cross-tier job holds files it needs (wait for the job, then retry).
+pub(crate) async fn compact_all_to_last(inner: &Arc<ShardInner>) -> Result<bool> {
+    let _one_at_a_time = inner.compaction_lock.lock().await;
+    loop {
+        let state = inner.current();
+        let last = state.levels.len() - 1;
+        let Some(upper) = (0..last).find(|l| !state.levels[*l].is_empty()) else {
+            return Ok(true);
+        };
+        let upper_inputs = state.levels[upper].clone();
+        let (lo, hi) = range_of(&upper_inputs);
+        let output = upper + 1;
+        let job = Job {
+            upper,
+            output,
+            upper_inputs,
+            lower_inputs: overlapping(&state.levels[output], &lo, &hi),
+            bottommost: false,
+        };
+        if touches_locked(inner, &job) {
+            return Ok(false);
+        }
+        run(inner, job).await?;
+    }
+}
+
+async fn run(inner: &Arc<ShardInner>, job: Job) -> Result<()> {
+    let started = std::time::Instant::now();
+    let pins: Vec<u64> = inner.pins.lock().keys().copied().collect();
+    let keep_above = inner.history_horizon();
+    let readers: Vec<Arc<SstReader>> = job
+        .upper_inputs
+        .iter()
+        .chain(job.lower_inputs.iter())
+        .map(|h| h.reader.clone())
+        .collect();
+    let floor = job
+        .upper_inputs
+        .iter()
+        .chain(job.lower_inputs.iter())
+        .map(|h| h.info.seq_max)
+        .max()
+        .unwrap_or(0)
+        .min(keep_above);
+    let codec = inner.table.codec.clone();
+    let worker = inner.clone();
+    let bottommost = job.bottommost;
+    let outputs = tokio::task::spawn_blocking(move || -> Result<Vec<Output>> {
+        let sources: Vec<Box<dyn EntryIter>> = readers
+            .into_iter()
+            .map(|r| Box::new(SstIter::new(r, &[])) as Box<dyn EntryIter>)
+            .collect();
+        // Copies of one version (retained or promoted beside another copy) merge as parts.
+        let mut merged = MergeIter::with_parts(sources, codec.clone());
+        let mut outputs = Vec::new();
+        let mut builder: Option<(strata_manifest::SstId, std::path::PathBuf, SstBuilder)> = None;
+        let mut group: Vec<Entry> = Vec::new();
+        let finish_group =
+            |group: &mut Vec<Entry>,
+             builder: &mut Option<(strata_manifest::SstId, std::path::PathBuf, SstBuilder)>,
+             outputs: &mut Vec<Output>|
+             -> Result<()> {
+                if group.is_empty() {
+                    return Ok(());
+                }
+                let collapsed =
+                    crate::fold::collapse(&codec, group, &pins, keep_above, bottommost)?;
+                group.clear();
+                if collapsed.is_empty() {
+                    return Ok(());
+                }
+                if builder.is_none() {
+                    let id = worker.new_sst_id();
+                    let path = worker.local_sst_path(&id);
+                    let b = SstBuilder::create(
+                        &path,
+                        worker.config.sst_block_bytes,
+                        worker.config.bloom_bits_per_key,
+                    )?;
+                    *builder = Some((id, path, b));
+                }
+                let Some((_, _, b)) = builder.as_mut() else {
+                    return Err(Error::Internal("no builder".into()));
+                };
+                for e in &collapsed {
+                    b.add(e)?;
+                }
+                if b.size_bytes() >= worker.config.sst_bytes_target
+                    && let Some((id, path, b)) = builder.take()
+                {
+                    outputs.push(finish(id, path, b)?);
+                }
+                Ok(())
+            };
+        while let Some(e) = merged.next_entry()? {
+            if group.first().is_some_and(|g: &Entry| g.key != e.key) {
+                finish_group(&mut group, &mut builder, &mut outputs)?;
+            }
+            group.push(e);
+        }
+        finish_group(&mut group, &mut builder, &mut outputs)?;
+        if let Some((id, path, b)) = builder.take() {
+            outputs.push(finish(id, path, b)?);
+        }
+        Ok(outputs)
+    })
+    .await
+    .map_err(|e| Error::Internal(e.to_string()))??;
+
+    for o in &outputs {
+        inner.in_flight.lock().insert(o.info.id);
+    }
+    let result = commit(inner, &job, outputs, floor).await;
+    if let Err(e) = &result {
+        tracing::warn!(shard = %inner.name, error = %e, "compaction commit failed");
+    }
+    inner.stats.record_compaction(started.elapsed());
+    result
+}
+
+async fn commit(
+    inner: &Arc<ShardInner>,
+    job: &Job,
+    outputs: Vec<Output>,
+    floor: u64,
+) -> Result<()> {
+    let ids: Vec<_> = outputs.iter().map(|o| o.info.id).collect();
+    let upload = async {
+        for o in &outputs {
+            inner.upload_sst(&o.info.id, &o.path).await?;
+        }
+        Ok::<_, Error>(())
+    }
+    .await;
+    let result = match upload {
+        Err(e) => Err(e),
+        Ok(()) => {
+            let _lock = inner.manifest_lock.lock().await;
+            let upper_ids: Vec<_> = job.upper_inputs.iter().map(|h| h.info.id).collect();
+            let lower_ids: Vec<_> = job.lower_inputs.iter().map(|h| h.info.id).collect();
+            let new_infos: Vec<SstInfo> = outputs.iter().map(|o| o.info.clone()).collect();
+            let committed = inner
+                .commit_manifest(|m| {
+                    m.levels[job.upper]
+                        .ssts
+                        .retain(|s| !upper_ids.contains(&s.id));
+                    m.levels[job.output]
+                        .ssts
+                        .retain(|s| !lower_ids.contains(&s.id));
+                    m.levels[job.output].ssts.extend(new_infos.iter().cloned());
+                    m.levels[job.output]
+                        .ssts
+                        .sort_by(|a, b| a.key_min.cmp(&b.key_min));
+                    m.compaction_floor_seq = m.compaction_floor_seq.max(floor);
+                })
+                .await;
+            match committed {
+                Err(e) => Err(e),
+                Ok(manifest) => {
+                    let mut guard = inner.state.write();
+                    let mut next = (**guard).clone();
+                    next.levels[job.upper].retain(|h| !upper_ids.contains(&h.info.id));
+                    next.levels[job.output].retain(|h| !lower_ids.contains(&h.info.id));
+                    for o in outputs {
+                        next.levels[job.output]
+                            .push(Arc::new(SstHandle::new(o.info, o.reader, o.path)));
+                    }
+                    next.levels[job.output].sort_by(|a, b| a.info.key_min.cmp(&b.info.key_min));
+                    next.manifest = manifest;
+                    *guard = Arc::new(next);
+                    drop(guard);
+                    for h in job.upper_inputs.iter().chain(job.lower_inputs.iter()) {
+                        h.mark_obsolete();
+                    }
+                    Ok(())
+                }
+            }
+        }
+    };
+    let mut in_flight = inner.in_flight.lock();
+    for id in ids {
+        in_flight.remove(&id);
+    }
+    result
+}
