@@ -30,7 +30,9 @@
 //! (a forward jump of it counts as time passed). A new process deletes nothing protected
 //! by `min_age_ms` before it has watched that long.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+
+use strata_manifest::SstId;
 
 use object_store::ObjectStoreExt;
 
@@ -191,9 +193,103 @@ pub(crate) async fn pinned_versions(
     Ok(out)
 }
 
+/// What protects objects from a GC pass besides their age (see the module documentation),
+/// gathered by the pass before it decides.
+#[derive(Debug, Default)]
+pub(crate) struct Protections {
+    /// SSTs named by a retained manifest version or the current state.
+    pub(crate) referenced: HashSet<SstId>,
+    /// Parquet files (names without the extension) named likewise.
+    pub(crate) parquet_referenced: HashSet<String>,
+    /// The oldest WAL replay point of the retained versions and the state: segments up
+    /// to it are replayed by nobody.
+    pub(crate) replay_floor: u64,
+    /// SSTs being uploaded, not yet named by the state.
+    pub(crate) in_flight: HashSet<SstId>,
+    /// Jobs this writer awaits: their outputs' names start with the job's id.
+    pub(crate) awaited: Vec<String>,
+}
+
+/// Splits the manifest versions listed (oldest first) into those a pass keeps and those it
+/// deletes: the newest `keep` are kept, so are the newest of all, any version a reader
+/// uses (`reading`), and any younger than `min_age` by `age`. `age` is asked only about
+/// versions no other rule keeps: it records sightings (see [`Sightings`]).
+pub(crate) fn split_versions(
+    versions: &[(u64, object_store::ObjectMeta)],
+    keep: usize,
+    min_age: u64,
+    reading: &HashSet<u64>,
+    mut age: impl FnMut(&object_store::ObjectMeta) -> u64,
+) -> (Vec<u64>, Vec<u64>) {
+    let (mut retained, mut discard) = (Vec::new(), Vec::new());
+    let Some((newest, _)) = versions.last() else {
+        return (retained, discard);
+    };
+    let keep_from = versions.len().saturating_sub(keep.max(1));
+    for (i, (v, meta)) in versions.iter().enumerate() {
+        if i >= keep_from || age(meta) < min_age || v == newest || reading.contains(v) {
+            retained.push(*v);
+        } else {
+            discard.push(*v);
+        }
+    }
+    (retained, discard)
+}
+
+/// Adds to `plan` the listed SSTs, WAL segments and Parquet files a pass deletes: those
+/// no protection covers and `age` says are at least `min_age` old. Empty WAL segments
+/// (fences) are kept for ever. `age` is asked only about objects nothing else keeps.
+pub(crate) fn collectable_files(
+    ssts: Vec<object_store::ObjectMeta>,
+    wal: Vec<object_store::ObjectMeta>,
+    parquet: Vec<object_store::ObjectMeta>,
+    p: &Protections,
+    min_age: u64,
+    mut age: impl FnMut(&object_store::ObjectMeta) -> u64,
+    plan: &mut GcPlan,
+) {
+    for m in ssts {
+        let name = m.location.filename().unwrap_or_default();
+        let Some(id) = name
+            .strip_suffix(".sst")
+            .and_then(|s| s.parse::<SstId>().ok())
+        else {
+            continue;
+        };
+        if p.referenced.contains(&id) || p.in_flight.contains(&id) || age(&m) < min_age {
+            continue;
+        }
+        plan.ssts.push(m.location);
+    }
+    for m in wal {
+        let Some(id) = strata_common::ids::parse_id(m.location.as_ref()) else {
+            continue;
+        };
+        if id <= p.replay_floor && m.size > 0 && age(&m) >= min_age {
+            plan.wal_segments.push(m.location);
+        }
+    }
+    for m in parquet {
+        let Some(name) = m
+            .location
+            .filename()
+            .and_then(|f| f.strip_suffix(".parquet"))
+        else {
+            continue;
+        };
+        if p.parquet_referenced.contains(name)
+            || p.awaited.iter().any(|j| name.starts_with(j.as_str()))
+            || age(&m) < min_age
+        {
+            continue;
+        }
+        plan.parquet.push(m.location);
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{Sightings, next_wait};
+    use super::*;
 
     #[test]
     fn ages_count_from_this_process_first_sighting_and_restart_on_a_change() {
@@ -233,5 +329,114 @@ mod tests {
             ]
         );
         assert_eq!(next_wait(w, false, base, max), base);
+    }
+
+    fn meta(path: &str, size: u64) -> object_store::ObjectMeta {
+        object_store::ObjectMeta {
+            location: object_store::path::Path::from(path),
+            last_modified: Default::default(),
+            size,
+            e_tag: None,
+            version: None,
+        }
+    }
+
+    #[test]
+    fn versions_kept_table() {
+        let versions: Vec<(u64, object_store::ObjectMeta)> =
+            (1..=6).map(|v| (v, meta(&format!("m/{v}"), 1))).collect();
+        // Ages by version: 1-3 old, 4 young, 5-6 old.
+        let age_of = |m: &object_store::ObjectMeta| match m.location.as_ref() {
+            "m/4" => 10,
+            _ => 1_000,
+        };
+        // (case, keep, reading, expected retained, expected discarded)
+        type Case = (&'static str, usize, Vec<u64>, Vec<u64>, Vec<u64>);
+        let cases: Vec<Case> = vec![
+            (
+                "newest 2 kept, young 4 kept",
+                2,
+                vec![],
+                vec![4, 5, 6],
+                vec![1, 2, 3],
+            ),
+            ("0 counts as 1", 0, vec![], vec![4, 6], vec![1, 2, 3, 5]),
+            (
+                "read versions kept",
+                1,
+                vec![2],
+                vec![2, 4, 6],
+                vec![1, 3, 5],
+            ),
+            ("all kept", 10, vec![], vec![1, 2, 3, 4, 5, 6], vec![]),
+        ];
+        for (case, keep, reading, want_kept, want_gone) in cases {
+            let reading: HashSet<u64> = reading.into_iter().collect();
+            let (kept, gone) = split_versions(&versions, keep, 100, &reading, age_of);
+            assert_eq!((kept, gone), (want_kept, want_gone), "{case}");
+        }
+        assert_eq!(
+            split_versions(&[], 2, 100, &HashSet::new(), age_of),
+            (vec![], vec![])
+        );
+        // Ages are asked only of versions no other rule keeps (they record sightings).
+        let mut asked = Vec::new();
+        split_versions(&versions, 2, 100, &[1].into_iter().collect(), |m| {
+            asked.push(m.location.to_string());
+            1_000
+        });
+        assert_eq!(asked, vec!["m/1", "m/2", "m/3", "m/4"]);
+    }
+
+    #[test]
+    fn files_collected_table() {
+        let id = |n: u64| SstId { epoch: 1, n };
+        let sst_name = |n: u64| format!("s/{}.sst", id(n));
+        let protections = Protections {
+            referenced: [id(1)].into_iter().collect(),
+            parquet_referenced: ["kept".to_string()].into_iter().collect(),
+            replay_floor: 5,
+            in_flight: [id(2)].into_iter().collect(),
+            awaited: vec!["job-7-".to_string()],
+        };
+        let young = ["s/young", "w/00000000000000000003.wal", "p/young.parquet"];
+        let age = |m: &object_store::ObjectMeta| {
+            let p = m.location.to_string();
+            if young.iter().any(|y| p.starts_with(y)) || p == sst_name(4) {
+                10
+            } else {
+                1_000
+            }
+        };
+        let ssts = vec![
+            meta(&sst_name(1), 1),  // referenced
+            meta(&sst_name(2), 1),  // in flight
+            meta(&sst_name(3), 1),  // garbage
+            meta(&sst_name(4), 1),  // young
+            meta("s/notes.txt", 1), // not an SST
+        ];
+        let wal = vec![
+            meta("w/00000000000000000001.wal", 10), // replayed by nobody: garbage
+            meta("w/00000000000000000002.wal", 0),  // a fence: kept for ever
+            meta("w/00000000000000000003.wal", 10), // young
+            meta("w/00000000000000000006.wal", 10), // past the replay floor
+        ];
+        let parquet = vec![
+            meta("p/kept.parquet", 1),
+            meta("p/job-7-0001.parquet", 1), // an awaited job's output
+            meta("p/job-6-0001.parquet", 1), // a dead job's output: garbage
+            meta("p/young.parquet", 1),
+        ];
+        let mut plan = GcPlan::default();
+        collectable_files(ssts, wal, parquet, &protections, 100, age, &mut plan);
+        let names = |v: &[object_store::path::Path]| -> Vec<String> {
+            v.iter().map(|p| p.to_string()).collect()
+        };
+        assert_eq!(names(&plan.ssts), vec![sst_name(3)]);
+        assert_eq!(
+            names(&plan.wal_segments),
+            vec!["w/00000000000000000001.wal"]
+        );
+        assert_eq!(names(&plan.parquet), vec!["p/job-6-0001.parquet"]);
     }
 }

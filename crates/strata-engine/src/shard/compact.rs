@@ -4,8 +4,6 @@
 
 use std::sync::Arc;
 
-use strata_manifest::SstInfo;
-
 use crate::compaction::{
     Job, Output, finish, l0_settled, last_level_held, overlapping, pick, range_of,
 };
@@ -15,6 +13,7 @@ use crate::iter::{EntryIter, MergeIter};
 use crate::shard::ShardInner;
 use crate::sst::{SstBuilder, SstIter, SstReader};
 use crate::state::SstHandle;
+use crate::version::Edit;
 
 /// The background task: compacts whenever asked and something is due.
 pub(crate) async fn compaction_loop(inner: Arc<ShardInner>) {
@@ -206,46 +205,19 @@ async fn commit(
     let result = match upload {
         Err(e) => Err(e),
         Ok(()) => {
-            let _lock = inner.manifest_lock.lock().await;
-            let upper_ids: Vec<_> = job.upper_inputs.iter().map(|h| h.info.id).collect();
-            let lower_ids: Vec<_> = job.lower_inputs.iter().map(|h| h.info.id).collect();
-            let new_infos: Vec<SstInfo> = outputs.iter().map(|o| o.info.clone()).collect();
-            let committed = inner
-                .commit_manifest(|m| {
-                    m.levels[job.upper]
-                        .ssts
-                        .retain(|s| !upper_ids.contains(&s.id));
-                    m.levels[job.output]
-                        .ssts
-                        .retain(|s| !lower_ids.contains(&s.id));
-                    m.levels[job.output].ssts.extend(new_infos.iter().cloned());
-                    m.levels[job.output]
-                        .ssts
-                        .sort_by(|a, b| a.key_min.cmp(&b.key_min));
-                    m.compaction_floor_seq = m.compaction_floor_seq.max(floor);
+            inner
+                .commit(Edit::Compact {
+                    upper: job.upper,
+                    output: job.output,
+                    upper_inputs: job.upper_inputs.iter().map(|h| h.info.id).collect(),
+                    lower_inputs: job.lower_inputs.iter().map(|h| h.info.id).collect(),
+                    outputs: outputs
+                        .into_iter()
+                        .map(|o| Arc::new(SstHandle::new(o.info, o.reader, o.path)))
+                        .collect(),
+                    floor,
                 })
-                .await;
-            match committed {
-                Err(e) => Err(e),
-                Ok(manifest) => {
-                    let mut guard = inner.state.write();
-                    let mut next = (**guard).clone();
-                    next.levels[job.upper].retain(|h| !upper_ids.contains(&h.info.id));
-                    next.levels[job.output].retain(|h| !lower_ids.contains(&h.info.id));
-                    for o in outputs {
-                        next.levels[job.output]
-                            .push(Arc::new(SstHandle::new(o.info, o.reader, o.path)));
-                    }
-                    next.levels[job.output].sort_by(|a, b| a.info.key_min.cmp(&b.info.key_min));
-                    next.manifest = manifest;
-                    *guard = Arc::new(next);
-                    drop(guard);
-                    for h in job.upper_inputs.iter().chain(job.lower_inputs.iter()) {
-                        h.mark_obsolete();
-                    }
-                    Ok(())
-                }
-            }
+                .await
         }
     };
     let mut in_flight = inner.in_flight.lock();

@@ -7,11 +7,13 @@ use std::sync::Arc;
 
 use futures::TryStreamExt;
 use object_store::ObjectStoreExt;
-use strata_common::ids::parse_id;
 use strata_manifest::SstId;
 
 use crate::error::{Error, Result};
-use crate::gc::{GcPlan, GcReport, delete_all, next_wait, pinned_versions};
+use crate::gc::{
+    GcPlan, GcReport, Protections, collectable_files, delete_all, next_wait, pinned_versions,
+    split_versions,
+};
 use crate::shard::ShardInner;
 
 /// The background GC of a shard: a pass every `gc.interval_ms` while the shard changes;
@@ -111,11 +113,6 @@ async fn plan_pass(inner: &ShardInner, tidy: bool, now: u64, min_age: u64) -> Re
         return Ok(report);
     };
     let newest = *newest;
-    let keep_from = versions
-        .len()
-        .saturating_sub(inner.config.gc.manifest_versions_retained.max(1));
-    let mut retained = Vec::new();
-    let mut discard = Vec::new();
     let mut reading: HashSet<u64> = inner.readers.lock().keys().copied().collect();
     // Views in other processes (queries) pin the manifest version they read.
     reading.extend(
@@ -129,17 +126,13 @@ async fn plan_pass(inner: &ShardInner, tidy: bool, now: u64, min_age: u64) -> Re
         )
         .await?,
     );
-    for (i, (v, meta)) in versions.iter().enumerate() {
-        if i >= keep_from
-            || age_ms(inner, now, meta) < min_age
-            || *v == newest
-            || reading.contains(v)
-        {
-            retained.push(*v);
-        } else {
-            discard.push(*v);
-        }
-    }
+    let (retained, discard) = split_versions(
+        &versions,
+        inner.config.gc.manifest_versions_retained,
+        min_age,
+        &reading,
+        |m| age_ms(inner, now, m),
+    );
     let mut referenced: HashSet<SstId> = HashSet::new();
     let mut parquet_referenced: HashSet<String> = HashSet::new();
     let mut replay_floor = u64::MAX;
@@ -216,45 +209,23 @@ async fn plan_pass(inner: &ShardInner, tidy: bool, now: u64, min_age: u64) -> Re
         }
     }
 
-    for m in ssts {
-        let name = m.location.filename().unwrap_or_default();
-        let Some(id) = name
-            .strip_suffix(".sst")
-            .and_then(|s| s.parse::<SstId>().ok())
-        else {
-            continue;
-        };
-        if referenced.contains(&id) || in_flight.contains(&id) || age_ms(inner, now, &m) < min_age {
-            continue;
-        }
-        report.ssts.push(m.location);
-    }
-
-    for m in wal {
-        let Some(id) = parse_id(m.location.as_ref()) else {
-            continue;
-        };
-        if id <= replay_floor && m.size > 0 && age_ms(inner, now, &m) >= min_age {
-            report.wal_segments.push(m.location);
-        }
-    }
-
-    for m in parquet {
-        let Some(name) = m
-            .location
-            .filename()
-            .and_then(|f| f.strip_suffix(".parquet"))
-        else {
-            continue;
-        };
-        if parquet_referenced.contains(name)
-            || awaited.iter().any(|j| name.starts_with(j.as_str()))
-            || age_ms(inner, now, &m) < min_age
-        {
-            continue;
-        }
-        report.parquet.push(m.location);
-    }
+    let protections = Protections {
+        referenced,
+        parquet_referenced,
+        replay_floor,
+        in_flight,
+        awaited,
+    };
+    collectable_files(
+        ssts,
+        wal,
+        parquet,
+        &protections,
+        min_age,
+        |m| age_ms(inner, now, m),
+        &mut report,
+    );
+    let awaited = protections.awaited;
 
     for id in jobs {
         if awaited.contains(&id) {

@@ -8,13 +8,16 @@
 //! garbage.
 //!
 //! The shard room: this module owns `ShardInner` (the writer's state, locks and
-//! protections) and is the only place that reaches into it. Its submodules run the
-//! background subsystems on it: `compact` (NVMe compaction), `offload` (cross-tier and
+//! protections) and is the only place that reaches into it. `commit` is the one commit
+//! point of the tree (every flush, compaction, promotion and job result is a
+//! `version::Edit` committed there). The other submodules run the background subsystems
+//! on it: `compact` (NVMe compaction), `offload` (cross-tier and
 //! column-group jobs, HotRAP retention) and `gc`. They call the pure policies below the
 //! shard (`crate::compaction`, `crate::offload`, `crate::gc`), the reads (`crate::read`,
 //! to which the shard reports through `PointReadSink`), the formats and the jobs protocol;
 //! nothing below the shard calls back into it (`ci/modgraph.py` checks).
 
+mod commit;
 mod compact;
 mod gc;
 mod offload;
@@ -48,6 +51,7 @@ use crate::row::RowValues;
 use crate::schema::{PreparedEntry, TableSchema};
 use crate::sst::{SstBuilder, SstReader};
 use crate::state::{ShardState, SstHandle};
+use crate::version::Edit;
 use crate::wal::Segment;
 
 /// A write waiting in a group commit: sequence number, versions, durability, reply.
@@ -1489,39 +1493,15 @@ async fn flush_one(inner: &Arc<ShardInner>, mem: Arc<Memtable>) -> Result<()> {
             .map_err(|e| Error::Internal(e.to_string()))??;
         Some(Arc::new(SstHandle::new(info, reader, path)))
     };
-    let _lock = inner.manifest_lock.lock().await;
-    let seq_max = mem.seq_max();
-    let wal_id_max = mem.wal_id_max();
-    let committed = inner
-        .commit_manifest(|m| {
-            if let Some(h) = &handle {
-                m.levels[0].ssts.insert(0, h.info.clone());
-            }
-            m.seq_flushed = m.seq_flushed.max(seq_max);
-            m.wal_replay_after = m.wal_replay_after.max(wal_id_max);
+    // Commits, installs, and releases the file from `in_flight` (also on failure).
+    inner
+        .commit(Edit::Flush {
+            memtable: mem.clone(),
+            sst: handle,
+            seq_flushed: mem.seq_max(),
+            wal_replay_after: mem.wal_id_max(),
         })
-        .await;
-    let manifest = match committed {
-        Ok(m) => m,
-        Err(e) => {
-            inner.in_flight.lock().remove(&id);
-            return Err(e);
-        }
-    };
-    let mut guard = inner.state.write();
-    let mut next = (**guard).clone();
-    next.frozen.retain(|m| !Arc::ptr_eq(m, &mem));
-    if let Some(h) = handle {
-        next.levels[0].insert(0, h);
-        inner
-            .l0_grown_ms
-            .store(inner.clock.now_ms(), Ordering::Release);
-    }
-    next.manifest = manifest;
-    *guard = Arc::new(next);
-    drop(guard);
-    // Only now: GC must not see the file outside `in_flight` before the state holds it.
-    inner.in_flight.lock().remove(&id);
+        .await?;
     inner.stats.record_flush();
     Ok(())
 }
@@ -1590,11 +1570,11 @@ pub(crate) async fn promote_by_flush(inner: &Arc<ShardInner>) -> Result<()> {
     let bytes = o.info.size_bytes;
     let committed = async {
         inner.upload_sst(&id, &path).await?;
-        let _lock = inner.manifest_lock.lock().await;
+        let editor = inner.editor().await;
         // No NVMe→S3 commit since the records were cached, and still no version of any of
         // their keys above S3 (a write may have arrived and been flushed meanwhile): else
         // the promotion is dropped whole.
-        let state = inner.current();
+        let state = editor.current();
         let stale = inner.promotion.lock().epoch != epoch
             || tokio::task::spawn_blocking(move || keys.iter().any(|k| has_version(&state, k)))
                 .await
@@ -1602,16 +1582,11 @@ pub(crate) async fn promote_by_flush(inner: &Arc<ShardInner>) -> Result<()> {
         if stale {
             return Ok(false);
         }
-        let manifest = inner
-            .commit_manifest(|m| m.levels[0].ssts.push(o.info.clone()))
+        editor
+            .commit(Edit::Promote {
+                sst: Arc::new(SstHandle::new(o.info, o.reader, o.path)),
+            })
             .await?;
-        // Installed under the manifest lock, before the file leaves `in_flight`: GC and
-        // the next commit never see a manifest naming it without the state holding it.
-        let mut guard = inner.state.write();
-        let mut next = (**guard).clone();
-        next.levels[0].push(Arc::new(SstHandle::new(o.info, o.reader, o.path)));
-        next.manifest = manifest;
-        *guard = Arc::new(next);
         Ok(true)
     }
     .await;

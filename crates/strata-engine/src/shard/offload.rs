@@ -19,6 +19,7 @@ use crate::offload::{
 };
 use crate::shard::ShardInner;
 use crate::state::ShardState;
+use crate::version::Edit;
 
 impl ShardInner {
     pub(crate) fn job_prefix(&self) -> String {
@@ -409,7 +410,7 @@ impl ShardInner {
         Ok(())
     }
 
-    fn forget_job(&self, id: &str) {
+    pub(crate) fn forget_job(&self, id: &str) {
         let removed = self.outstanding.lock().remove(id);
         if let Some(Outstanding {
             spec:
@@ -652,8 +653,8 @@ impl ShardInner {
                 spec.targets.len()
             )));
         }
-        let _lock = self.manifest_lock.lock().await;
-        let cur = self.current();
+        let editor = self.editor().await;
+        let cur = editor.current();
         let m = &cur.manifest.value;
         let tl = spec.target_level;
         let present = |level: usize, group: usize, names: &[ParquetFileInfo]| {
@@ -688,72 +689,22 @@ impl ShardInner {
             let (lo, hi) = sst_span(ssts);
             self.promotion.lock().take_range(&lo, &hi);
         }
-        let retained_infos: Vec<strata_manifest::SstInfo> =
-            retained.iter().map(|o| o.info.clone()).collect();
-        let retained_ids: Vec<SstId> = retained_infos.iter().map(|i| i.id).collect();
         let floor = match &spec.source {
             JobSource::CrossTier { ssts } => ssts.iter().map(|s| s.seq_max).max().unwrap_or(0),
             JobSource::Group { files, .. } => files.iter().map(|f| f.seq_max).max().unwrap_or(0),
         }
         .min(spec.keep_above);
-        let manifest = self
-            .commit_manifest(|m| {
-                match &spec.source {
-                    JobSource::CrossTier { ssts } => {
-                        let ids: HashSet<SstId> = ssts.iter().map(|s| s.id).collect();
-                        m.levels[last].ssts.retain(|s| !ids.contains(&s.id));
-                        m.levels[last].ssts.extend(retained_infos.iter().cloned());
-                        m.levels[last]
-                            .ssts
-                            .sort_by(|a, b| a.key_min.cmp(&b.key_min));
-                    }
-                    JobSource::Group {
-                        level,
-                        group,
-                        files,
-                    } => {
-                        let names: HashSet<&str> = files.iter().map(|f| f.name.as_str()).collect();
-                        m.s3_levels[*level].groups[*group]
-                            .files
-                            .retain(|f| !names.contains(f.name.as_str()));
-                    }
-                }
-                for (t, outs) in spec.targets.iter().zip(&result.outputs) {
-                    let names: HashSet<&str> =
-                        t.overlapping.iter().map(|f| f.name.as_str()).collect();
-                    let run = &mut m.s3_levels[tl].groups[t.group].files;
-                    run.retain(|f| !names.contains(f.name.as_str()));
-                    run.extend(outs.iter().cloned());
-                    run.sort_by(|a, b| a.key_min.cmp(&b.key_min));
-                }
-                m.compaction_floor_seq = m.compaction_floor_seq.max(floor);
+        editor
+            .commit(Edit::Job {
+                spec: Box::new(spec.clone()),
+                outputs: result.outputs.clone(),
+                retained: retained
+                    .into_iter()
+                    .map(|o| Arc::new(crate::state::SstHandle::new(o.info, o.reader, o.path)))
+                    .collect(),
+                floor,
             })
             .await?;
-        let mut guard = self.state.write();
-        let mut next = (**guard).clone();
-        if let JobSource::CrossTier { ssts } = &spec.source {
-            let ids: HashSet<SstId> = ssts.iter().map(|s| s.id).collect();
-            for h in next.levels[last]
-                .iter()
-                .filter(|h| ids.contains(&h.info.id))
-            {
-                h.mark_obsolete();
-            }
-            next.levels[last].retain(|h| !ids.contains(&h.info.id));
-            // The retained copies take their inputs' places in the same state.
-            for o in retained {
-                next.levels[last].push(Arc::new(crate::state::SstHandle::new(
-                    o.info, o.reader, o.path,
-                )));
-            }
-            next.levels[last].sort_by(|a, b| a.info.key_min.cmp(&b.info.key_min));
-            let mut kept = self.retained_ssts.lock();
-            kept.extend(retained_ids);
-            kept.retain(|id| next.levels[last].iter().any(|h| h.info.id == *id));
-        }
-        next.manifest = manifest;
-        *guard = Arc::new(next);
-        drop(guard);
         if let JobSource::CrossTier { ssts } = &spec.source {
             // Once more after the install: a read that took the epoch after the first move
             // and the state before the install read the range's old versions; its record is
