@@ -14,13 +14,16 @@
 //! at the bottom level a partial row with nothing older becomes a whole row and a delete
 //! with nothing older disappears.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use strata_manifest::SstInfo;
+use strata_manifest::{SstId, SstInfo};
 
-use crate::error::Result;
-
-use crate::sst::{SstBuilder, SstReader};
+use crate::entry::Entry;
+use crate::error::{Error, Result};
+use crate::iter::{EntryIter, MergeIter};
+use crate::row::RowCodec;
+use crate::sst::{SstBuilder, SstIter, SstReader};
 use crate::state::{ShardState, SstHandle};
 
 /// A chosen compaction, over the files of a level (`SstHandle`s in a shard, plain
@@ -195,6 +198,91 @@ pub(crate) fn pick_in<F: LevelFile>(
     })
 }
 
+/// A merge of SSTs into new SSTs of one level, on narrow inputs: what it reads, how it
+/// folds versions (`crate::fold::collapse`: pinned snapshots, the history horizon, whether
+/// the output is the bottom), and how it writes. Blocking: run it on a blocking thread.
+pub(crate) struct Merge {
+    /// The inputs, in any order.
+    pub(crate) readers: Vec<Arc<SstReader>>,
+    /// The table's row codec.
+    pub(crate) codec: RowCodec,
+    /// Pinned snapshots (sequence numbers), ascending.
+    pub(crate) pins: Vec<u64>,
+    /// Every version above this sequence number is kept as written (time travel).
+    pub(crate) keep_above: u64,
+    /// Nothing older lies below the output: tombstones and partial rows are resolved.
+    pub(crate) bottommost: bool,
+    /// Output block size.
+    pub(crate) block_bytes: usize,
+    /// Output Bloom filter bits per key.
+    pub(crate) bloom_bits_per_key: usize,
+    /// Output file size target.
+    pub(crate) file_bytes: u64,
+}
+
+impl Merge {
+    /// Merges the inputs into SSTs of about `file_bytes`, each at a path `new_file` names.
+    pub(crate) fn run(self, mut new_file: impl FnMut() -> (SstId, PathBuf)) -> Result<Vec<Output>> {
+        let sources: Vec<Box<dyn EntryIter>> = self
+            .readers
+            .iter()
+            .map(|r| Box::new(SstIter::new(r.clone(), &[])) as Box<dyn EntryIter>)
+            .collect();
+        // Copies of one version (retained or promoted beside another copy) merge as parts.
+        let mut merged = MergeIter::with_parts(sources, self.codec.clone());
+        let mut outputs = Vec::new();
+        let mut builder: Option<(SstId, PathBuf, SstBuilder)> = None;
+        let mut group: Vec<Entry> = Vec::new();
+        let mut finish_group = |group: &mut Vec<Entry>,
+                                builder: &mut Option<(SstId, PathBuf, SstBuilder)>,
+                                outputs: &mut Vec<Output>|
+         -> Result<()> {
+            if group.is_empty() {
+                return Ok(());
+            }
+            let collapsed = crate::fold::collapse(
+                &self.codec,
+                group,
+                &self.pins,
+                self.keep_above,
+                self.bottommost,
+            )?;
+            group.clear();
+            if collapsed.is_empty() {
+                return Ok(());
+            }
+            if builder.is_none() {
+                let (id, path) = new_file();
+                let b = SstBuilder::create(&path, self.block_bytes, self.bloom_bits_per_key)?;
+                *builder = Some((id, path, b));
+            }
+            let Some((_, _, b)) = builder.as_mut() else {
+                return Err(Error::Internal("no builder".into()));
+            };
+            for e in &collapsed {
+                b.add(e)?;
+            }
+            if b.size_bytes() >= self.file_bytes
+                && let Some((id, path, b)) = builder.take()
+            {
+                outputs.push(finish(id, path, b)?);
+            }
+            Ok(())
+        };
+        while let Some(e) = merged.next_entry()? {
+            if group.first().is_some_and(|g: &Entry| g.key != e.key) {
+                finish_group(&mut group, &mut builder, &mut outputs)?;
+            }
+            group.push(e);
+        }
+        finish_group(&mut group, &mut builder, &mut outputs)?;
+        if let Some((id, path, b)) = builder.take() {
+            outputs.push(finish(id, path, b)?);
+        }
+        Ok(outputs)
+    }
+}
+
 /// A written SST, not yet uploaded or committed.
 pub(crate) struct Output {
     pub(crate) info: SstInfo,
@@ -356,5 +444,105 @@ mod tests {
         );
         config.l0_settle_ms = 0;
         assert!(!l0_settled(&config, 0, u64::MAX), "0 turns settling off");
+    }
+
+    /// An SST at `dir/<n>.sst` of `(key, seq, delete?)` versions (in key, then newest-first
+    /// order), each value a row of one Int64 column equal to its sequence number.
+    fn file(dir: &std::path::Path, n: u64, versions: &[(u8, u64, bool)]) -> Arc<SstReader> {
+        let codec = RowCodec::new(vec![arrow::datatypes::DataType::Int64]);
+        let path = dir.join(format!("in-{n}.sst"));
+        let mut b = SstBuilder::create(&path, 4096, 10).unwrap();
+        for (k, seq, delete) in versions {
+            b.add(&Entry {
+                key: bytes::Bytes::from(vec![*k]),
+                seq: *seq,
+                kind: if *delete {
+                    crate::entry::EntryKind::Delete
+                } else {
+                    crate::entry::EntryKind::Put
+                },
+                value: if *delete {
+                    bytes::Bytes::new()
+                } else {
+                    bytes::Bytes::from(
+                        codec
+                            .encode(&[Some(crate::value::Value::Int(*seq as i64))])
+                            .unwrap(),
+                    )
+                },
+            })
+            .unwrap();
+        }
+        b.finish().unwrap();
+        Arc::new(SstReader::open(&path).unwrap())
+    }
+
+    #[test]
+    fn a_merge_folds_versions_and_splits_its_output() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        // Newer file: key 1 deleted at 10, key 2 rewritten at 11. Older file: keys 1-4.
+        let newer = file(d, 1, &[(1, 10, true), (2, 11, false)]);
+        let older = file(
+            d,
+            2,
+            &[(1, 1, false), (2, 2, false), (3, 3, false), (4, 4, false)],
+        );
+        let run = |bottommost: bool, pins: Vec<u64>, file_bytes: u64| {
+            let mut n = 100;
+            let merge = Merge {
+                readers: vec![newer.clone(), older.clone()],
+                codec: RowCodec::new(vec![arrow::datatypes::DataType::Int64]),
+                pins,
+                keep_above: u64::MAX,
+                bottommost,
+                block_bytes: 4096,
+                bloom_bits_per_key: 10,
+                file_bytes,
+            };
+            merge
+                .run(|| {
+                    n += 1;
+                    (
+                        SstId { epoch: 1, n },
+                        d.join(format!("out-{bottommost}-{n}.sst")),
+                    )
+                })
+                .unwrap()
+        };
+        let versions = |outs: &[Output]| -> Vec<(u8, u64)> {
+            outs.iter()
+                .flat_map(|o| {
+                    let mut it = SstIter::new(Arc::new(SstReader::open(&o.path).unwrap()), &[]);
+                    let mut v = Vec::new();
+                    while let Some(e) = it.next_entry().unwrap() {
+                        v.push((e.key[0], e.seq));
+                    }
+                    v
+                })
+                .collect()
+        };
+        // Not the bottom: the delete stays; one version per key.
+        let outs = run(false, vec![], 1 << 20);
+        assert_eq!(outs.len(), 1);
+        assert_eq!(versions(&outs), vec![(1, 10), (2, 11), (3, 3), (4, 4)]);
+        assert_eq!((outs[0].info.seq_min, outs[0].info.seq_max), (3, 11));
+        // The bottom: the delete and what it hides are gone.
+        let outs = run(true, vec![], 1 << 20);
+        assert_eq!(versions(&outs), vec![(2, 11), (3, 3), (4, 4)]);
+        // A pinned snapshot at 5 keeps the versions it sees.
+        let outs = run(true, vec![5], 1 << 20);
+        assert_eq!(
+            versions(&outs),
+            vec![(1, 10), (1, 1), (2, 11), (2, 2), (3, 3), (4, 4)]
+        );
+        // A tiny size target: a new file after every key, keys in order across files.
+        let outs = run(false, vec![], 1);
+        assert_eq!(outs.len(), 4);
+        assert_eq!(versions(&outs), vec![(1, 10), (2, 11), (3, 3), (4, 4)]);
+        assert!(
+            outs.windows(2)
+                .all(|w| w[0].info.key_max < w[1].info.key_min)
+        );
     }
 }

@@ -5,13 +5,11 @@
 use std::sync::Arc;
 
 use crate::compaction::{
-    Job, Output, finish, l0_settled, last_level_held, overlapping, pick, range_of,
+    Job, Merge, Output, l0_settled, last_level_held, overlapping, pick, range_of,
 };
-use crate::entry::Entry;
 use crate::error::{Error, Result};
-use crate::iter::{EntryIter, MergeIter};
 use crate::shard::ShardInner;
-use crate::sst::{SstBuilder, SstIter, SstReader};
+use crate::sst::SstReader;
 use crate::state::SstHandle;
 use crate::version::Edit;
 
@@ -112,67 +110,23 @@ async fn run(inner: &Arc<ShardInner>, job: Job) -> Result<()> {
         .max()
         .unwrap_or(0)
         .min(keep_above);
-    let codec = inner.table.codec.clone();
+    let merge = Merge {
+        readers,
+        codec: inner.table.codec.clone(),
+        pins,
+        keep_above,
+        bottommost: job.bottommost,
+        block_bytes: inner.config.sst_block_bytes,
+        bloom_bits_per_key: inner.config.bloom_bits_per_key,
+        file_bytes: inner.config.sst_bytes_target,
+    };
     let worker = inner.clone();
-    let bottommost = job.bottommost;
-    let outputs = tokio::task::spawn_blocking(move || -> Result<Vec<Output>> {
-        let sources: Vec<Box<dyn EntryIter>> = readers
-            .into_iter()
-            .map(|r| Box::new(SstIter::new(r, &[])) as Box<dyn EntryIter>)
-            .collect();
-        // Copies of one version (retained or promoted beside another copy) merge as parts.
-        let mut merged = MergeIter::with_parts(sources, codec.clone());
-        let mut outputs = Vec::new();
-        let mut builder: Option<(strata_manifest::SstId, std::path::PathBuf, SstBuilder)> = None;
-        let mut group: Vec<Entry> = Vec::new();
-        let finish_group =
-            |group: &mut Vec<Entry>,
-             builder: &mut Option<(strata_manifest::SstId, std::path::PathBuf, SstBuilder)>,
-             outputs: &mut Vec<Output>|
-             -> Result<()> {
-                if group.is_empty() {
-                    return Ok(());
-                }
-                let collapsed =
-                    crate::fold::collapse(&codec, group, &pins, keep_above, bottommost)?;
-                group.clear();
-                if collapsed.is_empty() {
-                    return Ok(());
-                }
-                if builder.is_none() {
-                    let id = worker.new_sst_id();
-                    let path = worker.local_sst_path(&id);
-                    let b = SstBuilder::create(
-                        &path,
-                        worker.config.sst_block_bytes,
-                        worker.config.bloom_bits_per_key,
-                    )?;
-                    *builder = Some((id, path, b));
-                }
-                let Some((_, _, b)) = builder.as_mut() else {
-                    return Err(Error::Internal("no builder".into()));
-                };
-                for e in &collapsed {
-                    b.add(e)?;
-                }
-                if b.size_bytes() >= worker.config.sst_bytes_target
-                    && let Some((id, path, b)) = builder.take()
-                {
-                    outputs.push(finish(id, path, b)?);
-                }
-                Ok(())
-            };
-        while let Some(e) = merged.next_entry()? {
-            if group.first().is_some_and(|g: &Entry| g.key != e.key) {
-                finish_group(&mut group, &mut builder, &mut outputs)?;
-            }
-            group.push(e);
-        }
-        finish_group(&mut group, &mut builder, &mut outputs)?;
-        if let Some((id, path, b)) = builder.take() {
-            outputs.push(finish(id, path, b)?);
-        }
-        Ok(outputs)
+    let outputs = tokio::task::spawn_blocking(move || {
+        merge.run(|| {
+            let id = worker.new_sst_id();
+            let path = worker.local_sst_path(&id);
+            (id, path)
+        })
     })
     .await
     .map_err(|e| Error::Internal(e.to_string()))??;

@@ -1,0 +1,254 @@
+//! Opening a shard as its writer: the writer epoch bumped in the manifest (CAS), the fence
+//! segment created at the first free WAL id, the WAL replayed, the row-level SSTs fetched
+//! (missing ones downloaded, a few at a time), the epoch re-checked, and the background
+//! tasks started.
+
+use futures::{StreamExt, TryStreamExt};
+use object_store::ObjectStoreExt;
+use strata_common::ids::parse_id;
+
+use super::*;
+
+/// SSTs a shard's open downloads at once (a replacement node with an empty directory).
+const SST_DOWNLOADS_CONCURRENT: usize = 8;
+
+impl Shard {
+    /// Opens `table`'s shard `shard_id` as its writer, fencing any previous writer.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn open(
+        table: Arc<TableSchema>,
+        shard_id: u32,
+        paths: ShardPaths,
+        store: StoreRef,
+        local_root: PathBuf,
+        config: EngineConfig,
+        clock: ClockRef,
+        s3: crate::context::ProcessContext,
+    ) -> Result<Shard> {
+        let name = format!("{}/{}", table.name(), shard_id);
+        let group_counts: Vec<usize> = table.groups.iter().map(|g| g.len()).collect();
+        let manifests = VersionedStore::<Manifest>::new(store.clone(), paths.manifest_dir());
+
+        // 1. Bump the writer epoch.
+        let manifest = loop {
+            let latest = manifests.latest().await?;
+            let mut next = match &latest {
+                Some(v) => v.value.clone(),
+                None => Manifest::empty(config.levels),
+            };
+            next.writer_epoch += 1;
+            next.written_at_ms = clock.now_ms();
+            crate::version::shape_levels(&mut next, &group_counts).map_err(|e| match &latest {
+                Some(v) => e.in_object(&manifests.path(v.version)),
+                None => e,
+            })?;
+            match manifests.commit(latest.as_ref(), next).await {
+                Ok(v) => break v,
+                Err(strata_manifest::Error::Conflict { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        };
+        let epoch = manifest.value.writer_epoch;
+        tracing::info!(shard = %name, epoch, version = manifest.version, "opening shard writer");
+
+        // 1b. Segments a previous process on this node acknowledged after the local fsync
+        // (`Durability::Local`) and did not upload: uploaded now, in order, before the fence.
+        writer::upload_local_segments(
+            &store,
+            &paths,
+            &local_root,
+            &name,
+            manifest.value.wal_replay_after,
+        )
+        .await?;
+
+        // 2. Fence the WAL at the first free id after everything listed.
+        let mut wal_ids: Vec<(u64, u64)> = store
+            .list(Some(&paths.wal_dir()))
+            .try_filter_map(
+                |m| async move { Ok(parse_id(m.location.as_ref()).map(|id| (id, m.size))) },
+            )
+            .try_collect()
+            .await
+            .map_err(Error::store("list wal"))?;
+        wal_ids.sort();
+        let mut fence = wal_ids
+            .last()
+            .map_or(0, |(id, _)| *id)
+            .max(manifest.value.wal_replay_after)
+            + 1;
+        loop {
+            match store
+                .put_opts(
+                    &paths.wal(fence),
+                    Bytes::new().into(),
+                    PutOptions::from(PutMode::Create),
+                )
+                .await
+            {
+                Ok(_) => break,
+                Err(object_store::Error::AlreadyExists { .. }) => fence += 1,
+                Err(e) => return Err(Error::store("write wal fence")(e)),
+            }
+        }
+
+        // 3. Replay every segment between the manifest's replay point and the fence.
+        let active = Arc::new(Memtable::new());
+        let mut last_seq = manifest.value.seq_flushed;
+        // Segments are fetched REPLAY_READS at a time and applied in id order: a tail of
+        // thousands of small group commits replays in a few round trips' time, not one
+        // round trip per segment.
+        let replay_from = manifest.value.wal_replay_after + 1;
+        let mut segments = futures::stream::iter(replay_from..fence)
+            .map(|id| {
+                let (store, path) = (store.clone(), paths.wal(id));
+                async move {
+                    let got = match store.get(&path).await {
+                        Ok(g) => g.bytes().await,
+                        Err(e) => Err(e),
+                    };
+                    (id, path, got)
+                }
+            })
+            .buffered(REPLAY_READS);
+        while let Some((id, path, got)) = segments.next().await {
+            let data = match got {
+                Ok(data) => data,
+                // Ids are consecutive (a writer never skips one, fences are never
+                // collected, and GC keeps every segment above the oldest retained
+                // manifest's replay point): a missing one held acknowledged writes.
+                Err(object_store::Error::NotFound { .. }) => {
+                    return Err(Error::Corrupt(format!(
+                        "shard {name}: WAL segment {id} is missing from the bucket; replay \
+                         from {replay_from} to {fence} needs it (acknowledged writes would be lost)"
+                    )));
+                }
+                Err(e) => return Err(Error::store(format!("read {path}"))(e)),
+            };
+            if data.is_empty() {
+                continue; // an older writer's fence
+            }
+            let segment = Segment::decode(&data).map_err(|e| e.in_object(&path))?;
+            for record in segment.records {
+                if record.seq <= manifest.value.seq_flushed {
+                    continue;
+                }
+                active.insert(record.seq, id, &record.entries);
+                last_seq = last_seq.max(record.seq);
+            }
+        }
+        drop(segments);
+        // The byte count continues from the last committed entry (writes replayed above
+        // are not counted again: an undercount only keeps more history).
+        let written_bytes = manifest.value.seq_times.last().map_or(0, |t| t.bytes);
+
+        // 4. Still the owner? (A newer writer may have fenced us while we replayed.)
+        if let Some(latest) = manifests.latest().await?
+            && latest.value.writer_epoch != epoch
+        {
+            return Err(Error::Fenced {
+                shard: name,
+                mine: epoch,
+                newer: latest.value.writer_epoch,
+            });
+        }
+
+        // 5. Bring the referenced SSTs to the local directory.
+        let local_dir = local_root;
+        tokio::fs::create_dir_all(&local_dir)
+            .await
+            .map_err(Error::io(format!("create {}", local_dir.display())))?;
+        // Several at once: a replacement node's time to first read is this download (the
+        // row levels are small and bounded at default settings, so it is too).
+        let mut levels = Vec::with_capacity(manifest.value.levels.len());
+        let mut referenced = HashSet::new();
+        for level in &manifest.value.levels {
+            for info in &level.ssts {
+                referenced.insert(local_dir.join(format!("{}.sst", info.id)));
+            }
+            // The futures are made first: a stream holding the closure that makes them is
+            // not `Send` for every lifetime, which the spawned open needs.
+            let mut downloads = Vec::with_capacity(level.ssts.len());
+            for info in &level.ssts {
+                downloads.push(crate::read::view::fetch_sst(
+                    &store, &paths, info, &local_dir,
+                ));
+            }
+            let handles: Vec<_> = futures::stream::iter(downloads)
+                .buffered(SST_DOWNLOADS_CONCURRENT)
+                .try_collect()
+                .await?;
+            levels.push(handles);
+        }
+        // Local files no manifest references are leftovers of a previous process.
+        if let Ok(mut dir) = tokio::fs::read_dir(&local_dir).await {
+            while let Ok(Some(e)) = dir.next_entry().await {
+                if !referenced.contains(&e.path()) {
+                    let _ = tokio::fs::remove_file(e.path()).await;
+                }
+            }
+        }
+
+        let state = ShardState {
+            active,
+            frozen: Vec::new(),
+            levels,
+            manifest: Arc::new(manifest),
+        };
+        let (tx, rx) = mpsc::channel(config.write_queue_max.max(1));
+        let opened_ms = clock.now_ms();
+        let inner = Arc::new(ShardInner {
+            name,
+            table,
+            config,
+            store,
+            paths,
+            local_dir,
+            epoch,
+            clock,
+            manifests,
+            state: RwLock::new(Arc::new(state)),
+            last_seq: AtomicU64::new(last_seq),
+            manifest_lock: tokio::sync::Mutex::new(()),
+            compaction_lock: tokio::sync::Mutex::new(()),
+            fenced: AtomicBool::new(false),
+            cancel: CancellationToken::new(),
+            flush_wanted: Notify::new(),
+            flushed: Notify::new(),
+            compaction_wanted: Notify::new(),
+            pins: Mutex::new(BTreeMap::new()),
+            in_flight: Mutex::new(HashSet::new()),
+            sightings: Mutex::new(crate::gc::Sightings::default()),
+            next_sst: AtomicU64::new(1),
+            stats: Default::default(),
+            shard_id,
+            s3,
+            outstanding: Mutex::new(Default::default()),
+            locked_ssts: Mutex::new(HashSet::new()),
+            retained_ssts: Mutex::new(HashSet::new()),
+            promotion: Mutex::new(Default::default()),
+            next_job: AtomicU64::new(1),
+            jobs_wanted: Notify::new(),
+            readers: Mutex::new(BTreeMap::new()),
+            overloaded_since: Mutex::new(None),
+            time_index: Mutex::new(Vec::new()),
+            written_bytes: AtomicU64::new(written_bytes),
+            l0_grown_ms: AtomicU64::new(opened_ms),
+        });
+        offload::clear_stale_jobs(&inner).await?;
+        tokio::spawn(offload::job_loop(inner.clone()));
+        tokio::spawn(writer::writer_loop(
+            inner.clone(),
+            rx,
+            fence + 1,
+            last_seq + 1,
+        ));
+        tokio::spawn(flush::flush_loop(inner.clone()));
+        tokio::spawn(compact::compaction_loop(inner.clone()));
+        if inner.config.gc.interval_ms > 0 {
+            tokio::spawn(gc::gc_loop(inner.clone()));
+        }
+        inner.compaction_wanted.notify_one();
+        Ok(Shard { inner, tx })
+    }
+}

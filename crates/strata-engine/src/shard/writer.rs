@@ -1,0 +1,269 @@
+//! The shard's writer task: group commit. Queued writes become one WAL segment stored in
+//! the bucket with a create-if-absent PUT (a newer writer's fence makes it fail), then are
+//! applied to the active memtable and acknowledged; a full memtable is frozen for the
+//! flush task. Locally durable writes go to a local segment first and are uploaded after.
+
+use super::*;
+
+pub(super) async fn writer_loop(
+    inner: Arc<ShardInner>,
+    mut rx: mpsc::Receiver<Request>,
+    mut wal_id: u64,
+    mut next_seq: u64,
+) {
+    loop {
+        // A memtable left with writes and then idle for `memtable_settle_ms` is flushed.
+        let settle = inner.config.memtable_settle_ms;
+        let idle_flush = settle > 0 && !inner.current().active.is_empty();
+        let first = tokio::select! {
+            r = rx.recv() => match r { Some(r) => r, None => return },
+            _ = inner.cancel.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_millis(settle)), if idle_flush => {
+                if !inner.current().active.is_empty() {
+                    tracing::debug!(shard = %inner.name, "flushing an idle memtable");
+                    freeze(&inner);
+                }
+                continue;
+            }
+        };
+        // Write stall: too many memtables wait for flush.
+        while inner.current().frozen.len() >= inner.config.memtables_frozen_max {
+            let stall = std::time::Instant::now();
+            inner.flush_wanted.notify_one();
+            let notified = inner.flushed.notified();
+            tokio::select! {
+                _ = notified => {}
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                _ = inner.cancel.cancelled() => return,
+            }
+            inner.stats.record_stall(stall.elapsed());
+        }
+        let mut group = vec![first];
+        let mut bytes = 0usize;
+        while bytes < inner.config.wal_segment_bytes_max {
+            match rx.try_recv() {
+                Ok(r) => {
+                    if let Request::Write { entries, .. } = &r {
+                        bytes += entries
+                            .iter()
+                            .map(|e| e.key.len() + e.value.len() + 8)
+                            .sum::<usize>();
+                    }
+                    group.push(r);
+                }
+                Err(_) => break,
+            }
+        }
+        let mut freeze_replies = Vec::new();
+        let mut sync_replies = Vec::new();
+        let mut writes = Vec::new();
+        for r in group {
+            match r {
+                Request::Write {
+                    entries,
+                    durability,
+                    reply,
+                } => {
+                    if entries.is_empty() {
+                        let _ = reply.send(Ok(next_seq.saturating_sub(1)));
+                        continue;
+                    }
+                    writes.push((next_seq, entries, durability, Some(reply)));
+                    next_seq += 1;
+                }
+                Request::Freeze { reply } => freeze_replies.push(reply),
+                Request::Sync { reply } => sync_replies.push(reply),
+            }
+        }
+        if !writes.is_empty() {
+            let records: Vec<(u64, &[PreparedEntry])> = writes
+                .iter()
+                .map(|(seq, entries, _, _)| (*seq, entries.as_slice()))
+                .collect();
+            let data = Bytes::from(Segment::encode(inner.epoch, &records));
+            let data_len = data.len() as u64;
+            let mut applied = false;
+            // Only a group with a locally durable write leaves a local segment to remove.
+            let local = writes.iter().any(|w| w.2 == Durability::Local);
+            if local {
+                match write_local_wal(&inner, wal_id, &data).await {
+                    Ok(()) => {
+                        apply(&inner, wal_id, &writes);
+                        applied = true;
+                        for w in writes.iter_mut().filter(|w| w.2 == Durability::Local) {
+                            if let Some(reply) = w.3.take() {
+                                let _ = reply.send(Ok(w.0));
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(shard = %inner.name, error = %e, "local wal write failed; waiting for the upload")
+                    }
+                }
+            }
+            match upload_segment(&inner, wal_id, data).await {
+                Ok(()) => {}
+                Err(e) => {
+                    // Fenced or closed: nothing more can be acknowledged by this writer.
+                    for w in writes.iter_mut() {
+                        if let Some(reply) = w.3.take() {
+                            let _ = reply.send(Err(match &e {
+                                Error::Fenced { .. } => inner.fenced_error(0),
+                                _ => Error::Closed(format!("shard {} is closed", inner.name)),
+                            }));
+                        }
+                    }
+                    rx.close();
+                    while let Some(r) = rx.recv().await {
+                        if let Request::Write { reply, .. } = r {
+                            let _ = reply.send(Err(inner.fenced_error(0)));
+                        }
+                    }
+                    return;
+                }
+            }
+            if local {
+                let _ =
+                    tokio::fs::remove_file(inner.local_dir.join(format!("{wal_id:020}.wal"))).await;
+            }
+            if !applied {
+                apply(&inner, wal_id, &writes);
+            }
+            if let Some(last) = writes.last() {
+                inner.note_acknowledged(last.0, data_len);
+            }
+            for w in writes.iter_mut() {
+                if let Some(reply) = w.3.take() {
+                    let _ = reply.send(Ok(w.0));
+                }
+            }
+            inner.stats.record_wal_segment(writes.len());
+            wal_id += 1;
+        }
+        let state = inner.current();
+        if (!freeze_replies.is_empty() && !state.active.is_empty())
+            || state.active.size_bytes() >= inner.config.memtable_bytes_max
+            || state.active.wal_segments() >= inner.config.memtable_wal_segments_max.max(1)
+        {
+            freeze(&inner);
+        }
+        for r in freeze_replies.into_iter().chain(sync_replies) {
+            let _ = r.send(());
+        }
+    }
+}
+
+pub(super) fn apply(inner: &ShardInner, wal_id: u64, writes: &[PendingWrite]) {
+    let state = inner.current();
+    let mut max = 0;
+    for (seq, entries, _, _) in writes {
+        state.active.insert(*seq, wal_id, entries);
+        max = max.max(*seq);
+    }
+    inner.last_seq.fetch_max(max, Ordering::AcqRel);
+}
+
+pub(super) fn freeze(inner: &ShardInner) {
+    let mut guard = inner.state.write();
+    let mut next = (**guard).clone();
+    let old = std::mem::replace(&mut next.active, Arc::new(Memtable::new()));
+    next.frozen.insert(0, old);
+    *guard = Arc::new(next);
+    drop(guard);
+    inner.flush_wanted.notify_one();
+}
+
+pub(super) async fn write_local_wal(inner: &ShardInner, wal_id: u64, data: &Bytes) -> Result<()> {
+    let path = inner.local_dir.join(format!("{wal_id:020}.wal"));
+    let data = data.clone();
+    tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&path)?;
+        f.write_all(&data)?;
+        f.sync_all()
+    })
+    .await
+    .map_err(|e| Error::Internal(e.to_string()))?
+    .map_err(Error::io("local wal"))
+}
+
+/// Uploads the local WAL segments above `replay_after` that a previous process left (written
+/// and fsynced for `Durability::Local`, acknowledged, not yet uploaded), in id order, each
+/// create-if-absent at its own id, so the replay that follows finds them. A segment already
+/// in the bucket with the same bytes was uploaded; one whose id is taken by other bytes
+/// means another writer fenced the WAL there before this reopen: that segment and every
+/// later local one are lost (an error in the log; the mode's documented risk). Every local
+/// segment file is removed afterwards.
+pub(super) async fn upload_local_segments(
+    store: &StoreRef,
+    paths: &ShardPaths,
+    local_dir: &std::path::Path,
+    name: &str,
+    replay_after: u64,
+) -> Result<()> {
+    let mut local: Vec<(u64, PathBuf)> = Vec::new();
+    if let Ok(mut dir) = tokio::fs::read_dir(local_dir).await {
+        while let Ok(Some(e)) = dir.next_entry().await {
+            let file = e.file_name();
+            let id = file
+                .to_str()
+                .and_then(|f| f.strip_suffix(".wal"))
+                .and_then(|n| n.parse::<u64>().ok());
+            if let Some(id) = id {
+                local.push((id, e.path()));
+            }
+        }
+    }
+    local.sort();
+    let mut lost_from = None;
+    for (id, file) in &local {
+        if *id <= replay_after || lost_from.is_some() {
+            continue;
+        }
+        let data = Bytes::from(
+            tokio::fs::read(file)
+                .await
+                .map_err(Error::io(format!("read {}", file.display())))?,
+        );
+        let created = strata_objstore::create_or_match(store.as_ref(), &paths.wal(*id), &data)
+            .await
+            .map_err(Error::store(format!("upload local wal {id}")))?;
+        if created == Created::Theirs {
+            lost_from = Some(*id);
+        }
+    }
+    if let Some(id) = lost_from {
+        tracing::error!(shard = %name, from = id, "locally acknowledged WAL segments lost: another writer fenced the WAL before they were uploaded");
+    }
+    for (_, file) in &local {
+        let _ = tokio::fs::remove_file(file).await;
+    }
+    Ok(())
+}
+
+/// PUTs a segment at `wal_id`, retrying transient failures with the same id and bytes (ids
+/// must stay consecutive for fencing to hold). An object already there with other bytes is
+/// a newer writer's fence; one with exactly these bytes is this writer's own (an attempt
+/// that landed with its response lost).
+pub(super) async fn upload_segment(inner: &ShardInner, wal_id: u64, data: Bytes) -> Result<()> {
+    let path = inner.paths.wal(wal_id);
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        match strata_objstore::create_or_match(inner.store.as_ref(), &path, &data).await {
+            Ok(Created::Mine) => return Ok(()),
+            Ok(Created::Theirs) => {
+                inner.fenced.store(true, Ordering::Release);
+                tracing::warn!(shard = %inner.name, epoch = inner.epoch, wal_id, "fenced by a newer writer");
+                return Err(inner.fenced_error(0));
+            }
+            Err(e) => {
+                tracing::warn!(shard = %inner.name, wal_id, error = %e, "wal upload failed; retrying");
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = inner.cancel.cancelled() => return Err(Error::Closed(inner.name.clone())),
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}
