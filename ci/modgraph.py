@@ -7,13 +7,17 @@ Each file is a module (`a.rs` and `a/mod.rs` are `a`, `a/b.rs` is `a::b`); an ed
 is any `crate::b...` path in a's code, `use crate::{b, c::d}` groups included. Test code
 (`#[cfg(test)]` modules) is left out: tests may reach anywhere. Edges are counted between
 top-level modules, since a cycle through submodules of one top-level module is that
-module's own business. `--check` exits 1 and names the cycles when there are any.
+module's own business. `--check` exits 1 and names the cycles when there are any, and
+when a type private to one room (`ROOM_PRIVATE`) is named outside it.
 """
 import os
 import re
 import sys
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+# Types only their own top-level module may name (the engine's shard internals).
+ROOM_PRIVATE = {"ShardInner": "shard"}
 
 
 def module_of(root, path):
@@ -157,6 +161,23 @@ def cycles(g):
     return out
 
 
+def room_leaks(root):
+    """(file, type) pairs where a room-private type is named outside its room."""
+    leaks = []
+    for d, _, fs in os.walk(root):
+        for f in fs:
+            if not f.endswith(".rs"):
+                continue
+            path = os.path.join(d, f)
+            module = module_of(root, path)
+            with open(path, encoding="utf-8") as fh:
+                text = strip_tests_and_comments(fh.read())
+            for name, room in ROOM_PRIVATE.items():
+                if module != room and re.search(r"\b" + name + r"\b", text):
+                    leaks.append((os.path.relpath(path, root), name))
+    return sorted(leaks)
+
+
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     flags = {a for a in sys.argv[1:] if a.startswith("--")}
@@ -170,9 +191,12 @@ def main():
                 print(f'  "{a}" -> "{b}";')
         print("}")
         return 0
+    leaks = room_leaks(root)
+    for path, name in leaks:
+        print(f"{path} names {name}, which only `{ROOM_PRIVATE[name]}` may")
     if not comps:
         print(f"{root}: {len(g)} modules, no cycle")
-        return 0
+        return 1 if leaks and "--check" in flags else 0
     for comp in comps:
         inside = set(comp)
         print(f"cycle among {len(comp)} modules: {', '.join(comp)}")
