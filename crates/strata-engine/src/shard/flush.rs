@@ -45,13 +45,13 @@ pub(super) async fn flush_one(inner: &Arc<ShardInner>, mem: Arc<Memtable>) -> Re
             inner.config.bloom_bits_per_key,
         );
         let (m, p) = (mem.clone(), path.clone());
-        let stats = tokio::task::spawn_blocking(move || -> Result<crate::sst::SstStats> {
+        let written = tokio::task::spawn_blocking(move || -> Result<crate::compaction::Output> {
             let mut b = SstBuilder::create(&p, block, bits)?;
             let mut it = MemtableIter::new(m, &[]);
             while let Some(e) = it.next_entry()? {
                 b.add(&e)?;
             }
-            b.finish()
+            crate::compaction::finish(id, p, b)
         })
         .await
         .map_err(|e| Error::Internal(e.to_string()))??;
@@ -61,20 +61,11 @@ pub(super) async fn flush_one(inner: &Arc<ShardInner>, mem: Arc<Memtable>) -> Re
             inner.in_flight.lock().remove(&id);
             return Err(e);
         }
-        let info = SstInfo {
-            id,
-            key_min: stats.key_min,
-            key_max: stats.key_max,
-            seq_min: stats.seq_min,
-            seq_max: stats.seq_max,
-            entries: stats.entries,
-            size_bytes: stats.size_bytes,
-        };
-        let p = path.clone();
-        let reader = tokio::task::spawn_blocking(move || SstReader::open(&p))
-            .await
-            .map_err(|e| Error::Internal(e.to_string()))??;
-        Some(Arc::new(SstHandle::new(info, reader, path)))
+        Some(Arc::new(SstHandle::new(
+            written.info,
+            written.reader,
+            written.path,
+        )))
     };
     // Commits, installs, and releases the file from `in_flight` (also on failure).
     inner
