@@ -1,6 +1,8 @@
 //! The embedded database: the catalog of tables and the shards this process writes.
 
 mod catalog;
+mod ddl;
+mod membership;
 mod table;
 
 pub use catalog::{CatalogSnapshot, MISS_RECHECK};
@@ -265,105 +267,6 @@ impl Db {
         self.inner.fault.as_ref()
     }
 
-    async fn update_catalog<T>(
-        &self,
-        mut change: impl FnMut(&mut Catalog) -> Result<T>,
-    ) -> Result<T> {
-        loop {
-            let chain = self.inner.catalog.chain();
-            let latest = chain.latest().await?;
-            let mut next = latest.as_ref().map(|v| v.value.clone()).unwrap_or_default();
-            let out = change(&mut next)?;
-            match chain.commit(latest.as_ref(), next).await {
-                Ok(v) => {
-                    self.inner.catalog.committed(v);
-                    return Ok(out);
-                }
-                Err(strata_manifest::Error::Conflict { .. }) => continue,
-                Err(e) => return Err(e.into()),
-            }
-        }
-    }
-
-    /// Creates a table with `schema` and a primary key of the named columns.
-    pub async fn create_table(
-        &self,
-        name: &str,
-        schema: Schema,
-        primary_key: &[&str],
-    ) -> Result<TableEntry> {
-        self.create(name, schema, primary_key, TableKind::Table, None)
-            .await
-    }
-
-    /// Creates a table with a column-group layout for its S3 levels (LASER §4):
-    /// `layout[i]` partitions the non-key columns for S3 level i+1, and each group of a
-    /// level must lie inside one group of the level above. Invalid layouts are rejected.
-    pub async fn create_table_with_layout(
-        &self,
-        name: &str,
-        schema: Schema,
-        primary_key: &[&str],
-        layout: Vec<Vec<Vec<String>>>,
-    ) -> Result<TableEntry> {
-        self.create(name, schema, primary_key, TableKind::Table, Some(layout))
-            .await
-    }
-
-    /// Creates a key-value namespace (`key: binary` primary key, `value: binary`).
-    pub async fn create_kv_namespace(&self, name: &str) -> Result<TableEntry> {
-        self.create(
-            name,
-            key_value_schema(),
-            &["key"],
-            TableKind::KeyValue,
-            None,
-        )
-        .await
-    }
-
-    async fn create(
-        &self,
-        name: &str,
-        schema: Schema,
-        primary_key: &[&str],
-        kind: TableKind,
-        layout: Option<Vec<Vec<Vec<String>>>>,
-    ) -> Result<TableEntry> {
-        validate_name(name)?;
-        let pk: Vec<String> = primary_key.iter().map(|s| s.to_string()).collect();
-        validate_definition(&schema, &pk)?;
-        let layout = match layout {
-            Some(l) => l,
-            None => crate::schema::default_layout(&schema, &pk, self.inner.config.s3_levels),
-        };
-        crate::schema::validate_layout(&schema, &pk, &layout)?;
-        let now = self.inner.clock.now_ms();
-        self.update_catalog(|c| {
-            if c.tables.contains_key(name) {
-                return Err(Error::TableExists(name.to_string()));
-            }
-            let entry = TableEntry {
-                id: c.next_table_id,
-                name: name.to_string(),
-                kind,
-                schema: schema.clone(),
-                primary_key: pk.clone(),
-                shards: vec![ShardEntry {
-                    id: 0,
-                    key_start: Vec::new(),
-                    key_end: None,
-                }],
-                column_groups: layout.clone(),
-                created_at_ms: now,
-            };
-            c.next_table_id += 1;
-            c.tables.insert(name.to_string(), entry.clone());
-            Ok(entry)
-        })
-        .await
-    }
-
     /// Whether the bucket answers now: one HEAD request for an object that need not exist
     /// (not found is an answer). The error says why not, for readiness probes.
     pub async fn probe_store(&self) -> Result<()> {
@@ -442,32 +345,6 @@ impl Db {
             );
             t.close().await;
         }
-    }
-
-    /// Drops a table; its objects are garbage collected later.
-    pub async fn drop_table(&self, name: &str) -> Result<()> {
-        let now = self.inner.clock.now_ms();
-        let entry = self
-            .update_catalog(|c| {
-                let t = c
-                    .tables
-                    .remove(name)
-                    .ok_or_else(|| Error::TableNotFound(name.to_string()))?;
-                c.dropped.push(DroppedTable {
-                    id: t.id,
-                    name: t.name.clone(),
-                    dropped_at_ms: now,
-                });
-                Ok(t)
-            })
-            .await?;
-        if let Some(t) = self.inner.open.lock().await.remove(&entry.id) {
-            t.close().await;
-        }
-        if let Some(c) = self.inner.cluster.get() {
-            c.forget(entry.id);
-        }
-        Ok(())
     }
 
     /// Opens a table for reading and writing. The first open in this process makes it the
@@ -569,92 +446,6 @@ impl Db {
         })
     }
 
-    /// Garbage collection of dropped tables: deletes every object of a table dropped at
-    /// least `gc.min_age_ms` ago (its shards' directories, compaction jobs and shard
-    /// leases), and
-    /// forgets it in the catalog once a pass finds nothing left (a worker still finishing
-    /// one of its jobs may write an output after the first pass). Returns the objects
-    /// deleted. Deletes are idempotent, so every ingest node of a cluster may run it.
-    pub async fn collect_dropped(&self) -> Result<u64> {
-        use futures::TryStreamExt;
-        use object_store::ObjectStoreExt;
-        let now = self.inner.clock.now_ms();
-        let min_age = self.inner.config.gc.min_age_ms;
-        let dropped: Vec<DroppedTable> = self.catalog().await?.catalog.dropped.clone();
-        let store = &self.inner.store;
-        let mut deleted = 0u64;
-        let mut gone = Vec::new();
-        // Its compaction jobs and shard leases are named after its id.
-        let mut named: Vec<object_store::ObjectMeta> = Vec::new();
-        if !dropped.is_empty() {
-            for dir in [self.inner.layout.jobs_dir(), self.inner.layout.leases_dir()] {
-                let listed: Vec<object_store::ObjectMeta> = store
-                    .list(Some(&dir))
-                    .try_collect()
-                    .await
-                    .map_err(Error::store(format!("list {dir}")))?;
-                named.extend(listed);
-            }
-        }
-        for d in dropped.iter().filter(|d| now >= d.dropped_at_ms + min_age) {
-            let mut objects: Vec<object_store::path::Path> = store
-                .list(Some(&self.inner.layout.table_dir(d.id)))
-                .map_ok(|m| m.location)
-                .try_collect()
-                .await
-                .map_err(Error::store(format!("list dropped table {}", d.name)))?;
-            let job_prefix = format!("{:020}-", d.id);
-            objects.extend(
-                named
-                    .iter()
-                    .filter(|m| {
-                        m.location
-                            .filename()
-                            .is_some_and(|f| f.starts_with(&job_prefix))
-                    })
-                    .map(|m| m.location.clone()),
-            );
-            if objects.is_empty() {
-                gone.push(d.id);
-                continue;
-            }
-            // A query that began before the drop pins the shards it reads: wait for it
-            // (a lease of slack on the reader's expiry, for a reader clock behind ours).
-            let mut pinned = false;
-            for o in objects.iter().filter(|o| o.as_ref().contains("/pins/")) {
-                let rec =
-                    match store.get(o).await {
-                        Ok(g) => g.bytes().await.ok().and_then(|b| {
-                            serde_json::from_slice::<crate::pins::PinRecord>(&b).ok()
-                        }),
-                        Err(_) => None,
-                    };
-                if let Some(p) = rec {
-                    let lease = p.lease_ms.max(self.inner.config.pin_lease_ms);
-                    if p.expires_at_ms.saturating_add(lease) >= now {
-                        pinned = true;
-                        break;
-                    }
-                }
-            }
-            if pinned {
-                tracing::debug!(table = d.name, "dropped table still pinned by a reader");
-                continue;
-            }
-            let count = objects.len();
-            deleted += crate::gc::delete_all(store, objects).await?;
-            tracing::info!(table = d.name, objects = count, "collected a dropped table");
-        }
-        if !gone.is_empty() {
-            self.update_catalog(|c| {
-                c.dropped.retain(|d| !gone.contains(&d.id));
-                Ok(())
-            })
-            .await?;
-        }
-        Ok(deleted)
-    }
-
     /// The catalog entry of a table.
     pub async fn describe(&self, name: &str) -> Result<TableEntry> {
         self.catalog_with(name)
@@ -700,127 +491,6 @@ impl Db {
             .await;
     }
 
-    /// Makes this process an ingest node of a cluster: from now on it serves (and writes)
-    /// only the shards it holds a lease on, claims free shards it is preferred for, takes
-    /// over shards of nodes that died, and answers [`Error::NotOwner`] for the rest (see
-    /// [`crate::cluster`]). Runs until [`Db::close`].
-    pub async fn join_cluster(&self, config: crate::cluster::ClusterConfig) -> Result<()> {
-        let cluster = Arc::new(crate::cluster::Cluster::new(
-            config,
-            self.inner.store.clone(),
-            self.inner.layout.clone(),
-            self.inner.clock.clone(),
-        )?);
-        cluster.refresh_nodes().await?;
-        if self.inner.cluster.set(cluster.clone()).is_err() {
-            return Err(Error::Invalid("already joined a cluster".into()));
-        }
-        let weak = Arc::downgrade(&self.inner);
-        let cancel = self.inner.workers.clone();
-        let every = std::time::Duration::from_millis(cluster.config.renew_ms);
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    _ = tokio::time::sleep(every) => {}
-                }
-                let Some(inner) = weak.upgrade() else { return };
-                let db = Db { inner };
-                db.cluster_round(&cluster).await;
-            }
-        });
-        Ok(())
-    }
-
-    /// One round of an ingest node: liveness, lease renewal, claiming free shards.
-    async fn cluster_round(&self, c: &crate::cluster::Cluster) {
-        let live = match c.refresh_nodes().await {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::warn!("refreshing cluster nodes: {e}");
-                c.live()
-            }
-        };
-        for (table_id, _) in c.renew().await {
-            if let Some(t) = self.inner.open.lock().await.remove(&table_id) {
-                tracing::warn!(table = t.name(), "lost the shard lease: closing the table");
-                t.close().await;
-            }
-        }
-        // A shard fenced while this node still holds its lease (a writer that owns no lease
-        // opened it: an operator's process, a node that took it over on a stale view) is
-        // taken back now rather than left refusing writes until a restart: reopened, its
-        // writer epoch fences the intruder and its WAL is replayed.
-        let fenced = self
-            .take_open(|id, t| t.fenced_shards().iter().any(|s| c.holds(id, *s)))
-            .await;
-        for t in fenced {
-            tracing::warn!(
-                table = t.name(),
-                "fenced by another writer while holding the shard lease: reopening"
-            );
-            t.close().await;
-            if let Err(e) = self.table(t.name()).await {
-                tracing::warn!(table = t.name(), "reopening a fenced shard: {e}");
-            }
-        }
-        let tables = match self.list_tables().await {
-            Ok(t) => t,
-            Err(e) => {
-                tracing::warn!("reading the catalog: {e}");
-                return;
-            }
-        };
-        for entry in tables {
-            for s in &entry.shards {
-                if c.holds(entry.id, s.id) {
-                    continue;
-                }
-                let preferred = crate::cluster::preferred(&live, entry.id, s.id)
-                    .is_some_and(|p| p.name == c.config.node);
-                match c.ensure(&entry.name, entry.id, s.id).await {
-                    Ok(_) => {
-                        // Open it now: the writer epoch fences a previous owner and the WAL
-                        // is replayed before the first request arrives.
-                        if let Err(e) = self.table(&entry.name).await {
-                            tracing::warn!(table = entry.name, "opening a claimed shard: {e}");
-                        }
-                    }
-                    Err(Error::NotOwner { .. }) => {}
-                    Err(e) if preferred => {
-                        tracing::warn!(table = entry.name, shard = s.id, "claiming: {e}")
-                    }
-                    Err(_) => {}
-                }
-            }
-        }
-    }
-
-    /// The ownership lease of each shard of a table, when this process is in a cluster
-    /// (None otherwise).
-    pub async fn shard_leases(
-        &self,
-        entry: &TableEntry,
-    ) -> Result<Option<Vec<Option<crate::cluster::ShardLease>>>> {
-        let Some(c) = self.inner.cluster.get() else {
-            return Ok(None);
-        };
-        let mut out = Vec::new();
-        for s in &entry.shards {
-            out.push(c.lease(entry.id, s.id).await?);
-        }
-        Ok(Some(out))
-    }
-
-    /// The live ingest nodes of the cluster as of the last round (empty outside a cluster).
-    pub fn cluster_nodes(&self) -> Vec<crate::cluster::NodeInfo> {
-        self.inner
-            .cluster
-            .get()
-            .map(|c| c.live())
-            .unwrap_or_default()
-    }
-
     /// The decoded-page cache of point lookups into columnar levels: (bytes held, pages
     /// held, hits, misses). Its bytes stay within `page_cache_bytes`.
     pub fn page_cache_stats(&self) -> (u64, usize, u64, u64) {
@@ -841,24 +511,5 @@ impl Db {
     /// The hotness tracker, when it is enabled.
     pub fn hotness(&self) -> Option<&Arc<crate::hotness::HotnessTracker>> {
         self.inner.s3.hotness.as_ref()
-    }
-
-    /// Whether this process is an ingest node of a cluster.
-    pub fn in_cluster(&self) -> bool {
-        self.inner.cluster.get().is_some()
-    }
-
-    /// This node's name in the cluster.
-    pub fn cluster_node(&self) -> Option<String> {
-        self.inner.cluster.get().map(|c| c.config.node.clone())
-    }
-
-    /// The shards this node holds leases on, as (table id, shard id).
-    pub fn held_shards(&self) -> Vec<(u64, u32)> {
-        self.inner
-            .cluster
-            .get()
-            .map(|c| c.held())
-            .unwrap_or_default()
     }
 }
