@@ -477,8 +477,9 @@ impl ParquetSource {
         Ok(out)
     }
 
-    /// A stream of the file's record batches (of `batch` rows) from the row group holding
-    /// `start`, reading the given columns (None = all).
+    /// A stream of the file's record batches (of `batch` rows) from the page holding
+    /// `start`, reading the given columns (None = all). Rows below `start` may still come
+    /// first (the rest of that page): callers cut by key.
     pub async fn stream(
         &self,
         start: &[u8],
@@ -488,14 +489,30 @@ impl ParquetSource {
     ) -> Result<ParquetRecordBatchStream<FileReader>> {
         let fm = self.meta().await?;
         let md = fm.meta.metadata().clone();
-        // Row groups outside [start, end) by their `_key` statistics are never read.
+        // Row groups outside [start, end) by their `_key` statistics are never read, nor
+        // the first one's pages whose keys all lie below `start` (its page index): a short
+        // scan from the middle of a row group decoded half of it before its first row.
         let groups = in_range(&md, start, end);
+        let skip = match groups.first() {
+            Some(g) if !start.is_empty() => rows_below(&md, *g, start),
+            _ => 0,
+        };
+        let total: usize = groups
+            .iter()
+            .map(|g| md.row_group(*g).num_rows() as usize)
+            .sum();
         let mut builder = ParquetRecordBatchStreamBuilder::new_with_metadata(
             self.reader(fm.clone()),
             fm.meta.clone(),
         )
         .with_row_groups(groups)
         .with_batch_size(batch);
+        if skip > 0 && skip <= total {
+            builder = builder.with_row_selection(RowSelection::from(vec![
+                RowSelector::skip(skip),
+                RowSelector::select(total - skip),
+            ]));
+        }
         if let Some(cols) = columns {
             let mask =
                 ProjectionMask::roots(md.file_metadata().schema_descr(), cols.iter().copied());
@@ -832,6 +849,29 @@ fn next_key(key: &[u8]) -> Vec<u8> {
     let mut k = key.to_vec();
     k.push(0);
     k
+}
+
+/// The leading rows of row group `rgi` in pages whose `_key` values all lie below `start`
+/// (page index): a reader from `start` need not decode them. 0 without a page index.
+fn rows_below(md: &ParquetMetaData, rgi: usize, start: &[u8]) -> usize {
+    let ci = md
+        .column_index()
+        .and_then(|c| c.get(rgi))
+        .and_then(|c| c.first());
+    let oi = md
+        .offset_index()
+        .and_then(|o| o.get(rgi))
+        .and_then(|o| o.first());
+    let (Some(ColumnIndexMetaData::BYTE_ARRAY(idx)), Some(oi)) = (ci, oi) else {
+        return 0;
+    };
+    let pages = oi.page_locations();
+    for (p, loc) in pages.iter().enumerate() {
+        if idx.max_value(p).is_none_or(|m| m >= start) {
+            return loc.first_row_index as usize;
+        }
+    }
+    md.row_group(rgi).num_rows() as usize
 }
 
 /// The rows of row group `rgi` in pages whose `_key` range may hold `key` (page index), as
