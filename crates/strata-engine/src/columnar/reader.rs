@@ -1169,3 +1169,88 @@ mod page_key_tests {
         assert_eq!(cache.get(&PageKeyRef("f-2", 2, 4096, true)), None);
     }
 }
+
+#[cfg(test)]
+mod stream_tests {
+    use super::*;
+    use crate::columnar::writer::{FileShape, RunWriter};
+    use crate::entry::EntryKind;
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    fn key(i: i64) -> Vec<u8> {
+        ((i as u64) ^ 0x8000_0000_0000_0000).to_be_bytes().to_vec()
+    }
+
+    #[tokio::test]
+    async fn a_stream_from_a_key_skips_the_pages_below_it() {
+        let store: StoreRef = Arc::new(object_store::memory::InMemory::new());
+        let schema = Schema::new(vec![
+            Field::new("k", DataType::Int64, false),
+            Field::new("v", DataType::Int64, true),
+        ]);
+        let format = Arc::new(GroupFormat::new(&schema, &[0], &[1], vec![0]));
+        let shape = FileShape {
+            file_bytes_target: 1 << 30,
+            row_group_rows: 10_000,
+            page_bytes: 1 << 20,
+            page_rows: 100,
+            dictionary_page_bytes: 64 << 10,
+        };
+        let mut w = RunWriter::new(
+            store.clone(),
+            format.clone(),
+            shape,
+            "t".into(),
+            Box::new(|name| Path::from(format!("p/{name}.parquet"))),
+        );
+        for i in 0..10_000i64 {
+            let value = format
+                .codec
+                .encode(&[Some(crate::value::Value::Int(i))])
+                .unwrap();
+            w.add_key(vec![Entry {
+                key: Bytes::from(key(i)),
+                seq: 1,
+                kind: EntryKind::Put,
+                value: Bytes::from(value),
+            }])
+            .await
+            .unwrap();
+        }
+        let info = w.finish().await.unwrap().pop().unwrap();
+        let source = ParquetSource {
+            store,
+            path: Path::from(format!("p/{}.parquet", info.name)),
+            info,
+            cache: None,
+            metas: Arc::new(MetaCache::new(1 << 20)),
+        };
+        // The keys a stream from `start` yields, in order.
+        let keys_from = |start: Vec<u8>| {
+            let source = source.clone();
+            async move {
+                let mut s = source.stream(&start, None, None, 100_000).await.unwrap();
+                let mut out = Vec::new();
+                while let Some(b) = s.next().await {
+                    let b = b.unwrap();
+                    let k = b.column(0).as_binary::<i32>();
+                    out.extend((0..k.len()).map(|i| k.value(i).to_vec()));
+                }
+                out
+            }
+        };
+        assert_eq!(keys_from(Vec::new()).await.len(), 10_000);
+        let from = keys_from(key(5_050)).await;
+        // Read from the page holding the start key (pages of about 100 rows), not from the
+        // row group's first row; and nothing from the start key on is missing.
+        let first = from.first().cloned().unwrap();
+        assert!(first <= key(5_050) && first >= key(4_850), "{first:?}");
+        let first = (u64::from_be_bytes(first.try_into().unwrap()) ^ 0x8000_0000_0000_0000) as i64;
+        let want: Vec<Vec<u8>> = (first..10_000).map(key).collect();
+        assert_eq!(from, want);
+        // A start below every key reads everything; one past the last reads its last page
+        // at most.
+        assert_eq!(keys_from(key(-1)).await.len(), 10_000);
+        assert!(keys_from(key(20_000)).await.len() <= 100);
+    }
+}
