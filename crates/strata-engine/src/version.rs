@@ -225,7 +225,7 @@ mod tests {
     use super::*;
     use crate::entry::{Entry, EntryKind};
     use crate::jobs::JobTarget;
-    use crate::sst::{SstBuilder, SstReader};
+    use crate::sst::SstBuilder;
     use bytes::Bytes;
     use strata_manifest::{GroupRun, TableEntry, TableKind, Versioned};
 
@@ -242,17 +242,8 @@ mod tests {
             })
             .unwrap();
         }
-        let stats = b.finish().unwrap();
-        let info = SstInfo {
-            id: SstId { epoch: 1, n },
-            key_min: stats.key_min,
-            key_max: stats.key_max,
-            seq_min: stats.seq_min,
-            seq_max: stats.seq_max,
-            entries: stats.entries,
-            size_bytes: stats.size_bytes,
-        };
-        Arc::new(SstHandle::new(info, SstReader::open(&path).unwrap(), path))
+        let o = crate::compaction::finish(SstId { epoch: 1, n }, path, b).unwrap();
+        Arc::new(SstHandle::new(o.info, o.reader, o.path))
     }
 
     fn parquet(name: &str, lo: u8, hi: u8) -> ParquetFileInfo {

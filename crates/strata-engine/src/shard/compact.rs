@@ -148,7 +148,6 @@ async fn commit(
     outputs: Vec<Output>,
     floor: u64,
 ) -> Result<()> {
-    let ids: Vec<_> = outputs.iter().map(|o| o.info.id).collect();
     let upload = async {
         for o in &outputs {
             inner.upload_sst(&o.info.id, &o.path).await?;
@@ -156,27 +155,25 @@ async fn commit(
         Ok::<_, Error>(())
     }
     .await;
-    let result = match upload {
-        Err(e) => Err(e),
-        Ok(()) => {
-            inner
-                .commit(Edit::Compact {
-                    upper: job.upper,
-                    output: job.output,
-                    upper_inputs: job.upper_inputs.iter().map(|h| h.info.id).collect(),
-                    lower_inputs: job.lower_inputs.iter().map(|h| h.info.id).collect(),
-                    outputs: outputs
-                        .into_iter()
-                        .map(|o| Arc::new(SstHandle::new(o.info, o.reader, o.path)))
-                        .collect(),
-                    floor,
-                })
-                .await
+    if let Err(e) = upload {
+        let mut in_flight = inner.in_flight.lock();
+        for o in &outputs {
+            in_flight.remove(&o.info.id);
         }
-    };
-    let mut in_flight = inner.in_flight.lock();
-    for id in ids {
-        in_flight.remove(&id);
+        return Err(e);
     }
-    result
+    // The commit point releases the outputs from `in_flight`, committed or not.
+    inner
+        .commit(Edit::Compact {
+            upper: job.upper,
+            output: job.output,
+            upper_inputs: job.upper_inputs.iter().map(|h| h.info.id).collect(),
+            lower_inputs: job.lower_inputs.iter().map(|h| h.info.id).collect(),
+            outputs: outputs
+                .into_iter()
+                .map(|o| Arc::new(SstHandle::new(o.info, o.reader, o.path)))
+                .collect(),
+            floor,
+        })
+        .await
 }

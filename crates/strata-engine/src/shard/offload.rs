@@ -458,9 +458,11 @@ impl ShardInner {
             };
             let committed = self.commit_job(&o.spec, &result).await;
             match &committed {
+                // The commit point released the job, under the manifest lock.
                 Ok(true) => {}
                 Ok(false) => {
-                    tracing::info!(shard = %self.name, job = %id, "inputs changed; job abandoned")
+                    tracing::info!(shard = %self.name, job = %id, "inputs changed; job abandoned");
+                    self.forget_job(&id);
                 }
                 Err(Error::Fenced { .. }) => return committed.map(|_| settled),
                 Err(e) => {
@@ -468,7 +470,6 @@ impl ShardInner {
                     continue;
                 }
             }
-            self.forget_job(&id);
             jobs::remove(&self.store, &self.s3.layout, &id).await?;
             settled += 1;
             self.stats
