@@ -3,11 +3,11 @@
 //! Plain values in, plain values out; the coordinator that publishes jobs and commits
 //! their results is `shard::offload`.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use strata_manifest::{ParquetFileInfo, S3Level, SstId, SstInfo};
 
-use crate::jobs::JobSpec;
+use crate::jobs::{JobSource, JobSpec};
 
 /// What a job holds while outstanding: runs no other job may touch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -25,6 +25,112 @@ pub(crate) struct Outstanding {
     pub(crate) resources: HashSet<Resource>,
     /// When the job's spec was last seen in the bucket (ms).
     pub(crate) seen_at_ms: u64,
+}
+
+/// The jobs a shard has published and not settled, and the last-NVMe-level SSTs the
+/// cross-tier ones read (NVMe compaction leaves those alone). Plain bookkeeping: the
+/// coordinator admits jobs through [`JobBook::admit`] and the commit point settles them.
+#[derive(Debug, Default)]
+pub(crate) struct JobBook {
+    outstanding: HashMap<String, Outstanding>,
+    locked: HashSet<SstId>,
+}
+
+impl JobBook {
+    /// Admits candidates, smallest input first (greedy), each given an id by `next_id` and
+    /// recorded as outstanding: at most `max` jobs at once, none holding a resource another
+    /// holds, and no cross-tier job whose inputs are no longer all in the last NVMe level
+    /// (`last_level`). Returns the admitted specs in admission order.
+    pub(crate) fn admit(
+        &mut self,
+        mut cands: Vec<(JobSpec, HashSet<Resource>)>,
+        max: usize,
+        last_level: &HashSet<SstId>,
+        now_ms: u64,
+        mut next_id: impl FnMut() -> String,
+    ) -> Vec<JobSpec> {
+        cands.sort_by_key(|(s, _)| s.input_bytes);
+        let mut admitted = Vec::new();
+        for (mut spec, resources) in cands {
+            if self.outstanding.len() >= max.max(1)
+                || self
+                    .outstanding
+                    .values()
+                    .any(|o| !o.resources.is_disjoint(&resources))
+            {
+                continue;
+            }
+            if let JobSource::CrossTier { ssts } = &spec.source {
+                if !ssts.iter().all(|s| last_level.contains(&s.id)) {
+                    continue; // compacted meanwhile
+                }
+                self.locked.extend(ssts.iter().map(|s| s.id));
+            }
+            spec.id = next_id();
+            self.outstanding.insert(
+                spec.id.clone(),
+                Outstanding {
+                    spec: spec.clone(),
+                    resources,
+                    seen_at_ms: now_ms,
+                },
+            );
+            admitted.push(spec);
+        }
+        admitted
+    }
+
+    /// Removes a job (committed, abandoned or never published), unlocking its inputs.
+    pub(crate) fn settle(&mut self, id: &str) -> Option<Outstanding> {
+        let removed = self.outstanding.remove(id)?;
+        if let JobSource::CrossTier { ssts } = &removed.spec.source {
+            for s in ssts {
+                self.locked.remove(&s.id);
+            }
+        }
+        Some(removed)
+    }
+
+    /// Whether an outstanding cross-tier job reads `id`.
+    pub(crate) fn is_locked(&self, id: &SstId) -> bool {
+        self.locked.contains(id)
+    }
+
+    /// The outstanding job `id`.
+    pub(crate) fn get(&self, id: &str) -> Option<&Outstanding> {
+        self.outstanding.get(id)
+    }
+
+    /// Marks job `id` as seen in the bucket at `now_ms` if it was last seen at least
+    /// `every_ms` before: whether it was due for that look.
+    pub(crate) fn look_due(&mut self, id: &str, now_ms: u64, every_ms: u64) -> bool {
+        match self.outstanding.get_mut(id) {
+            Some(o) if now_ms >= o.seen_at_ms.saturating_add(every_ms) => {
+                o.seen_at_ms = now_ms;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Ids of the outstanding jobs, in no particular order.
+    pub(crate) fn ids(&self) -> Vec<String> {
+        self.outstanding.keys().cloned().collect()
+    }
+
+    /// The outstanding jobs.
+    pub(crate) fn jobs(&self) -> impl Iterator<Item = &Outstanding> {
+        self.outstanding.values()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.outstanding.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.outstanding.is_empty()
+    }
 }
 
 pub(crate) fn overlapping(files: &[ParquetFileInfo], lo: &[u8], hi: &[u8]) -> Vec<ParquetFileInfo> {
@@ -289,5 +395,131 @@ mod tests {
                 "{case}"
             );
         }
+    }
+
+    fn job(source: JobSource, input_bytes: u64) -> JobSpec {
+        JobSpec {
+            id: String::new(),
+            table: strata_manifest::TableEntry {
+                id: 1,
+                name: "t".into(),
+                kind: strata_manifest::TableKind::Table,
+                schema: arrow_schema::Schema::empty(),
+                primary_key: Vec::new(),
+                shards: Vec::new(),
+                column_groups: Vec::new(),
+                created_at_ms: 0,
+            },
+            shard_dir: "t/0".into(),
+            source,
+            target_level: 0,
+            targets: Vec::new(),
+            bottommost: false,
+            pins: Vec::new(),
+            keep_above: u64::MAX,
+            file_bytes: 1 << 20,
+            row_group_rows: 1024,
+            page_bytes: 8192,
+            page_rows: 1024,
+            dictionary_page_bytes: 64 << 10,
+            input_bytes,
+            created_at_ms: 0,
+        }
+    }
+
+    fn cross(ns: &[u64], bytes: u64) -> (JobSpec, HashSet<Resource>) {
+        let ssts = ns.iter().map(|&n| sst(n, 0, 9, 1)).collect();
+        (
+            job(JobSource::CrossTier { ssts }, bytes),
+            HashSet::from([Resource::Nvme, Resource::Run(0, 0)]),
+        )
+    }
+
+    fn group(level: usize, g: usize, bytes: u64) -> (JobSpec, HashSet<Resource>) {
+        (
+            job(
+                JobSource::Group {
+                    level,
+                    group: g,
+                    files: Vec::new(),
+                },
+                bytes,
+            ),
+            HashSet::from([Resource::Run(level, g), Resource::Run(level + 1, g)]),
+        )
+    }
+
+    #[test]
+    fn the_book_admits_smallest_first_without_conflicts() {
+        let last: HashSet<SstId> = [1, 2, 3].map(|n| SstId { epoch: 1, n }).into();
+        // (already outstanding, candidates, max, admitted input sizes in order)
+        type Cands = Vec<(JobSpec, HashSet<Resource>)>;
+        let cases: Vec<(Cands, Cands, usize, Vec<u64>)> = vec![
+            // Smallest first; a candidate conflicting with one admitted before it waits.
+            (
+                vec![],
+                vec![group(1, 0, 30), group(0, 0, 20), group(1, 1, 10)],
+                4,
+                vec![10, 20],
+            ),
+            // At most `max` at once, counting those already outstanding.
+            (
+                vec![group(1, 3, 5)],
+                vec![group(1, 0, 30), group(1, 1, 20), group(1, 2, 10)],
+                3,
+                vec![10, 20],
+            ),
+            // A cross-tier job whose inputs left the last NVMe level is not admitted; one
+            // whose inputs are all there is.
+            (
+                vec![],
+                vec![cross(&[1, 4], 5), cross(&[2, 3], 50)],
+                4,
+                vec![50],
+            ),
+            // A resource held by an outstanding job blocks a candidate needing it.
+            (
+                vec![cross(&[1], 5)],
+                vec![cross(&[2], 1), group(0, 0, 2)],
+                4,
+                vec![],
+            ),
+            (vec![], vec![], 4, vec![]),
+        ];
+        for (i, (before, cands, max, want)) in cases.into_iter().enumerate() {
+            let mut book = JobBook::default();
+            let mut n = 0;
+            let mut next = || {
+                n += 1;
+                format!("j{n}")
+            };
+            book.admit(before, 16, &last, 0, &mut next);
+            let outstanding = book.len();
+            let got = book.admit(cands, max, &last, 7, &mut next);
+            let sizes: Vec<u64> = got.iter().map(|s| s.input_bytes).collect();
+            assert_eq!(sizes, want, "case {i}");
+            assert_eq!(book.len(), outstanding + want.len(), "case {i}");
+            for s in &got {
+                assert_eq!(book.get(&s.id).unwrap().seen_at_ms, 7, "case {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn settling_a_cross_tier_job_unlocks_its_inputs() {
+        let last: HashSet<SstId> = [1, 2].map(|n| SstId { epoch: 1, n }).into();
+        let mut book = JobBook::default();
+        let got = book.admit(vec![cross(&[1, 2], 5)], 4, &last, 0, || "j".into());
+        assert_eq!(got.len(), 1);
+        assert!(book.is_locked(&SstId { epoch: 1, n: 2 }));
+        assert!(
+            !book.look_due("j", 10, 20),
+            "seen at 0, looked at 10, every 20"
+        );
+        assert!(book.look_due("j", 20, 20));
+        assert!(book.settle("j").is_some());
+        assert!(!book.is_locked(&SstId { epoch: 1, n: 1 }));
+        assert!(book.is_empty());
+        assert!(book.settle("j").is_none(), "settled once");
     }
 }

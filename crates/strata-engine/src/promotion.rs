@@ -8,9 +8,9 @@
 //!   have no version in the memtables or NVMe levels are written to an SST at the *oldest*
 //!   end of L0, under the manifest lock (no flush or compaction can interleave between the
 //!   check and the commit, and writes arriving meanwhile land in the memtable, above L0);
-//! - **by compaction**: an NVMe→S3 job takes the cache's hot records in its key range into
+//! - **by compaction**: an NVMe→S3 job copies the cache's hot records in its key range into
 //!   the records it retains in the last NVMe level, unless its inputs hold the key (their
-//!   version is the same or newer).
+//!   version is the same or newer); its commit then drops the range from the cache.
 //!
 //! The race of §3.3 (a newer version reaching S3 while an older one sits in the cache) is
 //! closed with an epoch: every NVMe→S3 commit bumps it and drops the cache's records in its
@@ -101,6 +101,14 @@ impl PromotionCache {
             }
         }
         out
+    }
+
+    /// Copies of the records with keys in `[lo, hi]` (the cache is unchanged).
+    pub(crate) fn range(&self, lo: &[u8], hi: &[u8]) -> Vec<(Vec<u8>, Cached)> {
+        self.entries
+            .range::<[u8], _>((Bound::Included(lo), Bound::Included(hi)))
+            .map(|(k, c)| (k.clone(), c.clone()))
+            .collect()
     }
 
     /// Takes every record (a promotion by flush) with the epoch it was taken at.

@@ -1,19 +1,61 @@
 //! The one commit point of a shard's tree. Every change (flush, compaction, promotion,
-//! a job's result with HotRAP's retained copies) is a typed [`Edit`] committed here, in
+//! a job's result with HotRAP's retained copies) is a typed [`Edit`] that a background
+//! task hands here with the [`Reserved`] files it wrote; the commit point applies it in
 //! this order and under the manifest lock: the manifest by CAS, then the new in-memory
-//! state, then the protections released (the edit's files in flight, the job it settles).
-//! Nothing else commits a manifest or swaps the state. A caller that must check the tree
-//! before deciding (a job whose inputs may have moved, a promotion that may be stale)
-//! takes an [`Editor`], checks under its lock, then commits through it.
+//! state, then the protections released (the edit's files in flight, the job it settles,
+//! the promotion cache's stale records). Nothing else commits a manifest or swaps the
+//! state: the group-commit task's memtable rotations go through [`ShardInner::install`]
+//! here too. A caller that must check the tree before deciding (a job whose inputs may
+//! have moved, a promotion that may be stale) takes an [`Editor`], checks under its lock,
+//! then commits through it.
+//!
+//! Owns the shard's protections of files written and not yet committed ([`InFlight`]):
+//! a task reserves its files before uploading them and hands the reservation to the
+//! commit; GC reads the set. A reservation dropped without a commit (the task failed)
+//! releases its files.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use parking_lot::Mutex;
+use strata_manifest::SstId;
+
 use crate::error::Result;
 use crate::jobs::JobSource;
+use crate::offload::sst_span;
 use crate::shard::ShardInner;
 use crate::state::ShardState;
 use crate::version::Edit;
+
+/// Files uploaded (or being uploaded) and not yet committed: GC must not delete them.
+#[derive(Debug, Default)]
+pub(crate) struct InFlight(Mutex<HashSet<SstId>>);
+
+impl InFlight {
+    /// The files in flight now.
+    pub(crate) fn snapshot(&self) -> HashSet<SstId> {
+        self.0.lock().clone()
+    }
+}
+
+/// The files of one edit in flight: released when the commit point has committed (or
+/// failed to commit) the edit, or when dropped unused.
+#[must_use = "a reservation dropped at once protects nothing"]
+#[derive(Debug)]
+pub(crate) struct Reserved {
+    set: Arc<InFlight>,
+    ids: Vec<SstId>,
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        let mut set = self.set.0.lock();
+        for id in &self.ids {
+            set.remove(id);
+        }
+    }
+}
 
 /// The manifest lock, held: no other edit commits until it drops.
 pub(crate) struct Editor<'a> {
@@ -22,6 +64,16 @@ pub(crate) struct Editor<'a> {
 }
 
 impl ShardInner {
+    /// Protects `ids` from GC until the returned reservation is committed or dropped.
+    pub(crate) fn reserve(&self, ids: impl IntoIterator<Item = SstId>) -> Reserved {
+        let ids: Vec<SstId> = ids.into_iter().collect();
+        self.in_flight.0.lock().extend(ids.iter().copied());
+        Reserved {
+            set: self.in_flight.clone(),
+            ids,
+        }
+    }
+
     /// Takes the manifest lock for an edit.
     pub(crate) async fn editor(&self) -> Editor<'_> {
         Editor {
@@ -31,8 +83,25 @@ impl ShardInner {
     }
 
     /// Commits `edit` on its own (see [`Editor::commit`]).
-    pub(crate) async fn commit(&self, edit: Edit) -> Result<()> {
-        self.editor().await.commit(edit).await
+    pub(crate) async fn commit(&self, edit: Edit, files: Reserved) -> Result<()> {
+        self.editor().await.commit(edit, files).await
+    }
+
+    /// Installs a state change that the manifest does not record (the group-commit task's
+    /// memtable rotations): `change` edits a copy of the current state, which then
+    /// replaces it. Edits of the tree go through [`Editor::commit`] instead.
+    pub(crate) fn install<R>(&self, change: impl FnOnce(&mut ShardState) -> R) -> R {
+        let mut guard = self.state.write();
+        let mut next = (**guard).clone();
+        let r = change(&mut next);
+        *guard = Arc::new(next);
+        r
+    }
+
+    /// Settles job `id` (committed, abandoned, or never published): it leaves the
+    /// outstanding jobs and its inputs are unlocked.
+    pub(crate) fn settle_job(&self, id: &str) {
+        self.jobs.lock().settle(id);
     }
 }
 
@@ -44,11 +113,28 @@ impl Editor<'_> {
 
     /// Commits `edit`: the manifest by CAS (a lost race fences the shard), then the state
     /// with the edit applied, the files it removed marked obsolete; then, whether or not the
-    /// commit succeeded, the edit's new files leave `in_flight` (GC must not see them
-    /// outside it before the state holds them) and a settled job leaves the outstanding
-    /// ones.
-    pub(crate) async fn commit(&self, edit: Edit) -> Result<()> {
+    /// commit succeeded, the edit's new files (`files`) leave `in_flight` (GC must not see
+    /// them outside it before the state holds them); a committed job is settled. A
+    /// cross-tier job moves newer versions to the bucket, so the promotion cache's records
+    /// of its range are dropped before the commit and again after the install (a read that
+    /// took the cache's epoch between the two and the state before the install read the
+    /// range's old versions; reads take the epoch, then the state).
+    pub(crate) async fn commit(&self, edit: Edit, files: Reserved) -> Result<()> {
         let inner = self.inner;
+        debug_assert!(
+            edit.new_ssts().iter().all(|id| files.ids.contains(id)),
+            "an edit's new files are reserved before they are uploaded"
+        );
+        let cross_tier_span = match &edit {
+            Edit::Job { spec, .. } => match &spec.source {
+                JobSource::CrossTier { ssts } => Some(sst_span(ssts)),
+                JobSource::Group { .. } => None,
+            },
+            _ => None,
+        };
+        if let Some((lo, hi)) = &cross_tier_span {
+            inner.promotion.lock().take_range(lo, hi);
+        }
         let committed = inner.commit_manifest(|m| edit.apply_to_manifest(m)).await;
         let result = committed.map(|manifest| {
             let mut guard = inner.state.write();
@@ -56,12 +142,10 @@ impl Editor<'_> {
             let removed = edit.apply_to_state(&mut next);
             next.manifest = manifest;
             match &edit {
-                Edit::Flush { sst: Some(_), .. } => inner
+                Edit::Flush { sst: Some(_), .. } | Edit::Promote { .. } => inner
                     .l0_grown_ms
                     .store(inner.clock.now_ms(), Ordering::Release),
-                Edit::Job { spec, retained, .. }
-                    if matches!(spec.source, JobSource::CrossTier { .. }) =>
-                {
+                Edit::Job { retained, .. } if cross_tier_span.is_some() => {
                     let last = next.levels.len() - 1;
                     let mut kept = inner.retained_ssts.lock();
                     kept.extend(retained.iter().map(|h| h.info.id));
@@ -75,16 +159,14 @@ impl Editor<'_> {
                 h.mark_obsolete();
             }
         });
-        {
-            let mut in_flight = inner.in_flight.lock();
-            for id in edit.new_ssts() {
-                in_flight.remove(&id);
+        drop(files);
+        if result.is_ok() {
+            if let Edit::Job { spec, .. } = &edit {
+                inner.settle_job(&spec.id);
             }
-        }
-        if result.is_ok()
-            && let Edit::Job { spec, .. } = &edit
-        {
-            inner.forget_job(&spec.id);
+            if let Some((lo, hi)) = &cross_tier_span {
+                inner.promotion.lock().take_range(lo, hi);
+            }
         }
         result
     }

@@ -9,6 +9,7 @@ use crate::compaction::{
 };
 use crate::error::{Error, Result};
 use crate::shard::ShardInner;
+use crate::shard::commit::Reserved;
 use crate::sst::SstReader;
 use crate::state::SstHandle;
 use crate::version::Edit;
@@ -35,11 +36,11 @@ pub(crate) async fn compaction_loop(inner: Arc<ShardInner>) {
 
 /// Whether a job would consume SSTs an outstanding cross-tier job reads.
 fn touches_locked(inner: &ShardInner, job: &Job) -> bool {
-    let locked = inner.locked_ssts.lock();
+    let book = inner.jobs.lock();
     job.upper_inputs
         .iter()
         .chain(job.lower_inputs.iter())
-        .any(|h| locked.contains(&h.info.id))
+        .any(|h| book.is_locked(&h.info.id))
 }
 
 /// Runs compactions until none is due.
@@ -131,10 +132,8 @@ async fn run(inner: &Arc<ShardInner>, job: Job) -> Result<()> {
     .await
     .map_err(|e| Error::Internal(e.to_string()))??;
 
-    for o in &outputs {
-        inner.in_flight.lock().insert(o.info.id);
-    }
-    let result = commit(inner, &job, outputs, floor).await;
+    let files = inner.reserve(outputs.iter().map(|o| o.info.id));
+    let result = commit(inner, &job, outputs, files, floor).await;
     if let Err(e) = &result {
         tracing::warn!(shard = %inner.name, error = %e, "compaction commit failed");
     }
@@ -146,6 +145,7 @@ async fn commit(
     inner: &Arc<ShardInner>,
     job: &Job,
     outputs: Vec<Output>,
+    files: Reserved,
     floor: u64,
 ) -> Result<()> {
     let upload = async {
@@ -155,25 +155,23 @@ async fn commit(
         Ok::<_, Error>(())
     }
     .await;
-    if let Err(e) = upload {
-        let mut in_flight = inner.in_flight.lock();
-        for o in &outputs {
-            in_flight.remove(&o.info.id);
-        }
-        return Err(e);
-    }
-    // The commit point releases the outputs from `in_flight`, committed or not.
+    // Dropping the reservation releases the outputs; the commit point releases them once
+    // it has committed the edit or failed to.
+    upload?;
     inner
-        .commit(Edit::Compact {
-            upper: job.upper,
-            output: job.output,
-            upper_inputs: job.upper_inputs.iter().map(|h| h.info.id).collect(),
-            lower_inputs: job.lower_inputs.iter().map(|h| h.info.id).collect(),
-            outputs: outputs
-                .into_iter()
-                .map(|o| Arc::new(SstHandle::new(o.info, o.reader, o.path)))
-                .collect(),
-            floor,
-        })
+        .commit(
+            Edit::Compact {
+                upper: job.upper,
+                output: job.output,
+                upper_inputs: job.upper_inputs.iter().map(|h| h.info.id).collect(),
+                lower_inputs: job.lower_inputs.iter().map(|h| h.info.id).collect(),
+                outputs: outputs
+                    .into_iter()
+                    .map(|o| Arc::new(SstHandle::new(o.info, o.reader, o.path)))
+                    .collect(),
+                floor,
+            },
+            files,
+        )
         .await
 }

@@ -55,26 +55,28 @@ pub(super) async fn flush_one(inner: &Arc<ShardInner>, mem: Arc<Memtable>) -> Re
         })
         .await
         .map_err(|e| Error::Internal(e.to_string()))??;
-        inner.in_flight.lock().insert(id);
-        let uploaded = inner.upload_sst(&id, &path).await;
-        if let Err(e) = uploaded {
-            inner.in_flight.lock().remove(&id);
-            return Err(e);
-        }
-        Some(Arc::new(SstHandle::new(
-            written.info,
-            written.reader,
-            written.path,
-        )))
+        let files = inner.reserve([id]);
+        inner.upload_sst(&id, &path).await?;
+        Some((
+            Arc::new(SstHandle::new(written.info, written.reader, written.path)),
+            files,
+        ))
+    };
+    let (handle, files) = match handle {
+        Some((h, files)) => (Some(h), files),
+        None => (None, inner.reserve([])),
     };
     // Commits, installs, and releases the file from `in_flight` (also on failure).
     inner
-        .commit(Edit::Flush {
-            memtable: mem.clone(),
-            sst: handle,
-            seq_flushed: mem.seq_max(),
-            wal_replay_after: mem.wal_id_max(),
-        })
+        .commit(
+            Edit::Flush {
+                memtable: mem.clone(),
+                sst: handle,
+                seq_flushed: mem.seq_max(),
+                wal_replay_after: mem.wal_id_max(),
+            },
+            files,
+        )
         .await?;
     inner.stats.record_flush();
     Ok(())

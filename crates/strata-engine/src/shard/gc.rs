@@ -179,8 +179,8 @@ async fn plan_pass(inner: &ShardInner, tidy: bool, now: u64, min_age: u64) -> Re
         crate::jobs::list(&inner.store, layout, &job_prefix),
     )?;
 
-    let awaited: Vec<String> = inner.outstanding.lock().keys().cloned().collect();
-    let in_flight: HashSet<SstId> = inner.in_flight.lock().clone();
+    let awaited: Vec<String> = inner.jobs.lock().ids();
+    let in_flight: HashSet<SstId> = inner.in_flight.snapshot();
     // Objects in use by this process's readers are referenced by the current state too,
     // and its replay point bounds the WAL even if a retained version could not be read.
     let current = inner.current();

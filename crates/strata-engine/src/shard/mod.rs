@@ -120,8 +120,8 @@ pub(crate) struct ShardInner {
     pub(crate) compaction_wanted: Notify,
     /// Pinned snapshot sequence numbers and their pin counts.
     pub(crate) pins: Mutex<BTreeMap<u64, usize>>,
-    /// SSTs uploaded but not yet committed: GC must not delete them.
-    pub(crate) in_flight: Mutex<HashSet<SstId>>,
+    /// SSTs uploaded but not yet committed: GC must not delete them (the commit point's).
+    pub(crate) in_flight: Arc<commit::InFlight>,
     /// GC's record of when this process first saw each object (ages by its own clock).
     pub(crate) sightings: Mutex<crate::gc::Sightings>,
     next_sst: AtomicU64,
@@ -129,10 +129,9 @@ pub(crate) struct ShardInner {
     pub(crate) shard_id: u32,
     /// Reading context of the S3 levels.
     pub(crate) s3: crate::context::ProcessContext,
-    /// Published S3 compaction jobs awaiting results.
-    pub(crate) outstanding: Mutex<std::collections::HashMap<String, crate::offload::Outstanding>>,
-    /// Last-NVMe-level SSTs an outstanding cross-tier job reads: NVMe compaction leaves them.
-    pub(crate) locked_ssts: Mutex<HashSet<SstId>>,
+    /// Published jobs awaiting results, and the last-NVMe-level SSTs the cross-tier ones
+    /// read (NVMe compaction leaves those).
+    pub(crate) jobs: Mutex<crate::offload::JobBook>,
     /// Last-NVMe-level SSTs written by retention: copies of records already in S3, which a
     /// forced drain to S3 leaves where they are.
     pub(crate) retained_ssts: Mutex<HashSet<SstId>>,
@@ -410,9 +409,9 @@ impl Shard {
         s.promotion_cache_bytes = self.inner.promotion.lock().bytes();
         let outstanding: Vec<u64> = self
             .inner
-            .outstanding
+            .jobs
             .lock()
-            .values()
+            .jobs()
             .map(|o| o.spec.input_bytes)
             .collect();
         s.jobs_outstanding = outstanding.len();
@@ -522,11 +521,11 @@ impl Shard {
     pub async fn wait_jobs(&self) -> Result<()> {
         loop {
             self.inner.check_open()?;
-            if self.inner.outstanding.lock().is_empty() {
+            if self.inner.jobs.lock().is_empty() {
                 return Ok(());
             }
             self.inner.settle_results().await?;
-            if self.inner.outstanding.lock().is_empty() {
+            if self.inner.jobs.lock().is_empty() {
                 return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(
@@ -571,7 +570,7 @@ impl Shard {
 
     /// Job ids this shard has published and not settled.
     pub fn outstanding_jobs(&self) -> Vec<String> {
-        self.inner.outstanding.lock().keys().cloned().collect()
+        self.inner.jobs.lock().ids()
     }
 
     fn closed_error(&self) -> Error {

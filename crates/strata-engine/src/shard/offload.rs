@@ -15,9 +15,10 @@ use crate::error::{Error, Result};
 use crate::iter::EntryIter;
 use crate::jobs::{self, JobSource, JobSpec, JobTarget};
 use crate::offload::{
-    CrossTierPick, Outstanding, Resource, overlapping, pick_cross_tier, size, sst_span, straggler,
+    CrossTierPick, Resource, overlapping, pick_cross_tier, size, sst_span, straggler,
 };
 use crate::shard::ShardInner;
+use crate::shard::commit::Reserved;
 use crate::state::ShardState;
 use crate::version::Edit;
 
@@ -352,12 +353,12 @@ impl ShardInner {
         self.publish(cands).await
     }
 
-    /// Publishes candidates that conflict with no outstanding job, smallest first.
+    /// Publishes candidates that conflict with no outstanding job, smallest first (the
+    /// order and the conflicts are [`crate::offload::JobBook::admit`]'s).
     pub(crate) async fn publish(
         self: &Arc<Self>,
-        mut cands: Vec<(JobSpec, HashSet<Resource>)>,
+        cands: Vec<(JobSpec, HashSet<Resource>)>,
     ) -> Result<()> {
-        cands.sort_by_key(|(s, _)| s.input_bytes);
         // Cross-tier inputs are locked under the NVMe compaction lock, so an NVMe compaction
         // never consumes a file a job reads (its pick and run hold the lock throughout).
         let _nvme = if cands
@@ -374,34 +375,21 @@ impl ShardInner {
             .last()
             .map(|l| l.iter().map(|h| h.info.id).collect())
             .unwrap_or_default();
-        for (mut spec, res) in cands {
-            {
-                let out = self.outstanding.lock();
-                if out.len() >= self.config.jobs.outstanding_max.max(1)
-                    || out.values().any(|o| !o.resources.is_disjoint(&res))
-                {
-                    continue;
-                }
-            }
-            if let JobSource::CrossTier { ssts } = &spec.source
-                && !ssts.iter().all(|s| last_ids.contains(&s.id))
-            {
-                continue; // compacted meanwhile
-            }
-            spec.id = self.new_job_id();
-            if let JobSource::CrossTier { ssts } = &spec.source {
-                self.locked_ssts.lock().extend(ssts.iter().map(|s| s.id));
-            }
-            self.outstanding.lock().insert(
-                spec.id.clone(),
-                Outstanding {
-                    spec: spec.clone(),
-                    resources: res,
-                    seen_at_ms: self.clock.now_ms(),
-                },
-            );
+        let admitted = self.jobs.lock().admit(
+            cands,
+            self.config.jobs.outstanding_max,
+            &last_ids,
+            self.clock.now_ms(),
+            || self.new_job_id(),
+        );
+        let mut admitted = admitted.into_iter();
+        while let Some(spec) = admitted.next() {
             if let Err(e) = jobs::publish(&self.store, &self.s3.layout, &spec).await {
-                self.forget_job(&spec.id);
+                // Neither this job nor the ones after it were published.
+                self.settle_job(&spec.id);
+                for rest in admitted {
+                    self.settle_job(&rest.id);
+                }
                 return Err(e);
             }
             self.s3.jobs_published.notify_waiters();
@@ -410,50 +398,29 @@ impl ShardInner {
         Ok(())
     }
 
-    pub(crate) fn forget_job(&self, id: &str) {
-        let removed = self.outstanding.lock().remove(id);
-        if let Some(Outstanding {
-            spec:
-                JobSpec {
-                    source: JobSource::CrossTier { ssts },
-                    ..
-                },
-            ..
-        }) = removed
-        {
-            let mut locked = self.locked_ssts.lock();
-            for s in ssts {
-                locked.remove(&s.id);
-            }
-        }
-    }
-
     /// Commits every job whose result is in. Returns how many were settled.
     pub(crate) async fn settle_results(self: &Arc<Self>) -> Result<usize> {
-        let ids: Vec<String> = self.outstanding.lock().keys().cloned().collect();
+        let mut ids = self.jobs.lock().ids();
+        ids.sort();
         let mut settled = 0;
         for id in ids {
             let Some(result) = jobs::result(&self.store, &self.s3.layout, &id).await? else {
                 // A job whose spec vanished (removed by hand or by a lifecycle rule) will
                 // never get a result: once a lease long, look, and let it go (its inputs
                 // are published again in a new job).
-                let now = self.clock.now_ms();
-                let due = match self.outstanding.lock().get_mut(&id) {
-                    Some(o) if now >= o.seen_at_ms + self.config.jobs.lease_ms => {
-                        o.seen_at_ms = now;
-                        true
-                    }
-                    _ => false,
-                };
+                let due =
+                    self.jobs
+                        .lock()
+                        .look_due(&id, self.clock.now_ms(), self.config.jobs.lease_ms);
                 if due && !jobs::spec_exists(&self.store, &self.s3.layout, &id).await? {
                     tracing::warn!(shard = %self.name, job = %id, "job spec vanished from the bucket; job abandoned");
-                    self.forget_job(&id);
+                    self.settle_job(&id);
                     jobs::remove(&self.store, &self.s3.layout, &id).await?;
                     settled += 1;
                 }
                 continue;
             };
-            let Some(o) = self.outstanding.lock().get(&id).cloned() else {
+            let Some(o) = self.jobs.lock().get(&id).cloned() else {
                 continue;
             };
             let committed = self.commit_job(&o.spec, &result).await;
@@ -462,7 +429,7 @@ impl ShardInner {
                 Ok(true) => {}
                 Ok(false) => {
                     tracing::info!(shard = %self.name, job = %id, "inputs changed; job abandoned");
-                    self.forget_job(&id);
+                    self.settle_job(&id);
                 }
                 Err(Error::Fenced { .. }) => return committed.map(|_| settled),
                 Err(e) => {
@@ -519,12 +486,12 @@ impl ShardInner {
                 inputs.push((h.clone(), id, self.local_sst_path(&id)));
             }
         }
-        // Promotion by compaction (§3.1): the promotion cache's records in the job's range
-        // go with the retained ones (the cache's epoch moves: reads that began before
-        // insert nothing).
+        // Promotion by compaction (§3.1): copies of the promotion cache's records in the
+        // job's range go with the retained ones (the commit point drops the range from the
+        // cache and moves its epoch).
         let cached = if h.promotion {
             let (lo, hi) = sst_span(ssts);
-            self.promotion.lock().take_range(&lo, &hi)
+            self.promotion.lock().range(&lo, &hi)
         } else {
             Vec::new()
         };
@@ -593,9 +560,7 @@ impl ShardInner {
                 Vec::new()
             }
         };
-        self.in_flight
-            .lock()
-            .extend(retained.iter().map(|o| o.info.id));
+        let mut files = self.reserve(retained.iter().map(|o| o.info.id));
         let mut failed = None;
         for o in &retained {
             if let Err(e) = self.upload_sst(&o.info.id, &o.path).await {
@@ -605,34 +570,24 @@ impl ShardInner {
         }
         if let Some(e) = failed {
             tracing::warn!(shard = %self.name, "uploading retained hot records: {e}");
-            let mut in_flight = self.in_flight.lock();
             for o in retained.drain(..) {
-                in_flight.remove(&o.info.id);
                 let _ = std::fs::remove_file(&o.path);
             }
+            files = self.reserve([]);
         }
-        let files: Vec<(SstId, std::path::PathBuf)> = retained
-            .iter()
-            .map(|o| (o.info.id, o.path.clone()))
-            .collect();
+        let paths: Vec<std::path::PathBuf> = retained.iter().map(|o| o.path.clone()).collect();
         let bytes: u64 = retained.iter().map(|o| o.info.size_bytes).sum();
-        let committed = self.commit_job_with(spec, result, retained).await;
-        {
-            let mut in_flight = self.in_flight.lock();
-            for (id, _) in &files {
-                in_flight.remove(id);
-            }
-        }
+        let committed = self.commit_job_with(spec, result, retained, files).await;
         match committed {
             Ok(true) => {
                 if bytes > 0 {
                     self.stats.record_retained(bytes);
-                    tracing::debug!(shard = %self.name, bytes, files = files.len(), "retained hot records on NVMe");
+                    tracing::debug!(shard = %self.name, bytes, files = paths.len(), "retained hot records on NVMe");
                 }
                 Ok(true)
             }
             other => {
-                for (_, path) in &files {
+                for path in &paths {
                     let _ = std::fs::remove_file(path);
                 }
                 other
@@ -645,6 +600,7 @@ impl ShardInner {
         spec: &JobSpec,
         result: &jobs::JobResult,
         retained: Vec<crate::compaction::Output>,
+        files: Reserved,
     ) -> Result<bool> {
         if result.outputs.len() != spec.targets.len() {
             return Err(Error::Corrupt(format!(
@@ -685,34 +641,25 @@ impl ShardInner {
         if !inputs_ok {
             return Ok(false);
         }
-        if let JobSource::CrossTier { ssts } = &spec.source {
-            // Newer versions reach S3 now: cached records of the range are stale.
-            let (lo, hi) = sst_span(ssts);
-            self.promotion.lock().take_range(&lo, &hi);
-        }
         let floor = match &spec.source {
             JobSource::CrossTier { ssts } => ssts.iter().map(|s| s.seq_max).max().unwrap_or(0),
             JobSource::Group { files, .. } => files.iter().map(|f| f.seq_max).max().unwrap_or(0),
         }
         .min(spec.keep_above);
         editor
-            .commit(Edit::Job {
-                spec: Box::new(spec.clone()),
-                outputs: result.outputs.clone(),
-                retained: retained
-                    .into_iter()
-                    .map(|o| Arc::new(crate::state::SstHandle::new(o.info, o.reader, o.path)))
-                    .collect(),
-                floor,
-            })
+            .commit(
+                Edit::Job {
+                    spec: Box::new(spec.clone()),
+                    outputs: result.outputs.clone(),
+                    retained: retained
+                        .into_iter()
+                        .map(|o| Arc::new(crate::state::SstHandle::new(o.info, o.reader, o.path)))
+                        .collect(),
+                    floor,
+                },
+                files,
+            )
             .await?;
-        if let JobSource::CrossTier { ssts } = &spec.source {
-            // Once more after the install: a read that took the epoch after the first move
-            // and the state before the install read the range's old versions; its record is
-            // dropped here and later ones are refused (reads take the epoch, then the state).
-            let (lo, hi) = sst_span(ssts);
-            self.promotion.lock().take_range(&lo, &hi);
-        }
         Ok(true)
     }
 }

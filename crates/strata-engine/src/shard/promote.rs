@@ -188,7 +188,7 @@ pub(crate) async fn promote_by_flush(inner: &Arc<ShardInner>) -> Result<()> {
     let Some((o, keys)) = built else {
         return Ok(());
     };
-    inner.in_flight.lock().insert(id);
+    let files = inner.reserve([id]);
     let bytes = o.info.size_bytes;
     let committed = async {
         inner.upload_sst(&id, &path).await?;
@@ -205,14 +205,16 @@ pub(crate) async fn promote_by_flush(inner: &Arc<ShardInner>) -> Result<()> {
             return Ok(false);
         }
         editor
-            .commit(Edit::Promote {
-                sst: Arc::new(SstHandle::new(o.info, o.reader, o.path)),
-            })
+            .commit(
+                Edit::Promote {
+                    sst: Arc::new(SstHandle::new(o.info, o.reader, o.path)),
+                },
+                files,
+            )
             .await?;
         Ok(true)
     }
     .await;
-    inner.in_flight.lock().remove(&id);
     match committed {
         Ok(true) => {}
         Ok(false) => {
@@ -225,9 +227,6 @@ pub(crate) async fn promote_by_flush(inner: &Arc<ShardInner>) -> Result<()> {
             return Err(e);
         }
     }
-    inner
-        .l0_grown_ms
-        .store(inner.clock.now_ms(), Ordering::Release);
     inner.stats.record_promoted(true, bytes);
     // A read-only workload flushes no memtable: L0 grows by promotions alone, and they
     // must start compactions as flushes do.

@@ -164,12 +164,10 @@ pub(super) fn apply(inner: &ShardInner, wal_id: u64, writes: &[PendingWrite]) {
 }
 
 pub(super) fn freeze(inner: &ShardInner) {
-    let mut guard = inner.state.write();
-    let mut next = (**guard).clone();
-    let old = std::mem::replace(&mut next.active, Arc::new(Memtable::new()));
-    next.frozen.insert(0, old);
-    *guard = Arc::new(next);
-    drop(guard);
+    inner.install(|next| {
+        let old = std::mem::replace(&mut next.active, Arc::new(Memtable::new()));
+        next.frozen.insert(0, old);
+    });
     inner.flush_wanted.notify_one();
 }
 
