@@ -1,22 +1,22 @@
-//! Offload to the columnar levels, the coordinator: picking cross-tier and column-group
-//! jobs (greedy, smallest first; HotRAP's hot records kept on NVMe), publishing them,
-//! settling and committing their results, and the shard's job loop. The pure pieces are
-//! in `crate::offload`.
+//! Offload to the columnar levels, the coordinator: jobs planned on the shard's state
+//! (`crate::offload::plan`), admitted (greedy, smallest first: `crate::offload::JobBook`)
+//! and published; their results settled and committed through the commit point with
+//! HotRAP's hot records kept on NVMe; and the shard's job loop. The pure pieces are in
+//! `crate::offload`.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use strata_manifest::{Manifest, ParquetFileInfo, SstId};
+use strata_manifest::{ParquetFileInfo, SstId};
 
 use crate::entry::Entry;
 use crate::error::{Error, Result};
 use crate::iter::EntryIter;
-use crate::jobs::{self, JobSource, JobSpec, JobTarget};
-use crate::offload::{
-    CrossTierPick, Resource, overlapping, pick_cross_tier, size, sst_span, straggler,
-};
+use crate::jobs::{self, JobSource, JobSpec};
+use crate::offload::plan::Planner;
+use crate::offload::{Resource, sst_span};
 use crate::shard::ShardInner;
 use crate::shard::commit::Reserved;
 use crate::state::ShardState;
@@ -36,132 +36,23 @@ impl ShardInner {
         )
     }
 
-    /// Whether any deeper S3 level than `level` holds files overlapping `[lo, hi]` in the
-    /// groups descending from the target groups (conservatively: in any group).
-    fn deeper_overlap(m: &Manifest, level: usize, lo: &[u8], hi: &[u8]) -> bool {
-        m.s3_levels.iter().skip(level + 1).any(|l| {
-            l.groups
-                .iter()
-                .any(|g| !overlapping(&g.files, lo, hi).is_empty())
-        })
-    }
-
-    /// Whether an NVMe SST other than the job's inputs may hold versions of `[lo, hi]` as
-    /// old as the job's: a copy HotRAP retained on NVMe while newer versions moved down.
-    /// Such a job is not bottommost: a tombstone it dropped (or a partial update it
-    /// completed with NULLs) would let the retained copy resurrect once it moves down in
-    /// turn. Judged by sequence numbers, which the manifest keeps (the set of retained
-    /// SSTs is in memory only and empty after a reopen).
-    fn older_on_nvme(
-        &self,
-        source: &JobSource,
-        targets: &[JobTarget],
-        lo: &[u8],
-        hi: &[u8],
-    ) -> bool {
-        let (inputs, source_seq): (Vec<SstId>, u64) = match source {
-            JobSource::CrossTier { ssts } => (
-                ssts.iter().map(|s| s.id).collect(),
-                ssts.iter().map(|s| s.seq_max).max().unwrap_or(0),
-            ),
-            JobSource::Group { files, .. } => (
-                Vec::new(),
-                files.iter().map(|f| f.seq_max).max().unwrap_or(0),
-            ),
-        };
-        let seq_max = targets
-            .iter()
-            .flat_map(|t| t.overlapping.iter().map(|f| f.seq_max))
-            .fold(source_seq, u64::max);
-        self.current().levels.iter().flatten().any(|h| {
-            !inputs.contains(&h.info.id)
-                && h.info.seq_min <= seq_max
-                && h.info.key_max.as_slice() >= lo
-                && h.info.key_min.as_slice() <= hi
-        })
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn spec(
-        &self,
-        m: &Manifest,
-        source: JobSource,
-        target_level: usize,
-        target_groups: Vec<usize>,
-        lo: &[u8],
-        hi: &[u8],
-        source_bytes: u64,
-    ) -> JobSpec {
-        let targets: Vec<JobTarget> = target_groups
-            .into_iter()
-            .map(|g| JobTarget {
-                group: g,
-                overlapping: overlapping(&m.s3_levels[target_level].groups[g].files, lo, hi),
-            })
-            .collect();
-        let input_bytes = source_bytes + targets.iter().map(|t| size(&t.overlapping)).sum::<u64>();
-        let bottommost = !Self::deeper_overlap(m, target_level, lo, hi)
-            && !self.older_on_nvme(&source, &targets, lo, hi);
-        JobSpec {
-            id: String::new(),
-            table: self.table.entry.clone(),
+    /// Plans jobs on `state` and this shard's settings now (see [`Planner`]).
+    fn planner<'a>(
+        &'a self,
+        state: &'a ShardState,
+    ) -> Planner<'a, impl Fn(&[u8], &[u8]) -> u64 + 'a> {
+        Planner {
+            config: &self.config,
+            table: &self.table,
+            state,
             shard_dir: self.paths.dir().to_string(),
-            source,
-            target_level,
-            targets,
-            bottommost,
             pins: self.pins.lock().keys().copied().collect(),
             keep_above: self.history_horizon(),
-            file_bytes: self.config.parquet_file_bytes,
-            row_group_rows: self.config.parquet_row_group_rows,
-            page_bytes: self.config.parquet_page_bytes,
-            page_rows: self.config.parquet_page_rows,
-            dictionary_page_bytes: self.config.parquet_dictionary_page_bytes,
-            input_bytes,
-            created_at_ms: self.clock.now_ms(),
+            now_ms: self.clock.now_ms(),
+            l0_grown_ms: self.l0_grown_ms.load(Ordering::Acquire),
+            retained: self.retained_ssts.lock().clone(),
+            hot_size: |lo: &[u8], hi: &[u8]| self.hot_size(lo, hi),
         }
-    }
-
-    /// A cross-tier job's inputs: `best`, and while the last NVMe level stays over its
-    /// target by `overflow` bytes, its neighbours in key order (so the job's key span stays
-    /// narrow), up to [`CROSS_TIER_JOB_BYTES`]. One file per job cannot keep up with a
-    /// bulk load (each job is a round of publish, lease, Parquet rewrite and commit), and
-    /// the NVMe tier would outgrow its budget. Retained copies are not moved again.
-    fn with_neighbours(
-        &self,
-        files: &[Arc<crate::state::SstHandle>],
-        best: &crate::state::SstHandle,
-        overflow: u64,
-    ) -> Vec<strata_manifest::SstInfo> {
-        let retained = self.retained_ssts.lock();
-        let movable = |h: &crate::state::SstHandle| !retained.contains(&h.info.id);
-        let Some(at) = files.iter().position(|h| h.info.id == best.info.id) else {
-            return vec![best.info.clone()];
-        };
-        let (mut lo, mut hi) = (at, at + 1);
-        let mut bytes = best.info.size_bytes;
-        let fits = |bytes: u64, h: &crate::state::SstHandle| {
-            bytes < overflow && bytes + h.info.size_bytes <= CROSS_TIER_JOB_BYTES
-        };
-        loop {
-            let right = files.get(hi).filter(|h| movable(h) && fits(bytes, h));
-            if let Some(h) = right {
-                bytes += h.info.size_bytes;
-                hi += 1;
-                continue;
-            }
-            let left = lo
-                .checked_sub(1)
-                .map(|i| &files[i])
-                .filter(|h| movable(h) && fits(bytes, h));
-            if let Some(h) = left {
-                bytes += h.info.size_bytes;
-                lo -= 1;
-                continue;
-            }
-            break;
-        }
-        files[lo..hi].iter().map(|h| h.info.clone()).collect()
     }
 
     /// Candidate jobs now, with the resources each holds. `force` moves everything down
@@ -171,180 +62,7 @@ impl ShardInner {
         state: &ShardState,
         force: bool,
     ) -> Vec<(JobSpec, HashSet<Resource>)> {
-        let m = &state.manifest.value;
-        let mut out = Vec::new();
-        if m.s3_levels.is_empty() {
-            return out;
-        }
-        let last = state.levels.len() - 1;
-        let last_files = &state.levels[last];
-        let mult = self.config.level_size_multiplier.max(2);
-        let last_target = crate::compaction::level_target(&self.config, last);
-        let last_size: u64 = last_files.iter().map(|h| h.info.size_bytes).sum();
-        let s1 = &m.s3_levels[0];
-        if !last_files.is_empty() && (force || last_size > last_target) {
-            let chosen: Vec<_> = if force {
-                // Everything but retained copies (their records are in S3 already).
-                let retained = self.retained_ssts.lock();
-                last_files
-                    .iter()
-                    .filter(|h| !retained.contains(&h.info.id))
-                    .map(|h| h.info.clone())
-                    .collect()
-            } else {
-                // The file whose move rewrites the least of S3 level 1 per byte moved; with
-                // the hotness tracker, per cold byte moved (HotRAP §3.5).
-                let infos: Vec<&strata_manifest::SstInfo> =
-                    last_files.iter().map(|h| &h.info).collect();
-                let retained = self.retained_ssts.lock().clone();
-                match pick_cross_tier(&infos, s1, |lo, hi| self.hot_size(lo, hi), &retained) {
-                    Some(CrossTierPick::Scored(i)) => {
-                        self.with_neighbours(last_files, &last_files[i], last_size - last_target)
-                    }
-                    Some(CrossTierPick::Oldest(i)) => vec![last_files[i].info.clone()],
-                    None => Vec::new(),
-                }
-            };
-            if !chosen.is_empty() {
-                let (lo, hi) = sst_span(&chosen);
-                let bytes = chosen.iter().map(|s| s.size_bytes).sum();
-                let groups: Vec<usize> = (0..s1.groups.len()).collect();
-                let mut res: HashSet<Resource> =
-                    groups.iter().map(|g| Resource::Run(0, *g)).collect();
-                res.insert(Resource::Nvme);
-                out.push((
-                    self.spec(
-                        m,
-                        JobSource::CrossTier { ssts: chosen },
-                        0,
-                        groups,
-                        &lo,
-                        &hi,
-                        bytes,
-                    ),
-                    res,
-                ));
-            }
-        }
-        let mut target = self.config.s3_level_bytes_base;
-        for level in 0..m.s3_levels.len().saturating_sub(1) {
-            for (g, run) in m.s3_levels[level].groups.iter().enumerate() {
-                if run.files.is_empty() || !(force || run.size_bytes() > target) {
-                    continue;
-                }
-                let children = self.table.child_groups(level + 1, Some(g));
-                let next = &m.s3_levels[level + 1];
-                let files: Vec<ParquetFileInfo> = if force {
-                    run.files.clone()
-                } else {
-                    let best = run.files.iter().max_by(|a, b| {
-                        let score = |f: &ParquetFileInfo| {
-                            let ov: u64 = children
-                                .iter()
-                                .map(|c| {
-                                    size(&overlapping(
-                                        &next.groups[*c].files,
-                                        &f.key_min,
-                                        &f.key_max,
-                                    ))
-                                })
-                                .sum();
-                            f.size_bytes as f64 / (f.size_bytes + ov).max(1) as f64
-                        };
-                        score(a).total_cmp(&score(b))
-                    });
-                    best.cloned().into_iter().collect()
-                };
-                out.push(self.group_job(m, level, g, children, files));
-            }
-            target = target.saturating_mul(mult);
-        }
-        // Once the shard has settled: no flush for `l0_settle_ms` (at once when it is 0).
-        let quiet = self
-            .clock
-            .now_ms()
-            .saturating_sub(self.l0_grown_ms.load(Ordering::Acquire))
-            >= self.config.l0_settle_ms;
-        if out.is_empty() && !force && quiet {
-            out.extend(self.straggler_jobs(m));
-        }
-        out
-    }
-
-    /// A job moving `files` of group `g` of S3 level `level` into its `children` groups of
-    /// the level below, with the resources it holds.
-    fn group_job(
-        &self,
-        m: &Manifest,
-        level: usize,
-        g: usize,
-        children: Vec<usize>,
-        files: Vec<ParquetFileInfo>,
-    ) -> (JobSpec, HashSet<Resource>) {
-        let lo = files
-            .iter()
-            .map(|f| f.key_min.clone())
-            .min()
-            .unwrap_or_default();
-        let hi = files
-            .iter()
-            .map(|f| f.key_max.clone())
-            .max()
-            .unwrap_or_default();
-        let bytes = size(&files);
-        let mut res: HashSet<Resource> = children
-            .iter()
-            .map(|c| Resource::Run(level + 1, *c))
-            .collect();
-        res.insert(Resource::Run(level, g));
-        (
-            self.spec(
-                m,
-                JobSource::Group {
-                    level,
-                    group: g,
-                    files,
-                },
-                level + 1,
-                children,
-                &lo,
-                &hi,
-                bytes,
-            ),
-            res,
-        )
-    }
-
-    /// Jobs that keep the columnar levels disjoint once the shard has settled and nothing
-    /// else is due: per group of the level just above the deepest one holding files, its
-    /// [`straggler`] moved down.
-    fn straggler_jobs(&self, m: &Manifest) -> Vec<(JobSpec, HashSet<Resource>)> {
-        let Some(deepest) = m
-            .s3_levels
-            .iter()
-            .rposition(|l| l.groups.iter().any(|g| !g.files.is_empty()))
-        else {
-            return Vec::new();
-        };
-        let Some(level) = deepest.checked_sub(1) else {
-            return Vec::new();
-        };
-        let mut out = Vec::new();
-        for (g, run) in m.s3_levels[level].groups.iter().enumerate() {
-            let children = self.table.child_groups(deepest, Some(g));
-            // Every child group holds the versions the parent's jobs wrote: one is enough.
-            let Some(below) = children
-                .first()
-                .and_then(|c| m.s3_levels[deepest].groups.get(*c))
-            else {
-                continue;
-            };
-            if let Some(f) = straggler(&run.files, &below.files) {
-                let files = vec![f.clone()];
-                out.push(self.group_job(m, level, g, children, files));
-            }
-        }
-        out
+        self.planner(state).candidates(force)
     }
 
     /// Publishes due jobs that conflict with no outstanding one, smallest first (greedy).
@@ -663,13 +381,6 @@ impl ShardInner {
         Ok(true)
     }
 }
-
-/// Most input bytes of a cross-tier job that moves more than one SST. A job rewrites the
-/// part of S3 level 1 its keys overlap (all of it, for uniform writes): 64 MiB jobs into
-/// a 1 GiB level rewrote 16 bytes per byte moved and fell behind sustained writes; 256 MiB
-/// (the last row level's hold point at the defaults, see `compaction::last_level_held`)
-/// cuts that to about 4.
-const CROSS_TIER_JOB_BYTES: u64 = 256 << 20;
 
 /// The writer's job task: publishes due jobs and commits results.
 pub(crate) async fn job_loop(inner: Arc<ShardInner>) {

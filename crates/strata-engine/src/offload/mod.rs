@@ -3,6 +3,8 @@
 //! Plain values in, plain values out; the coordinator that publishes jobs and commits
 //! their results is `shard::offload`.
 
+pub(crate) mod plan;
+
 use std::collections::{HashMap, HashSet};
 
 use strata_manifest::{ParquetFileInfo, S3Level, SstId, SstInfo};

@@ -1,6 +1,6 @@
 //! Garbage collection of a shard's objects in the bucket, the rules and their pieces: a
 //! pass's plan and report, ages by sightings, pinned versions, batched deletes. The shard
-//! runs the passes (`shard::gc`).
+//! runs the passes (`shard::gc`) through [`pass`], on a narrow context.
 //!
 //! By the shard's writer only: a pass
 //! that finds a newer writer's manifest (or finds one when it is about to delete) deletes
@@ -29,6 +29,8 @@
 //! delay collection, never hasten it; what remains is the writer's own clock running fast
 //! (a forward jump of it counts as time passed). A new process deletes nothing protected
 //! by `min_age_ms` before it has watched that long.
+
+pub(crate) mod pass;
 
 use std::collections::{HashMap, HashSet};
 
