@@ -7,8 +7,10 @@ Each file is a module (`a.rs` and `a/mod.rs` are `a`, `a/b.rs` is `a::b`); an ed
 is any `crate::b...` path in a's code, `use crate::{b, c::d}` groups included. Test code
 (`#[cfg(test)]` modules) is left out: tests may reach anywhere. Edges are counted between
 top-level modules, since a cycle through submodules of one top-level module is that
-module's own business. `--check` exits 1 and names the cycles when there are any, and
-when a type private to one room (`ROOM_PRIVATE`) is named outside it.
+module's own business. `--check` exits 1 and names the cycles when there are any, when a
+type private to one room (`ROOM_PRIVATE`) is named outside it, and (in the engine) when
+anything but the commit point swaps a shard's state, commits its manifest or releases a
+protection (`COMMIT_ONLY`).
 """
 import os
 import re
@@ -18,6 +20,16 @@ IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 # Types only their own top-level module may name (the engine's shard internals).
 ROOM_PRIVATE = {"ShardInner": "shard"}
+
+# What only the commit point may do (issue 21's one commit point): swap a shard's state,
+# commit a manifest of its tree, or release a protection by hand. Pattern -> the one file
+# (relative to the crate's src) where it may appear.
+COMMIT_ONLY = {
+    r"\bstate\.write\(\)": "shard/commit.rs",
+    r"\bcommit_manifest\(": "shard/commit.rs",
+    r"\bin_flight\.0\b": "shard/commit.rs",
+    r"\.settle\(": "shard/commit.rs",
+}
 
 
 def module_of(root, path):
@@ -178,6 +190,23 @@ def room_leaks(root):
     return sorted(leaks)
 
 
+def commit_leaks(root):
+    """(file, pattern) pairs where what only the commit point may do is done elsewhere."""
+    leaks = []
+    for d, _, fs in os.walk(root):
+        for f in fs:
+            if not f.endswith(".rs"):
+                continue
+            path = os.path.join(d, f)
+            rel = os.path.relpath(path, root)
+            with open(path, encoding="utf-8") as fh:
+                text = strip_tests_and_comments(fh.read())
+            for pattern, home in COMMIT_ONLY.items():
+                if rel != home and re.search(pattern, text):
+                    leaks.append((rel, pattern))
+    return sorted(leaks)
+
+
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     flags = {a for a in sys.argv[1:] if a.startswith("--")}
@@ -194,6 +223,11 @@ def main():
     leaks = room_leaks(root)
     for path, name in leaks:
         print(f"{path} names {name}, which only `{ROOM_PRIVATE[name]}` may")
+    if root.rstrip("/").endswith("strata-engine/src"):
+        commits = commit_leaks(root)
+        for path, pattern in commits:
+            print(f"{path} matches {pattern}, which only `{COMMIT_ONLY[pattern]}` may")
+        leaks = leaks + commits
     if not comps:
         print(f"{root}: {len(g)} modules, no cycle")
         return 1 if leaks and "--check" in flags else 0

@@ -19,9 +19,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use parking_lot::Mutex;
-use strata_manifest::SstId;
+use strata_manifest::{Manifest, SstId, Versioned};
 
 use crate::error::Result;
+use crate::history::{merge_seq_times, seq_time_quantum};
 use crate::jobs::JobSource;
 use crate::offload::sst_span;
 use crate::shard::ShardInner;
@@ -85,6 +86,42 @@ impl ShardInner {
     /// Commits `edit` on its own (see [`Editor::commit`]).
     pub(crate) async fn commit(&self, edit: Edit, files: Reserved) -> Result<()> {
         self.editor().await.commit(edit, files).await
+    }
+
+    /// Commits a manifest derived from the current one by `change`, holding the manifest
+    /// lock. A lost race means a newer writer exists: the shard is fenced.
+    async fn commit_manifest(
+        &self,
+        change: impl FnOnce(&mut Manifest),
+    ) -> Result<Arc<Versioned<Manifest>>> {
+        let prev = self.current().manifest.clone();
+        let mut next = prev.value.clone();
+        change(&mut next);
+        next.written_at_ms = self.clock.now_ms();
+        // Entries go only once compaction has merged what they resolve to (the floor): a
+        // time with no entry left is then refused as too old, not read as an empty table.
+        let horizon = self.history_horizon().min(next.compaction_floor_seq);
+        let pending = std::mem::take(&mut *self.time_index.lock());
+        next.seq_times = merge_seq_times(
+            &next.seq_times,
+            &pending,
+            horizon,
+            seq_time_quantum(self.config.history_bytes_min),
+        );
+        match self.manifests.commit(Some(&prev), next).await {
+            Ok(v) => Ok(Arc::new(v)),
+            Err(strata_manifest::Error::Conflict { .. }) => {
+                let newer = self
+                    .manifests
+                    .latest()
+                    .await?
+                    .map(|v| v.value.writer_epoch)
+                    .unwrap_or(0);
+                self.fenced.store(true, Ordering::Release);
+                Err(self.fenced_error(newer))
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Installs a state change that the manifest does not record (the group-commit task's

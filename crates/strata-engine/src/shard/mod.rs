@@ -53,7 +53,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Durability, EngineConfig};
 use crate::entry::Entry;
 use crate::error::{Error, Result};
-use crate::history::{HorizonInputs, merge_seq_times, push_seq_time, seq_time_quantum};
+use crate::history::{HorizonInputs, push_seq_time, seq_time_quantum};
 use crate::iter::{EntryIter, RowIter, resolve};
 use crate::memtable::{Memtable, MemtableIter};
 use crate::metrics::ReadSource;
@@ -262,42 +262,6 @@ impl ShardInner {
                 version: v,
             },
         )
-    }
-
-    /// Commits a manifest derived from the current one by `change`, holding the manifest
-    /// lock. A lost race means a newer writer exists: the shard is fenced.
-    pub(crate) async fn commit_manifest(
-        &self,
-        change: impl FnOnce(&mut Manifest),
-    ) -> Result<Arc<Versioned<Manifest>>> {
-        let prev = self.current().manifest.clone();
-        let mut next = prev.value.clone();
-        change(&mut next);
-        next.written_at_ms = self.clock.now_ms();
-        // Entries go only once compaction has merged what they resolve to (the floor): a
-        // time with no entry left is then refused as too old, not read as an empty table.
-        let horizon = self.history_horizon().min(next.compaction_floor_seq);
-        let pending = std::mem::take(&mut *self.time_index.lock());
-        next.seq_times = merge_seq_times(
-            &next.seq_times,
-            &pending,
-            horizon,
-            seq_time_quantum(self.config.history_bytes_min),
-        );
-        match self.manifests.commit(Some(&prev), next).await {
-            Ok(v) => Ok(Arc::new(v)),
-            Err(strata_manifest::Error::Conflict { .. }) => {
-                let newer = self
-                    .manifests
-                    .latest()
-                    .await?
-                    .map(|v| v.value.writer_epoch)
-                    .unwrap_or(0);
-                self.fenced.store(true, Ordering::Release);
-                Err(self.fenced_error(newer))
-            }
-            Err(e) => Err(e.into()),
-        }
     }
 
     /// Records that every write up to `seq` is acknowledged now, after `bytes` more were
