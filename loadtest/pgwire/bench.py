@@ -6,10 +6,19 @@ Operations: SELECT 1 (the round trip), a point get by primary key, a one-row ins
 on both: Strata acknowledges once the WAL segment is in the bucket; PostgreSQL with fsync and
 synchronous_commit on). Prints the median, p99 and mean latency of each, side by side, and
 the ratios. Run it through loadtest/pgwire.sh, which starts both servers.
+
+With `--http` (the default URL is `strata serve`'s), the same point get and one-row insert
+also go through Strata's HTTP data API from this process (one keep-alive connection,
+`http.client`, JSON), with the server's own time per request from `/metrics`
+(`strata_http_request_seconds`, sum over count for the operation): what the network path
+and the client add is the rest.
 """
 
 import argparse
+import http.client
 import json
+import re
+import urllib.parse
 import random
 import statistics
 import time
@@ -73,6 +82,70 @@ def run(dsn, rows, n, seed):
     return out
 
 
+def server_seconds(conn, op):
+    """(sum, count) of strata_http_request_seconds for `op` from /metrics."""
+    conn.request("GET", "/metrics")
+    r = conn.getresponse()
+    text = r.read().decode()
+    assert r.status == 200, text[:200]
+    def value(kind):
+        m = re.search(r'^strata_http_request_seconds_' + kind + r'\{op="' + re.escape(op) + r'"\} (\S+)$', text, re.M)
+        return float(m.group(1)) if m else 0.0
+    return value("sum"), value("count")
+
+
+def run_http(url, rows, n, seed):
+    """The point get and one-row insert over the HTTP data API, on the table the PostgreSQL
+    port's run left (`kv`, `rows` rows and the inserts after them)."""
+    u = urllib.parse.urlparse(url)
+    conn = http.client.HTTPConnection(u.hostname, u.port or 80)
+    rng = random.Random(seed + 1)
+    out = {}
+
+    def call(method, path, body=None):
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        conn.request(method, path, body=body, headers=headers)
+        r = conn.getresponse()
+        data = r.read()
+        assert r.status == 200, (r.status, data[:200])
+        return data
+
+    def timed(name, op, fn, count):
+        for _ in range(20):
+            fn()
+        s0, c0 = server_seconds(conn, op)
+        lat = []
+        for _ in range(count):
+            t0 = time.perf_counter()
+            fn()
+            lat.append((time.perf_counter() - t0) * 1e3)
+        s1, c1 = server_seconds(conn, op)
+        out[name] = {
+            "p50_ms": round(statistics.median(lat), 3),
+            "p99_ms": round(percentile(lat, 0.99), 3),
+            "mean_ms": round(statistics.fmean(lat), 3),
+            "server_mean_ms": round((s1 - s0) / max(1, c1 - c0) * 1e3, 3),
+            "ops": count,
+        }
+
+    def point_get():
+        k = rng.randrange(rows)
+        got = json.loads(call("GET", f"/v1/tables/kv/rows/get?key={k}&columns=name,score"))
+        assert got == [{"name": f"name-{k}", "score": k * 0.5}] or got == {"name": f"name-{k}", "score": k * 0.5}, got
+
+    next_id = [rows * 10]
+
+    def insert():
+        k = next_id[0]
+        next_id[0] += 1
+        call("POST", "/v1/tables/kv/rows", json.dumps([{"id": k, "name": f"name-{k}", "score": k * 0.5}]))
+
+    timed("point_get", "GET /v1/tables/{table}/rows/get", point_get, n)
+    timed("insert_1_row", "POST /v1/tables/{table}/rows", insert, max(1, n // 3))
+    conn.close()
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--strata-dsn", default="host=127.0.0.1 port=5433 dbname=strata user=bench")
@@ -80,12 +153,15 @@ def main():
     ap.add_argument("--rows", type=int, default=100_000)
     ap.add_argument("--ops", type=int, default=3000)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--http", default="http://127.0.0.1:8080", help="Strata's HTTP data API ('' to skip)")
     ap.add_argument("--json")
     args = ap.parse_args()
     results = {
         "strata": run(args.strata_dsn, args.rows, args.ops, args.seed),
         "postgres": run(args.pg_dsn, args.rows, args.ops, args.seed),
     }
+    if args.http:
+        results["strata_http"] = run_http(args.http, args.rows, args.ops, args.seed)
     print(f"{args.rows} rows, {args.ops} operations each (inserts: a third), one connection")
     print(f"{'operation':<14}{'Strata p50':>12}{'p99':>9}{'PostgreSQL p50':>16}{'p99':>9}{'ratio p50':>11}")
     for op in results["strata"]:
@@ -94,6 +170,15 @@ def main():
             f"{op:<14}{s['p50_ms']:>10.3f}ms{s['p99_ms']:>7.3f}ms{p['p50_ms']:>14.3f}ms{p['p99_ms']:>7.3f}ms"
             f"{s['p50_ms'] / p['p50_ms']:>10.2f}x"
         )
+    if args.http:
+        print("HTTP data API (one keep-alive connection, JSON), beside PostgreSQL over psycopg:")
+        print(f"{'operation':<14}{'HTTP p50':>10}{'p99':>9}{'mean':>9}{'server mean':>13}{'PostgreSQL p50':>16}{'ratio p50':>11}")
+        for op, h in results["strata_http"].items():
+            p = results["postgres"][op]
+            print(
+                f"{op:<14}{h['p50_ms']:>8.3f}ms{h['p99_ms']:>7.3f}ms{h['mean_ms']:>7.3f}ms{h['server_mean_ms']:>11.3f}ms"
+                f"{p['p50_ms']:>14.3f}ms{h['p50_ms'] / p['p50_ms']:>10.2f}x"
+            )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

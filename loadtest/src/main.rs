@@ -215,6 +215,56 @@ struct Report {
     /// The decoded-page cache of point lookups into columnar levels: (bytes, spans, hits,
     /// misses).
     page_cache: (u64, usize, u64, u64),
+    /// Object-store requests (every attempt, retries included) and payload bytes by
+    /// operation while loading, between the load and the run (`--flush-after-load`,
+    /// `--drain-after-load`), and during the run, with what they cost at S3's list prices.
+    requests_load: PhaseRequests,
+    requests_settle: PhaseRequests,
+    requests_run: PhaseRequests,
+}
+
+/// The object-store requests of one phase of `ops` operations.
+#[derive(Serialize)]
+struct PhaseRequests {
+    by_op: std::collections::BTreeMap<&'static str, (u64, u64)>,
+    requests: u64,
+    ops: u64,
+    requests_per_1000_ops: f64,
+    s3_usd_per_million_ops: f64,
+}
+
+impl PhaseRequests {
+    fn new(t: strata_objstore::RequestTotals, ops: u64) -> Self {
+        let by_op = strata_objstore::instrumented::OPS
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| t.requests[*i] > 0)
+            .map(|(i, op)| (*op, (t.requests[i], t.bytes[i])))
+            .collect();
+        let per = |x: f64| if ops == 0 { 0.0 } else { x / ops as f64 };
+        PhaseRequests {
+            by_op,
+            requests: t.total(),
+            ops,
+            requests_per_1000_ops: per(t.total() as f64 * 1000.0),
+            s3_usd_per_million_ops: per(t.s3_cost_usd() * 1e6),
+        }
+    }
+
+    fn line(&self, what: &str) -> String {
+        let kinds: Vec<String> = self
+            .by_op
+            .iter()
+            .map(|(op, (n, _))| format!("{op} {n}"))
+            .collect();
+        format!(
+            "{what}: {} requests ({}), {:.2} per 1,000 ops, ${:.4} per million ops at S3 list prices",
+            self.requests,
+            kinds.join(", "),
+            self.requests_per_1000_ops,
+            self.s3_usd_per_million_ops
+        )
+    }
 }
 
 #[derive(Serialize, Debug, Clone, Copy, Default)]
@@ -447,6 +497,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let table = db.table("usertable").await?;
 
     // Load phase: batches of 100 records from `clients` concurrent loaders.
+    let requests_start = db.object_store_metrics().totals();
     let load_started = Instant::now();
     let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut loaders = Vec::new();
@@ -475,6 +526,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         l.await??;
     }
     let load_seconds = load_started.elapsed().as_secs_f64();
+    let requests_loaded = db.object_store_metrics().totals();
     if args.flush_after_load {
         table.flush().await?;
         table.compact().await?;
@@ -522,6 +574,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     // parked thread).
     let errors_printed = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let issued = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let requests_run_start = db.object_store_metrics().totals();
     let run_started = Instant::now();
     let sampler = {
         let (table, issued) = (table.clone(), issued.clone());
@@ -606,6 +659,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         }
     }
     let run_seconds = run_started.elapsed().as_secs_f64();
+    let requests_run_end = db.object_store_metrics().totals();
     let mut samples = sampler.await?;
     let end = Sample {
         seconds: run_seconds,
@@ -671,6 +725,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         samples,
         tracker: db.hotness_stats().map(|t| format!("{t:?}")),
         page_cache: db.page_cache_stats(),
+        requests_load: PhaseRequests::new(requests_loaded.since(&requests_start), args.records),
+        requests_settle: PhaseRequests::new(requests_run_start.since(&requests_loaded), 0),
+        requests_run: PhaseRequests::new(requests_run_end.since(&requests_run_start), all.len()),
         args: args.clone(),
     };
     println!(
@@ -707,6 +764,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         100.0 * report.nvme_hit_rate_final,
         report.throughput_final
     );
+    println!(
+        "object store (every attempt): {}; between load and run: {} requests",
+        report.requests_load.line("load"),
+        report.requests_settle.requests
+    );
+    println!("object store: {}", report.requests_run.line("run"));
     let (bytes, pages, hits, misses) = report.page_cache;
     println!(
         "decoded-page cache: {:.0} MB in {pages} spans, {hits} hits, {misses} misses",

@@ -14,7 +14,9 @@
 //!   (`strata_memtables_frozen`: memtables waiting for their flush, i.e. WAL not yet in an
 //!   SST), compaction backlog (`strata_pending_compaction_bytes`,
 //!   `strata_compaction_jobs_outstanding`, `strata_sorted_runs`), bytes per tier,
-//!   write stalls and overload refusals, flushes and compactions, and point reads by the
+//!   write stalls and overload refusals, flushes and compactions, writes acknowledged and
+//!   the WAL segments that carried them (`strata_writes_total`,
+//!   `strata_wal_segments_total`), and point reads by the
 //!   tier that answered them
 //!   (`strata_point_reads_total{source = memtable | nvme | promotion_cache | s3}`), bytes
 //!   retained and promoted, promotion-cache size and aborts;
@@ -168,7 +170,19 @@ impl ServiceMetrics {
             }
         }
         type Get = fn(&strata_engine::metrics::ShardStatsSnapshot) -> u64;
-        let families: [(&str, &str, &str, Get); 17] = [
+        let families: [(&str, &str, &str, Get); 19] = [
+            (
+                "strata_writes",
+                "counter",
+                "Writes (write batches) acknowledged, each carried by a WAL segment: with strata_object_store_requests_total, the requests per 1,000 writes",
+                |s| s.writes_in_segments,
+            ),
+            (
+                "strata_wal_segments",
+                "counter",
+                "WAL segments stored (group commits)",
+                |s| s.wal_segments,
+            ),
             (
                 "strata_memtables_frozen",
                 "gauge",

@@ -3,6 +3,7 @@
 
 use std::ops::Range;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use async_trait::async_trait;
@@ -33,6 +34,71 @@ fn new_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0005, 2.0, 16))
 }
 
+/// The operations counted, in the order of [`RequestTotals`].
+pub const OPS: [&str; 8] = [
+    "get",
+    "head",
+    "put",
+    "put_multipart",
+    "list",
+    "delete",
+    "copy",
+    "rename",
+];
+
+/// S3 Standard's list price per 1,000 requests of `op` in US dollars (us-east-1: PUT, COPY,
+/// POST and LIST $0.005, GET and HEAD $0.0004, DELETE free; a rename is a copy and a
+/// delete). Data transfer and storage are not included.
+pub fn s3_price_per_1000(op: &str) -> f64 {
+    match op {
+        "put" | "put_multipart" | "list" | "copy" | "rename" => 0.005,
+        "get" | "head" => 0.0004,
+        _ => 0.0,
+    }
+}
+
+/// Requests and payload bytes by operation, summed over prefixes, since the process
+/// started (or between two snapshots: [`RequestTotals::since`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RequestTotals {
+    /// Requests per operation, in the order of [`OPS`].
+    pub requests: [u64; 8],
+    /// Payload bytes per operation, in the order of [`OPS`].
+    pub bytes: [u64; 8],
+}
+
+impl RequestTotals {
+    /// What happened between `earlier` and this snapshot.
+    pub fn since(&self, earlier: &RequestTotals) -> RequestTotals {
+        let mut out = *self;
+        for i in 0..OPS.len() {
+            out.requests[i] = out.requests[i].saturating_sub(earlier.requests[i]);
+            out.bytes[i] = out.bytes[i].saturating_sub(earlier.bytes[i]);
+        }
+        out
+    }
+
+    /// Requests of `op`.
+    pub fn of(&self, op: &str) -> u64 {
+        OPS.iter()
+            .position(|o| *o == op)
+            .map_or(0, |i| self.requests[i])
+    }
+
+    /// Every request.
+    pub fn total(&self) -> u64 {
+        self.requests.iter().sum()
+    }
+
+    /// What these requests cost at S3's list prices, in US dollars.
+    pub fn s3_cost_usd(&self) -> f64 {
+        OPS.iter()
+            .zip(self.requests)
+            .map(|(op, n)| n as f64 / 1000.0 * s3_price_per_1000(op))
+            .sum()
+    }
+}
+
 /// The metric families. Cheap to clone; clones share counters.
 #[derive(Clone)]
 pub struct ObjectStoreMetrics {
@@ -40,6 +106,8 @@ pub struct ObjectStoreMetrics {
     bytes: Family<OpLabels, Counter>,
     errors: Family<OpLabels, Counter>,
     latency: Family<OpLabels, Histogram, fn() -> Histogram>,
+    /// Requests and bytes per operation over every prefix (what [`Self::totals`] reads).
+    totals: Arc<[(AtomicU64, AtomicU64); 8]>,
 }
 
 impl std::fmt::Debug for ObjectStoreMetrics {
@@ -55,6 +123,7 @@ impl Default for ObjectStoreMetrics {
             bytes: Family::default(),
             errors: Family::default(),
             latency: Family::new_with_constructor(new_histogram),
+            totals: Arc::new(Default::default()),
         }
     }
 }
@@ -109,6 +178,16 @@ impl ObjectStoreMetrics {
             .get()
     }
 
+    /// Requests and bytes per operation so far, over every prefix.
+    pub fn totals(&self) -> RequestTotals {
+        let mut t = RequestTotals::default();
+        for (i, (n, b)) in self.totals.iter().enumerate() {
+            t.requests[i] = n.load(Ordering::Relaxed);
+            t.bytes[i] = b.load(Ordering::Relaxed);
+        }
+        t
+    }
+
     fn record<T>(
         &self,
         op: &'static str,
@@ -117,6 +196,13 @@ impl ObjectStoreMetrics {
         result: &Result<T>,
         bytes: u64,
     ) {
+        if let Some(i) = OPS.iter().position(|o| *o == op) {
+            let (n, b) = &self.totals[i];
+            n.fetch_add(1, Ordering::Relaxed);
+            if result.is_ok() {
+                b.fetch_add(bytes, Ordering::Relaxed);
+            }
+        }
         let labels = Self::labels(op, prefix);
         self.requests.get_or_create(&labels).inc();
         self.latency
@@ -314,5 +400,29 @@ mod tests {
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         assert!(text.contains("strata_object_store_requests_total{op=\"put\",prefix=\"wal\"} 1"));
+    }
+
+    #[tokio::test]
+    async fn totals_sum_every_prefix_and_price_requests_as_s3_does() {
+        let metrics = ObjectStoreMetrics::default();
+        let store = InstrumentedStore::new(
+            Arc::new(object_store::memory::InMemory::new()),
+            metrics.clone(),
+        );
+        let before = metrics.totals();
+        for p in ["t/wal/1", "t/sst/2"] {
+            store
+                .put(&Path::from(p), Bytes::from_static(b"abc").into())
+                .await
+                .unwrap();
+        }
+        store.head(&Path::from("t/wal/1")).await.unwrap();
+        let _ = store.get(&Path::from("t/wal/9")).await;
+        let t = metrics.totals().since(&before);
+        assert_eq!((t.of("put"), t.of("head"), t.of("get")), (2, 1, 1));
+        assert_eq!(t.total(), 4);
+        assert_eq!(t.bytes[2], 6, "put bytes over both prefixes");
+        // Two PUTs at $0.005 per 1,000, a HEAD and a GET at $0.0004 per 1,000.
+        assert!((t.s3_cost_usd() - (2.0 * 0.005 + 2.0 * 0.0004) / 1000.0).abs() < 1e-12);
     }
 }

@@ -58,6 +58,9 @@ async fn serve_answers_sql_and_keeps_acknowledged_writes_across_a_kill() {
         r#"strata_object_store_requests_total{op="put",prefix="wal"}"#,
         r#"strata_pending_compaction_bytes{table="kv",shard="0"}"#,
         r#"strata_write_stalls_total{table="kv",shard="0"} 0"#,
+        // The INSERT, the UPDATE and the DELETE: one write each.
+        r#"strata_writes_total{table="kv",shard="0"} 3"#,
+        r#"strata_wal_segments_total{table="kv",shard="0"}"#,
         r#"strata_point_reads_total{table="kv",shard="0",source="memtable"}"#,
         r#"strata_point_reads_total{table="kv",shard="0",source="s3"}"#,
         "# EOF",
