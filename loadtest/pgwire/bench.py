@@ -31,7 +31,22 @@ def percentile(xs, q):
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-def run(dsn, rows, n, seed):
+def store_requests(url):
+    """Every object-store request the server at `url` has made (its /metrics)."""
+    u = urllib.parse.urlparse(url)
+    c = http.client.HTTPConnection(u.hostname, u.port or 80)
+    c.request("GET", "/metrics")
+    text = c.getresponse().read().decode()
+    c.close()
+    return sum(
+        float(m.group(1))
+        for m in re.finditer(r"^strata_object_store_requests_total\{[^}]*\} (\S+)$", text, re.M)
+    )
+
+
+def run(dsn, rows, n, seed, metrics_url=None):
+    """The operations over psycopg; with `metrics_url` (Strata's), also the object-store
+    requests each operation made on average."""
     conn = psycopg.connect(dsn, autocommit=True)
     conn.execute("DROP TABLE IF EXISTS kv")
     conn.execute("CREATE TABLE kv (id BIGINT, name VARCHAR, score DOUBLE PRECISION, PRIMARY KEY (id))")
@@ -44,6 +59,7 @@ def run(dsn, rows, n, seed):
     def timed(name, fn, count):
         for _ in range(20):  # warm-up: connections, prepared statements, caches
             fn()
+        r0 = store_requests(metrics_url) if metrics_url else None
         lat = []
         for _ in range(count):
             t0 = time.perf_counter()
@@ -55,6 +71,8 @@ def run(dsn, rows, n, seed):
             "mean_ms": round(statistics.fmean(lat), 3),
             "ops": count,
         }
+        if r0 is not None:
+            out[name]["store_requests_per_op"] = round((store_requests(metrics_url) - r0) / count, 4)
 
     cur = conn.cursor()
 
@@ -114,17 +132,20 @@ def run_http(url, rows, n, seed):
         for _ in range(20):
             fn()
         s0, c0 = server_seconds(conn, op)
+        r0 = store_requests(url)
         lat = []
         for _ in range(count):
             t0 = time.perf_counter()
             fn()
             lat.append((time.perf_counter() - t0) * 1e3)
+        r1 = store_requests(url)
         s1, c1 = server_seconds(conn, op)
         out[name] = {
             "p50_ms": round(statistics.median(lat), 3),
             "p99_ms": round(percentile(lat, 0.99), 3),
             "mean_ms": round(statistics.fmean(lat), 3),
             "server_mean_ms": round((s1 - s0) / max(1, c1 - c0) * 1e3, 3),
+            "store_requests_per_op": round((r1 - r0) / count, 4),
             "ops": count,
         }
 
@@ -157,27 +178,27 @@ def main():
     ap.add_argument("--json")
     args = ap.parse_args()
     results = {
-        "strata": run(args.strata_dsn, args.rows, args.ops, args.seed),
+        "strata": run(args.strata_dsn, args.rows, args.ops, args.seed, args.http or None),
         "postgres": run(args.pg_dsn, args.rows, args.ops, args.seed),
     }
     if args.http:
         results["strata_http"] = run_http(args.http, args.rows, args.ops, args.seed)
     print(f"{args.rows} rows, {args.ops} operations each (inserts: a third), one connection")
-    print(f"{'operation':<14}{'Strata p50':>12}{'p99':>9}{'PostgreSQL p50':>16}{'p99':>9}{'ratio p50':>11}")
+    print(f"{'operation':<14}{'Strata p50':>12}{'p99':>9}{'PostgreSQL p50':>16}{'p99':>9}{'ratio p50':>11}{'store req/op':>14}")
     for op in results["strata"]:
         s, p = results["strata"][op], results["postgres"][op]
         print(
             f"{op:<14}{s['p50_ms']:>10.3f}ms{s['p99_ms']:>7.3f}ms{p['p50_ms']:>14.3f}ms{p['p99_ms']:>7.3f}ms"
-            f"{s['p50_ms'] / p['p50_ms']:>10.2f}x"
+            f"{s['p50_ms'] / p['p50_ms']:>10.2f}x{s.get('store_requests_per_op', float('nan')):>14.4f}"
         )
     if args.http:
         print("HTTP data API (one keep-alive connection, JSON), beside PostgreSQL over psycopg:")
-        print(f"{'operation':<14}{'HTTP p50':>10}{'p99':>9}{'mean':>9}{'server mean':>13}{'PostgreSQL p50':>16}{'ratio p50':>11}")
+        print(f"{'operation':<14}{'HTTP p50':>10}{'p99':>9}{'mean':>9}{'server mean':>13}{'PostgreSQL p50':>16}{'p99':>9}{'ratio p50':>11}{'store req/op':>14}")
         for op, h in results["strata_http"].items():
             p = results["postgres"][op]
             print(
                 f"{op:<14}{h['p50_ms']:>8.3f}ms{h['p99_ms']:>7.3f}ms{h['mean_ms']:>7.3f}ms{h['server_mean_ms']:>11.3f}ms"
-                f"{p['p50_ms']:>14.3f}ms{h['p50_ms'] / p['p50_ms']:>10.2f}x"
+                f"{p['p50_ms']:>14.3f}ms{p['p99_ms']:>7.3f}ms{h['p50_ms'] / p['p50_ms']:>10.2f}x{h['store_requests_per_op']:>14.4f}"
             )
     if args.json:
         with open(args.json, "w") as f:
