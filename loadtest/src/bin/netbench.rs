@@ -9,7 +9,10 @@
 //!
 //! Every target gets a fresh table `usertable(k BIGINT PRIMARY KEY, v VARCHAR)` in its own
 //! directory, loaded with the same records (100 rows per write), then runs each workload
-//! with the same seeds. Closed loop; latency per operation from the client's side.
+//! with the same seeds. Closed loop; latency per operation from the client's side, and for
+//! the server's targets its own mean time per read and per write (from its `/metrics`:
+//! `strata_http_request_seconds` or `strata_grpc_request_seconds` of the operation), so the
+//! network path's share is the difference. `--clients 1` measures single-operation latency.
 
 /// mimalloc, not the system allocator: with glibc's malloc the open loop's write latency
 /// was about twice as long at p50 and p99.9, and loads ran 40% slower (docs/BENCHMARKS.md,
@@ -393,6 +396,48 @@ async fn run(clients: &[Client], args: &Args, w: Workload) -> Result<Outcome, Bo
     Ok(out)
 }
 
+/// (seconds, count) of the server's own time for reads and for writes of `target`, from its
+/// `/metrics`.
+async fn server_times(base: &str, target: Target) -> Result<[(f64, f64); 2], BoxError> {
+    let text = reqwest::get(format!("{base}/metrics"))
+        .await?
+        .text()
+        .await?;
+    let ops = match target {
+        Target::Http => [
+            (
+                "strata_http_request_seconds",
+                "GET /v1/tables/{table}/rows/get",
+            ),
+            (
+                "strata_http_request_seconds",
+                "POST /v1/tables/{table}/rows",
+            ),
+        ],
+        _ => [
+            ("strata_grpc_request_seconds", "/strata.v1.Data/Get"),
+            ("strata_grpc_request_seconds", "/strata.v1.Data/Write"),
+        ],
+    };
+    let value = |family: &str, op: &str, kind: &str| -> f64 {
+        let prefix = format!("{family}_{kind}{{op=\"{op}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    Ok(ops.map(|(family, op)| (value(family, op, "sum"), value(family, op, "count"))))
+}
+
+/// Mean microseconds per request between two [`server_times`] readings.
+fn server_mean(before: (f64, f64), after: (f64, f64)) -> String {
+    let n = after.1 - before.1;
+    if n <= 0.0 {
+        return "-".into();
+    }
+    format!("{:.0}", (after.0 - before.0) / n * 1e6)
+}
+
 fn pct(h: &Histogram<u64>) -> String {
     if h.is_empty() {
         return "-".into();
@@ -415,13 +460,14 @@ async fn main() -> Result<(), BoxError> {
         args.records, args.value_bytes, args.ops, args.clients, args.distribution
     );
     println!(
-        "\n| target | workload | ops/s | read p50 / p99 / p99.9 (µs) | update p50 / p99 / p99.9 (µs) | errors |"
+        "\n| target | workload | ops/s | read p50 / p99 / p99.9 (µs) | update p50 / p99 / p99.9 (µs) | server mean read / update (µs) | errors |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|");
     for target in &args.targets {
         let dir = root.join(format!("{target:?}").to_lowercase());
         std::fs::create_dir_all(&dir)?;
-        let (clients, _server, db) = connect(*target, &args, &dir).await?;
+        let (clients, server, db) = connect(*target, &args, &dir).await?;
+        let base = server.as_ref().map(|s| format!("http://{}", s.http));
         // Load: 100 rows per write, from every client.
         let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let t0 = Instant::now();
@@ -449,17 +495,33 @@ async fn main() -> Result<(), BoxError> {
             l.await??;
         }
         let load = args.records as f64 / t0.elapsed().as_secs_f64();
-        println!("| {target:?} | load (100 rows per write) | {load:.0} rows/s | | | |");
+        println!("| {target:?} | load (100 rows per write) | {load:.0} rows/s | | | | |");
         for w in &args.workloads {
+            let before = match &base {
+                Some(b) => Some(server_times(b, *target).await?),
+                None => None,
+            };
             let o = run(&clients, &args, *w).await?;
+            let server = match (&base, before) {
+                (Some(b), Some(before)) => {
+                    let after = server_times(b, *target).await?;
+                    format!(
+                        "{} / {}",
+                        server_mean(before[0], after[0]),
+                        server_mean(before[1], after[1])
+                    )
+                }
+                _ => "-".into(),
+            };
             println!(
-                "| {target:?} | {w:?} | {:.0} | {} | {} | {} |",
+                "| {target:?} | {w:?} | {:.0} | {} | {} | {server} | {} |",
                 o.ops_per_sec,
                 pct(&o.read),
                 pct(&o.update),
                 o.errors
             );
         }
+        drop(server);
         drop(clients);
         if let Some(db) = db {
             db.close().await;
