@@ -32,12 +32,38 @@ use crate::error::is_transient;
 pub struct RetryingStore {
     inner: Arc<dyn ObjectStore>,
     policy: RetryConfig,
+    /// The backoff's jitter from this seeded generator instead of the thread's (a
+    /// simulation's replay draws the same waits).
+    jitter: Option<Arc<parking_lot::Mutex<rand::rngs::StdRng>>>,
 }
 
 impl RetryingStore {
     /// Wraps `inner`.
     pub fn new(inner: Arc<dyn ObjectStore>, policy: RetryConfig) -> Self {
-        Self { inner, policy }
+        Self {
+            inner,
+            policy,
+            jitter: None,
+        }
+    }
+
+    /// Draws the backoff's jitter from a generator seeded with `seed` (for deterministic
+    /// simulation; the default draws from the thread's generator).
+    pub fn with_jitter_seed(mut self, seed: u64) -> Self {
+        use rand::SeedableRng;
+        self.jitter = Some(Arc::new(parking_lot::Mutex::new(
+            rand::rngs::StdRng::seed_from_u64(seed),
+        )));
+        self
+    }
+
+    /// Another handle on the same store, policy and jitter.
+    fn handle(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            policy: self.policy.clone(),
+            jitter: self.jitter.clone(),
+        }
     }
 
     fn backoff(&self, attempt: u32) -> Duration {
@@ -46,7 +72,11 @@ impl RetryingStore {
             .backoff_ms_initial
             .saturating_mul(1u64 << attempt.min(16))
             .min(self.policy.backoff_ms_max);
-        Duration::from_millis(rand::rng().random_range(0..=exp.max(1)))
+        let ms = match &self.jitter {
+            Some(rng) => rng.lock().random_range(0..=exp.max(1)),
+            None => rand::rng().random_range(0..=exp.max(1)),
+        };
+        Duration::from_millis(ms)
     }
 
     async fn retry<T, F, Fut>(&self, op: &str, mut f: F) -> Result<T>
@@ -74,7 +104,7 @@ impl RetryingStore {
         &self,
         list: impl Fn() -> BoxStream<'static, Result<ObjectMeta>> + Send + 'static,
     ) -> BoxStream<'static, Result<ObjectMeta>> {
-        let store = RetryingStore::new(self.inner.clone(), self.policy.clone());
+        let store = self.handle();
         futures::stream::once(async move {
             let mut attempt = 0u32;
             loop {
@@ -188,11 +218,10 @@ impl ObjectStore for RetryingStore {
         // Deletes are idempotent: retry each one on its own, DELETES_CONCURRENT at once (a
         // GC pass deletes thousands of WAL segments; one round trip at a time it falls
         // behind a writer on S3).
-        let inner = self.inner.clone();
-        let policy = self.policy.clone();
+        let base = self.handle();
         locations
             .map(move |loc| {
-                let store = RetryingStore::new(inner.clone(), policy.clone());
+                let store = base.handle();
                 async move {
                     let loc = loc?;
                     store
@@ -289,6 +318,40 @@ mod tests {
             faulty.concurrent_peak() > 1,
             "deletes went out one at a time (peak {})",
             faulty.concurrent_peak()
+        );
+    }
+
+    #[test]
+    fn a_seeded_jitter_draws_the_same_waits() {
+        let policy = RetryConfig {
+            attempts_max: 8,
+            backoff_ms_initial: 1,
+            backoff_ms_max: 1000,
+        };
+        let inner: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let waits = |seed: u64| -> Vec<Duration> {
+            let s = RetryingStore::new(inner.clone(), policy.clone()).with_jitter_seed(seed);
+            let h = s.handle();
+            (0..8)
+                .map(|a| {
+                    if a % 2 == 0 {
+                        s.backoff(a)
+                    } else {
+                        h.backoff(a)
+                    }
+                })
+                .collect()
+        };
+        assert_eq!(
+            waits(3),
+            waits(3),
+            "same seed, same waits (handles share the generator)"
+        );
+        assert_ne!(waits(3), waits(4));
+        let exp = |a: u32| Duration::from_millis((1u64 << a).min(1000));
+        assert!(
+            waits(5).iter().zip(0..).all(|(w, a)| *w <= exp(a)),
+            "within the backoff"
         );
     }
 }
