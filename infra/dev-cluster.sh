@@ -18,8 +18,9 @@
 #                            cluster.lease_ms 3000 and renew_ms 500, so a killed node's shards
 #                            move within ~3 s
 #   STRATA_DEV_COMPACTORS    compactor processes (default 2)
-#   STRATA_DEV_PORT_BASE     first port (default 18080): ingest-i gets BASE+10(i-1) (HTTP) and
-#                            BASE+10(i-1)+1 (Flight); query gets BASE+100 and BASE+101
+#   STRATA_DEV_PORT_BASE     first port (default 18080): ingest-i gets BASE+10(i-1) (HTTP),
+#                            BASE+10(i-1)+1 (Flight) and +2 (PostgreSQL); query gets
+#                            BASE+100, BASE+101 and BASE+102
 # `start` also writes $STRATA_DEV_DIR/endpoints.env for tests to source: INGEST_NODES,
 # INGEST_<i>_HTTP and INGEST_<i>_FLIGHT for each node (INGEST_HTTP, INGEST_FLIGHT: ingest-1),
 # QUERY_HTTP, QUERY_FLIGHT, BUCKET, ROOT_PREFIX, S3_ENDPOINT; process ids are in

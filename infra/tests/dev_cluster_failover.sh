@@ -25,8 +25,10 @@ export STRATA_DEV_BUCKET="strata-failover-$run_id"
 export STRATA_DEV_ROOT_PREFIX="failover-$run_id"
 export STRATA_DEV_INGEST_NODES=2
 export STRATA_DEV_COMPACTORS=2
-# A port base with every port the cluster binds free: ingest-i BASE+10(i-1) and +1, query
-# BASE+100 and +101.
+# A port base with every port the cluster binds free: ingest-i BASE+10(i-1), +1 and +2
+# (HTTP, Flight, PostgreSQL), query BASE+100, +101 and +102; all below Linux's ephemeral
+# range (32768 and up), where an outgoing connection may take a port between the check and
+# the bind (a PostgreSQL port not checked and taken that way failed a run).
 export STRATA_DEV_PORT_BASE
 STRATA_DEV_PORT_BASE="$("$python" - "$$" <<'PY'
 import socket, sys
@@ -37,10 +39,10 @@ def free(port):
             return True
         except OSError:
             return False
-start = 20000 + (int(sys.argv[1]) % 150) * 200
-for k in range(150):
-    base = 20000 + (start - 20000 + 200 * k) % 30000
-    if all(free(base + d) for d in (0, 1, 10, 11, 100, 101)):
+start = 20000 + (int(sys.argv[1]) % 60) * 200
+for k in range(60):
+    base = 20000 + (start - 20000 + 200 * k) % 12000
+    if all(free(base + d) for d in (0, 1, 2, 10, 11, 12, 100, 101, 102)):
         print(base)
         break
 else:
