@@ -34,6 +34,16 @@ use crate::version::Edit;
 pub(crate) struct InFlight(Mutex<HashSet<SstId>>);
 
 impl InFlight {
+    /// Protects `ids` from GC until the returned reservation is committed or dropped.
+    pub(crate) fn reserve(self: &Arc<Self>, ids: impl IntoIterator<Item = SstId>) -> Reserved {
+        let ids: Vec<SstId> = ids.into_iter().collect();
+        self.0.lock().extend(ids.iter().copied());
+        Reserved {
+            set: self.clone(),
+            ids,
+        }
+    }
+
     /// The files in flight now.
     pub(crate) fn snapshot(&self) -> HashSet<SstId> {
         self.0.lock().clone()
@@ -67,12 +77,7 @@ pub(crate) struct Editor<'a> {
 impl ShardInner {
     /// Protects `ids` from GC until the returned reservation is committed or dropped.
     pub(crate) fn reserve(&self, ids: impl IntoIterator<Item = SstId>) -> Reserved {
-        let ids: Vec<SstId> = ids.into_iter().collect();
-        self.in_flight.0.lock().extend(ids.iter().copied());
-        Reserved {
-            set: self.in_flight.clone(),
-            ids,
-        }
+        self.in_flight.reserve(ids)
     }
 
     /// Takes the manifest lock for an edit.
@@ -174,24 +179,23 @@ impl Editor<'_> {
         }
         let committed = inner.commit_manifest(|m| edit.apply_to_manifest(m)).await;
         let result = committed.map(|manifest| {
-            let mut guard = inner.state.write();
-            let mut next = (**guard).clone();
-            let removed = edit.apply_to_state(&mut next);
-            next.manifest = manifest;
-            match &edit {
-                Edit::Flush { sst: Some(_), .. } | Edit::Promote { .. } => inner
-                    .l0_grown_ms
-                    .store(inner.clock.now_ms(), Ordering::Release),
-                Edit::Job { retained, .. } if cross_tier_span.is_some() => {
-                    let last = next.levels.len() - 1;
-                    let mut kept = inner.retained_ssts.lock();
-                    kept.extend(retained.iter().map(|h| h.info.id));
-                    kept.retain(|id| next.levels[last].iter().any(|h| h.info.id == *id));
+            let removed = inner.install(|next| {
+                let removed = edit.apply_to_state(next);
+                next.manifest = manifest;
+                match &edit {
+                    Edit::Flush { sst: Some(_), .. } | Edit::Promote { .. } => inner
+                        .l0_grown_ms
+                        .store(inner.clock.now_ms(), Ordering::Release),
+                    Edit::Job { retained, .. } if cross_tier_span.is_some() => {
+                        let last = next.levels.len() - 1;
+                        let mut kept = inner.retained_ssts.lock();
+                        kept.extend(retained.iter().map(|h| h.info.id));
+                        kept.retain(|id| next.levels[last].iter().any(|h| h.info.id == *id));
+                    }
+                    _ => {}
                 }
-                _ => {}
-            }
-            *guard = Arc::new(next);
-            drop(guard);
+                removed
+            });
             for h in removed {
                 h.mark_obsolete();
             }
@@ -206,5 +210,23 @@ impl Editor<'_> {
             }
         }
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reservation_protects_its_files_until_dropped() {
+        let set = Arc::new(InFlight::default());
+        let id = |n| SstId { epoch: 1, n };
+        let a = set.reserve([id(1), id(2)]);
+        let b = set.reserve([id(3)]);
+        assert_eq!(set.snapshot(), HashSet::from([id(1), id(2), id(3)]));
+        drop(a);
+        assert_eq!(set.snapshot(), HashSet::from([id(3)]));
+        drop(b);
+        assert!(set.snapshot().is_empty());
     }
 }
