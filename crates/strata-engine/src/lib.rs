@@ -41,6 +41,8 @@ pub mod schema;
 pub mod shard;
 pub mod sst;
 pub mod state;
+#[cfg(test)]
+mod testkit;
 pub mod value;
 pub mod varint;
 mod version;

@@ -223,40 +223,16 @@ impl Edit {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::entry::{Entry, EntryKind};
     use crate::jobs::JobTarget;
-    use crate::sst::SstBuilder;
-    use bytes::Bytes;
-    use strata_manifest::{GroupRun, TableEntry, TableKind, Versioned};
+    use crate::testkit::parquet;
+    use strata_manifest::{GroupRun, Versioned};
 
-    /// An SST of keys `lo..=hi` (one byte each), on disk in `dir`.
     fn sst(dir: &std::path::Path, n: u64, lo: u8, hi: u8) -> Arc<SstHandle> {
-        let path = dir.join(format!("{n}.sst"));
-        let mut b = SstBuilder::create(&path, 4096, 10).unwrap();
-        for k in lo..=hi {
-            b.add(&Entry {
-                key: Bytes::from(vec![k]),
-                seq: n,
-                kind: EntryKind::Put,
-                value: Bytes::new(),
-            })
-            .unwrap();
-        }
-        let o = crate::compaction::finish(SstId { epoch: 1, n }, path, b).unwrap();
-        Arc::new(SstHandle::new(o.info, o.reader, o.path))
+        crate::testkit::sst(dir, n, lo, hi, n)
     }
 
-    fn parquet(name: &str, lo: u8, hi: u8) -> ParquetFileInfo {
-        ParquetFileInfo {
-            name: name.into(),
-            key_min: vec![lo],
-            key_max: vec![hi],
-            seq_min: 1,
-            seq_max: 1,
-            rows: 10,
-            size_bytes: 1000,
-            tail_offset: 0,
-        }
+    fn spec(source: JobSource, targets: Vec<JobTarget>) -> JobSpec {
+        crate::testkit::job_spec(source, targets, 0)
     }
 
     /// A state and the manifest it came from, naming the same row-level files.
@@ -298,36 +274,6 @@ mod tests {
 
     fn ids(level: &[Arc<SstHandle>]) -> Vec<u64> {
         level.iter().map(|h| h.info.id.n).collect()
-    }
-
-    fn spec(source: JobSource, targets: Vec<JobTarget>) -> JobSpec {
-        JobSpec {
-            id: "job".into(),
-            table: TableEntry {
-                id: 1,
-                name: "t".into(),
-                kind: TableKind::Table,
-                schema: arrow_schema::Schema::empty(),
-                primary_key: Vec::new(),
-                shards: Vec::new(),
-                column_groups: Vec::new(),
-                created_at_ms: 0,
-            },
-            shard_dir: "t/0".into(),
-            source,
-            target_level: 0,
-            targets,
-            bottommost: false,
-            pins: Vec::new(),
-            keep_above: u64::MAX,
-            file_bytes: 1 << 20,
-            row_group_rows: 1024,
-            page_bytes: 8192,
-            page_rows: 1024,
-            dictionary_page_bytes: 64 << 10,
-            input_bytes: 0,
-            created_at_ms: 0,
-        }
     }
 
     #[test]

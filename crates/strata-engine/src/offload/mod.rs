@@ -399,52 +399,23 @@ mod tests {
         }
     }
 
-    fn job(source: JobSource, input_bytes: u64) -> JobSpec {
-        JobSpec {
-            id: String::new(),
-            table: strata_manifest::TableEntry {
-                id: 1,
-                name: "t".into(),
-                kind: strata_manifest::TableKind::Table,
-                schema: arrow_schema::Schema::empty(),
-                primary_key: Vec::new(),
-                shards: Vec::new(),
-                column_groups: Vec::new(),
-                created_at_ms: 0,
-            },
-            shard_dir: "t/0".into(),
-            source,
-            target_level: 0,
-            targets: Vec::new(),
-            bottommost: false,
-            pins: Vec::new(),
-            keep_above: u64::MAX,
-            file_bytes: 1 << 20,
-            row_group_rows: 1024,
-            page_bytes: 8192,
-            page_rows: 1024,
-            dictionary_page_bytes: 64 << 10,
-            input_bytes,
-            created_at_ms: 0,
-        }
-    }
-
     fn cross(ns: &[u64], bytes: u64) -> (JobSpec, HashSet<Resource>) {
         let ssts = ns.iter().map(|&n| sst(n, 0, 9, 1)).collect();
         (
-            job(JobSource::CrossTier { ssts }, bytes),
+            crate::testkit::job_spec(JobSource::CrossTier { ssts }, Vec::new(), bytes),
             HashSet::from([Resource::Nvme, Resource::Run(0, 0)]),
         )
     }
 
     fn group(level: usize, g: usize, bytes: u64) -> (JobSpec, HashSet<Resource>) {
         (
-            job(
+            crate::testkit::job_spec(
                 JobSource::Group {
                     level,
                     group: g,
                     files: Vec::new(),
                 },
+                Vec::new(),
                 bytes,
             ),
             HashSet::from([Resource::Run(level, g), Resource::Run(level + 1, g)]),

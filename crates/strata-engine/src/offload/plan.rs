@@ -352,30 +352,11 @@ impl<H: Fn(&[u8], &[u8]) -> u64> Planner<'_, H> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::entry::{Entry, EntryKind};
     use crate::memtable::Memtable;
-    use crate::sst::SstBuilder;
     use crate::state::SstHandle;
+    use crate::testkit::{parquet, sst};
     use arrow_schema::{DataType, Field, Schema};
-    use bytes::Bytes;
     use strata_manifest::{GroupRun, S3Level, TableEntry, TableKind, Versioned};
-
-    /// An SST of keys `lo..=hi` (one byte each) at sequence number `seq`, on disk in `dir`.
-    fn sst(dir: &std::path::Path, n: u64, lo: u8, hi: u8, seq: u64) -> Arc<SstHandle> {
-        let path = dir.join(format!("{n}.sst"));
-        let mut b = SstBuilder::create(&path, 4096, 10).unwrap();
-        for k in lo..=hi {
-            b.add(&Entry {
-                key: Bytes::from(vec![k]),
-                seq,
-                kind: EntryKind::Put,
-                value: Bytes::from_static(b"v"),
-            })
-            .unwrap();
-        }
-        let o = crate::compaction::finish(SstId { epoch: 1, n }, path, b).unwrap();
-        Arc::new(SstHandle::new(o.info, o.reader, o.path))
-    }
 
     /// A state of row levels `levels` over two columnar levels, the second holding
     /// `deeper`.
@@ -418,19 +399,6 @@ mod tests {
             created_at_ms: 0,
         })
         .unwrap()
-    }
-
-    fn parquet(name: &str, lo: u8, hi: u8) -> ParquetFileInfo {
-        ParquetFileInfo {
-            name: name.into(),
-            key_min: vec![lo],
-            key_max: vec![hi],
-            seq_min: 1,
-            seq_max: 1,
-            rows: 10,
-            size_bytes: 1000,
-            tail_offset: 0,
-        }
     }
 
     #[test]
