@@ -173,37 +173,35 @@ def cycles(g):
     return out
 
 
+def sources(root):
+    """(path relative to `root`, top-level module, code without tests and comments) of
+    every Rust file under `root`."""
+    for d, _, fs in os.walk(root):
+        for f in fs:
+            if f.endswith(".rs"):
+                path = os.path.join(d, f)
+                with open(path, encoding="utf-8") as fh:
+                    text = strip_tests_and_comments(fh.read())
+                yield os.path.relpath(path, root), module_of(root, path), text
+
+
 def room_leaks(root):
     """(file, type) pairs where a room-private type is named outside its room."""
     leaks = []
-    for d, _, fs in os.walk(root):
-        for f in fs:
-            if not f.endswith(".rs"):
-                continue
-            path = os.path.join(d, f)
-            module = module_of(root, path)
-            with open(path, encoding="utf-8") as fh:
-                text = strip_tests_and_comments(fh.read())
-            for name, room in ROOM_PRIVATE.items():
-                if module != room and re.search(r"\b" + name + r"\b", text):
-                    leaks.append((os.path.relpath(path, root), name))
+    for rel, module, text in sources(root):
+        for name, room in ROOM_PRIVATE.items():
+            if module != room and re.search(r"\b" + name + r"\b", text):
+                leaks.append((rel, name))
     return sorted(leaks)
 
 
 def commit_leaks(root):
     """(file, pattern) pairs where what only the commit point may do is done elsewhere."""
     leaks = []
-    for d, _, fs in os.walk(root):
-        for f in fs:
-            if not f.endswith(".rs"):
-                continue
-            path = os.path.join(d, f)
-            rel = os.path.relpath(path, root)
-            with open(path, encoding="utf-8") as fh:
-                text = strip_tests_and_comments(fh.read())
-            for pattern, home in COMMIT_ONLY.items():
-                if rel != home and re.search(pattern, text):
-                    leaks.append((rel, pattern))
+    for rel, _, text in sources(root):
+        for pattern, home in COMMIT_ONLY.items():
+            if rel != home and re.search(pattern, text):
+                leaks.append((rel, pattern))
     return sorted(leaks)
 
 

@@ -62,9 +62,9 @@ pub fn s3_price_per_1000(op: &str) -> f64 {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct RequestTotals {
     /// Requests per operation, in the order of [`OPS`].
-    pub requests: [u64; 8],
+    pub requests: [u64; OPS.len()],
     /// Payload bytes per operation, in the order of [`OPS`].
-    pub bytes: [u64; 8],
+    pub bytes: [u64; OPS.len()],
 }
 
 impl RequestTotals {
@@ -107,7 +107,7 @@ pub struct ObjectStoreMetrics {
     errors: Family<OpLabels, Counter>,
     latency: Family<OpLabels, Histogram, fn() -> Histogram>,
     /// Requests and bytes per operation over every prefix (what [`Self::totals`] reads).
-    totals: Arc<[(AtomicU64, AtomicU64); 8]>,
+    totals: Arc<[(AtomicU64, AtomicU64); OPS.len()]>,
 }
 
 impl std::fmt::Debug for ObjectStoreMetrics {
