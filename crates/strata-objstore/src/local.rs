@@ -1,8 +1,22 @@
-//! The local-directory backend: `object_store`'s `LocalFileSystem` plus conditional
-//! overwrite (If-Match), which the upstream backend does not implement.
+//! The local-directory backend: `object_store`'s `LocalFileSystem` for reads, listings and
+//! deletes, with writes of its own that are durable when they return (the upstream backend
+//! renames an unsynced file into place, so an acknowledged object could be lost, or left
+//! empty, by an operating-system crash), and conditional overwrite (If-Match), which the
+//! upstream backend does not implement.
+//!
+//! A write goes to a staging file beside the object (`name#N`, which listings skip), is
+//! `fsync`ed, moved into place (a rename, or a hard link when the object must not exist
+//! yet), and the directory holding it is `fsync`ed, as is every directory the write created.
+//! So an object a put, a completed multipart upload, a copy or a rename has answered for is
+//! on the disk whole, under its name; one not answered for is either absent or whole.
 
+use std::io::ErrorKind;
 use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::SystemTime;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -12,7 +26,7 @@ use object_store::path::Path;
 use object_store::{
     CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
     ObjectStoreExt, PutMode, PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions,
-    Result,
+    Result, UploadPart,
 };
 
 use crate::error::Error;
@@ -30,6 +44,7 @@ pub struct LocalDirStore {
     root: std::path::PathBuf,
     stripes: Arc<Vec<tokio::sync::Mutex<()>>>,
     lock_file: std::path::PathBuf,
+    syncs: Arc<AtomicU64>,
 }
 
 impl LocalDirStore {
@@ -55,6 +70,7 @@ impl LocalDirStore {
             inner,
             lock_file: lock_dir.join(format!("{tag:016x}.lock")),
             root,
+            syncs: Arc::default(),
             stripes: Arc::new(
                 (0..LOCK_STRIPES)
                     .map(|_| tokio::sync::Mutex::new(()))
@@ -66,6 +82,69 @@ impl LocalDirStore {
     /// The root directory.
     pub fn root(&self) -> &std::path::Path {
         &self.root
+    }
+
+    /// How many `fsync`s of files and directories this store's writes have made.
+    pub fn syncs(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
+    }
+
+    /// Writes `payload` at `location`, durably (see the module doc); `create_only` refuses
+    /// an existing object with `AlreadyExists`.
+    async fn durable_put(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        create_only: bool,
+    ) -> Result<PutResult> {
+        let dest = self.inner.path_to_filesystem(location)?;
+        let syncs = self.syncs.clone();
+        let root = self.root.clone();
+        tokio::task::spawn_blocking(move || {
+            let (file, staging) = open_staging(&root, &dest, &syncs)?;
+            let written = (|| {
+                let mut offset = 0u64;
+                for chunk in payload.iter() {
+                    file.write_all_at(chunk, offset)?;
+                    offset += chunk.len() as u64;
+                }
+                file.sync_all()?;
+                file.metadata()
+            })();
+            drop(file);
+            let meta = match written {
+                Ok(meta) => meta,
+                Err(e) => {
+                    let _ = std::fs::remove_file(&staging);
+                    return Err(io_error(&dest, e));
+                }
+            };
+            syncs.fetch_add(1, Ordering::Relaxed);
+            place(&staging, &dest, create_only, &syncs)?;
+            Ok(PutResult {
+                e_tag: Some(e_tag(&meta)),
+                version: None,
+            })
+        })
+        .await
+        .map_err(|e| object_store::Error::JoinError { source: e })?
+    }
+
+    /// `fsync`s the directories holding `paths` (after a copy or a rename).
+    async fn sync_parents(&self, paths: Vec<Path>) -> Result<()> {
+        let dirs = paths
+            .iter()
+            .map(|p| self.inner.path_to_filesystem(p))
+            .collect::<Result<Vec<_>>>()?;
+        let syncs = self.syncs.clone();
+        tokio::task::spawn_blocking(move || {
+            for dest in dirs {
+                sync_parent(&dest, &syncs)?;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|e| object_store::Error::JoinError { source: e })?
     }
 
     async fn conditional_update(
@@ -112,11 +191,8 @@ impl LocalDirStore {
                     .into(),
                 });
             }
-            let opts = PutOptions {
-                mode: PutMode::Overwrite,
-                ..opts
-            };
-            self.inner.put_opts(location, payload, opts).await
+            check_options(&opts)?;
+            self.durable_put(location, payload, false).await
         }
         .await;
         drop(os_lock); // closing the file releases the OS lock
@@ -144,7 +220,14 @@ impl ObjectStore for LocalDirStore {
                 self.conditional_update(location, payload, opts, expected)
                     .await
             }
-            _ => self.inner.put_opts(location, payload, opts).await,
+            PutMode::Create => {
+                check_options(&opts)?;
+                self.durable_put(location, payload, true).await
+            }
+            PutMode::Overwrite => {
+                check_options(&opts)?;
+                self.durable_put(location, payload, false).await
+            }
         }
     }
 
@@ -153,7 +236,28 @@ impl ObjectStore for LocalDirStore {
         location: &Path,
         opts: PutMultipartOptions,
     ) -> Result<Box<dyn MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
+        if !opts.attributes.is_empty() {
+            return Err(object_store::Error::NotImplemented {
+                operation: "`put_multipart_opts` with `opts.attributes` specified".into(),
+                implementer: self.to_string(),
+            });
+        }
+        let dest = self.inner.path_to_filesystem(location)?;
+        let syncs = self.syncs.clone();
+        let root = self.root.clone();
+        let (file, staging) = tokio::task::spawn_blocking(move || {
+            open_staging(&root, &dest, &syncs).map(|s| (s, dest))
+        })
+        .await
+        .map_err(|e| object_store::Error::JoinError { source: e })?
+        .map(|((file, staging), dest)| (Arc::new(file), Some((staging, dest))))?;
+        Ok(Box::new(DurableUpload {
+            file,
+            paths: staging,
+            offset: 0,
+            failed: Arc::default(),
+            syncs: self.syncs.clone(),
+        }))
     }
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
@@ -188,10 +292,229 @@ impl ObjectStore for LocalDirStore {
     }
 
     async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
-        self.inner.copy_opts(from, to, options).await
+        // A hard link of an object that is already durable: only the new name needs syncing.
+        self.inner.copy_opts(from, to, options).await?;
+        self.sync_parents(vec![to.clone()]).await
     }
 
     async fn rename_opts(&self, from: &Path, to: &Path, options: RenameOptions) -> Result<()> {
-        self.inner.rename_opts(from, to, options).await
+        self.inner.rename_opts(from, to, options).await?;
+        self.sync_parents(vec![to.clone(), from.clone()]).await
     }
+}
+
+/// A multipart upload into a staging file, made durable and moved into place by
+/// [`MultipartUpload::complete`]; the staging file is removed if the upload is aborted or
+/// dropped unfinished.
+#[derive(Debug)]
+struct DurableUpload {
+    file: Arc<std::fs::File>,
+    /// (staging file, destination) until completed or aborted.
+    paths: Option<(PathBuf, PathBuf)>,
+    offset: u64,
+    /// A part failed to write: completing would publish a hole.
+    failed: Arc<AtomicBool>,
+    syncs: Arc<AtomicU64>,
+}
+
+#[async_trait]
+impl MultipartUpload for DurableUpload {
+    fn put_part(&mut self, data: PutPayload) -> UploadPart {
+        let offset = self.offset;
+        self.offset += data.content_length() as u64;
+        let file = self.file.clone();
+        let failed = self.failed.clone();
+        let dest = self
+            .paths
+            .as_ref()
+            .map(|(_, d)| d.clone())
+            .unwrap_or_default();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                let mut at = offset;
+                for chunk in data.iter() {
+                    if let Err(e) = file.write_all_at(chunk, at) {
+                        failed.store(true, Ordering::Relaxed);
+                        return Err(io_error(&dest, e));
+                    }
+                    at += chunk.len() as u64;
+                }
+                Ok(())
+            })
+            .await
+            .map_err(|e| object_store::Error::JoinError { source: e })?
+        })
+    }
+
+    async fn complete(&mut self) -> Result<PutResult> {
+        let (staging, dest) = self.paths.take().ok_or(object_store::Error::Generic {
+            store: "LocalDirStore",
+            source: "multipart upload already completed or aborted".into(),
+        })?;
+        if self.failed.load(Ordering::Relaxed) {
+            let _ = std::fs::remove_file(&staging);
+            return Err(object_store::Error::Generic {
+                store: "LocalDirStore",
+                source: format!("a part of {} failed to write", dest.display()).into(),
+            });
+        }
+        let file = self.file.clone();
+        let syncs = self.syncs.clone();
+        tokio::task::spawn_blocking(move || {
+            let meta = file
+                .sync_all()
+                .and_then(|()| file.metadata())
+                .map_err(|e| {
+                    let _ = std::fs::remove_file(&staging);
+                    io_error(&dest, e)
+                })?;
+            syncs.fetch_add(1, Ordering::Relaxed);
+            place(&staging, &dest, false, &syncs)?;
+            Ok(PutResult {
+                e_tag: Some(e_tag(&meta)),
+                version: None,
+            })
+        })
+        .await
+        .map_err(|e| object_store::Error::JoinError { source: e })?
+    }
+
+    async fn abort(&mut self) -> Result<()> {
+        if let Some((staging, dest)) = self.paths.take() {
+            tokio::task::spawn_blocking(move || {
+                std::fs::remove_file(&staging).map_err(|e| io_error(&dest, e))
+            })
+            .await
+            .map_err(|e| object_store::Error::JoinError { source: e })??;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for DurableUpload {
+    fn drop(&mut self) {
+        if let Some((staging, _)) = self.paths.take() {
+            let _ = std::fs::remove_file(staging);
+        }
+    }
+}
+
+/// Refuses what this backend cannot store (object attributes), as the upstream one does.
+fn check_options(opts: &PutOptions) -> Result<()> {
+    if opts.attributes.is_empty() {
+        Ok(())
+    } else {
+        Err(object_store::Error::NotImplemented {
+            operation: "`put_opts` with `opts.attributes` specified".into(),
+            implementer: "LocalDirStore".into(),
+        })
+    }
+}
+
+fn io_error(path: &std::path::Path, source: std::io::Error) -> object_store::Error {
+    object_store::Error::Generic {
+        store: "LocalDirStore",
+        source: Box::new(Error::Io {
+            path: path.display().to_string(),
+            source,
+        }),
+    }
+}
+
+/// A new staging file `dest#N` (the name `LocalFileSystem`'s listings skip), creating
+/// `dest`'s missing directories durably.
+fn open_staging(
+    root: &std::path::Path,
+    dest: &std::path::Path,
+    syncs: &AtomicU64,
+) -> Result<(std::fs::File, PathBuf)> {
+    let mut n = 1u64;
+    loop {
+        let mut staging = dest.as_os_str().to_owned();
+        staging.push(format!("#{n}"));
+        let staging = PathBuf::from(staging);
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&staging)
+        {
+            Ok(f) => return Ok((f, staging)),
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => n += 1,
+            Err(e) if e.kind() == ErrorKind::NotFound => create_dirs(root, dest, syncs)?,
+            Err(e) => return Err(io_error(&staging, e)),
+        }
+    }
+}
+
+/// Creates the missing directories above `dest` (inside `root`) and makes each new entry
+/// durable by syncing the directory that holds it.
+fn create_dirs(root: &std::path::Path, dest: &std::path::Path, syncs: &AtomicU64) -> Result<()> {
+    let Some(parent) = dest.parent() else {
+        return Ok(());
+    };
+    let missing: Vec<&std::path::Path> = parent
+        .ancestors()
+        .take_while(|d| d.starts_with(root) && *d != root && !d.exists())
+        .collect();
+    std::fs::create_dir_all(parent).map_err(|e| io_error(parent, e))?;
+    for dir in missing.iter().rev() {
+        sync_parent(dir, syncs)?;
+    }
+    Ok(())
+}
+
+/// Moves a synced staging file to `dest` (a rename; with `create_only` a hard link, so an
+/// existing object is refused) and syncs the directory, so the name is durable too.
+fn place(
+    staging: &std::path::Path,
+    dest: &std::path::Path,
+    create_only: bool,
+    syncs: &AtomicU64,
+) -> Result<()> {
+    let moved = if create_only {
+        let linked = std::fs::hard_link(staging, dest);
+        let _ = std::fs::remove_file(staging);
+        linked
+    } else {
+        std::fs::rename(staging, dest)
+    };
+    match moved {
+        Ok(()) => sync_parent(dest, syncs),
+        Err(e) => {
+            let _ = std::fs::remove_file(staging);
+            if e.kind() == ErrorKind::AlreadyExists {
+                Err(object_store::Error::AlreadyExists {
+                    path: dest.display().to_string(),
+                    source: Box::new(e),
+                })
+            } else {
+                Err(io_error(dest, e))
+            }
+        }
+    }
+}
+
+/// `fsync`s the directory holding `path`.
+fn sync_parent(path: &std::path::Path, syncs: &AtomicU64) -> Result<()> {
+    let Some(dir) = path.parent() else {
+        return Ok(());
+    };
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| io_error(dir, e))?;
+    syncs.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
+/// The e-tag `LocalFileSystem` gives the same file (inode, modification time in
+/// microseconds, size), so a put's e-tag matches what a later HEAD or GET reports.
+fn e_tag(meta: &std::fs::Metadata) -> String {
+    let inode = std::os::unix::fs::MetadataExt::ino(meta);
+    let mtime = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+        .unwrap_or_default()
+        .as_micros();
+    format!("{inode:x}-{mtime:x}-{:x}", meta.len())
 }

@@ -95,3 +95,122 @@ async fn s3_decorated_stack_conforms() {
     run_all(store.as_ref(), &Path::from(run_id())).await;
     assert!(metrics.requests("put", "create") >= 2);
 }
+
+/// Every write of the local-directory backend is durable when it returns: the staged file and
+/// the directory that names it are both synced, and the e-tag it answers is the one a HEAD
+/// reports (so a conditional update after a put matches).
+#[tokio::test]
+async fn local_dir_writes_are_synced_before_they_return() {
+    use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, UpdateVersion};
+    let dir = tempfile::tempdir().unwrap();
+    let store = LocalDirStore::new(dir.path()).unwrap();
+    let base = store.syncs();
+
+    // A put into a new directory tree: the file, its directory, and each new directory's
+    // entry in its parent.
+    let a = Path::from("wal/shard-1/00000000000000000001.wal");
+    let put = store.put(&a, b"one".to_vec().into()).await.unwrap();
+    assert_eq!(
+        store.syncs() - base,
+        2 + 2,
+        "file + its directory + two new directories"
+    );
+    let head = store.head(&a).await.unwrap();
+    assert_eq!(
+        put.e_tag, head.e_tag,
+        "a put's e-tag is the one HEAD reports"
+    );
+
+    // Another put in the same directory: the file and the directory.
+    let before = store.syncs();
+    let b = Path::from("wal/shard-1/00000000000000000002.wal");
+    let created = store
+        .put_opts(
+            &b,
+            b"two".to_vec().into(),
+            PutOptions::from(PutMode::Create),
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.syncs() - before, 2);
+    let err = store
+        .put_opts(
+            &b,
+            b"other".to_vec().into(),
+            PutOptions::from(PutMode::Create),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, object_store::Error::AlreadyExists { .. }),
+        "{err}"
+    );
+    assert_eq!(
+        store.get(&b).await.unwrap().bytes().await.unwrap().as_ref(),
+        b"two"
+    );
+
+    // A conditional update on the e-tag the create answered.
+    let before = store.syncs();
+    let version = UpdateVersion {
+        e_tag: created.e_tag.clone(),
+        version: None,
+    };
+    store
+        .put_opts(
+            &b,
+            b"three".to_vec().into(),
+            PutOptions::from(PutMode::Update(version)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.syncs() - before, 2);
+    assert_eq!(
+        store.get(&b).await.unwrap().bytes().await.unwrap().as_ref(),
+        b"three"
+    );
+
+    // A multipart upload: nothing under the name until completed, then whole and synced.
+    let before = store.syncs();
+    let c = Path::from("levels/big.parquet");
+    let mut upload = store.put_multipart(&c).await.unwrap();
+    let first = upload.put_part(vec![1u8; 1000].into());
+    let second = upload.put_part(vec![2u8; 500].into());
+    second.await.unwrap();
+    first.await.unwrap();
+    assert!(store.head(&c).await.is_err(), "not visible before complete");
+    let done = upload.complete().await.unwrap();
+    assert_eq!(
+        store.syncs() - before,
+        2 + 1,
+        "file + directory + the new directory"
+    );
+    let bytes = store.get(&c).await.unwrap().bytes().await.unwrap();
+    assert_eq!(bytes.len(), 1500);
+    assert!(bytes[..1000].iter().all(|b| *b == 1) && bytes[1000..].iter().all(|b| *b == 2));
+    assert_eq!(done.e_tag, store.head(&c).await.unwrap().e_tag);
+
+    // An aborted or dropped upload leaves nothing, not even its staging file.
+    let d = Path::from("levels/aborted.parquet");
+    let mut upload = store.put_multipart(&d).await.unwrap();
+    upload.put_part(vec![3u8; 10].into()).await.unwrap();
+    upload.abort().await.unwrap();
+    let e = Path::from("levels/dropped.parquet");
+    let mut upload = store.put_multipart(&e).await.unwrap();
+    upload.put_part(vec![3u8; 10].into()).await.unwrap();
+    drop(upload);
+    let mut names: Vec<String> = std::fs::read_dir(dir.path().join("levels"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, vec!["big.parquet".to_string()]);
+
+    // A copy syncs the directory of its new name.
+    let before = store.syncs();
+    store
+        .copy(&c, &Path::from("levels/copy.parquet"))
+        .await
+        .unwrap();
+    assert_eq!(store.syncs() - before, 1);
+}

@@ -172,13 +172,16 @@ pub(super) fn freeze(inner: &ShardInner) {
 }
 
 pub(super) async fn write_local_wal(inner: &ShardInner, wal_id: u64, data: &Bytes) -> Result<()> {
-    let path = inner.local_dir.join(format!("{wal_id:020}.wal"));
+    let dir = inner.local_dir.clone();
+    let path = dir.join(format!("{wal_id:020}.wal"));
     let data = data.clone();
     tokio::task::spawn_blocking(move || -> std::io::Result<()> {
         use std::io::Write;
         let mut f = std::fs::File::create(&path)?;
         f.write_all(&data)?;
-        f.sync_all()
+        f.sync_all()?;
+        // The segment's name must survive a crash too: sync the directory that holds it.
+        std::fs::File::open(&dir)?.sync_all()
     })
     .await
     .map_err(|e| Error::Internal(e.to_string()))?
