@@ -313,3 +313,165 @@ async fn a_node_holding_the_lease_reopens_a_fenced_shard() {
     intruder.close().await;
     node.close().await;
 }
+
+/// The newest WAL id in the bucket under `prefix`.
+async fn last_wal_id(store: &strata_objstore::StoreRef) -> u64 {
+    use futures::TryStreamExt;
+    let all: Vec<object_store::ObjectMeta> = store.list(None).try_collect().await.unwrap();
+    all.iter()
+        .filter(|m| m.location.as_ref().ends_with(".wal"))
+        .filter_map(|m| strata_common::ids::parse_id(m.location.as_ref()))
+        .max()
+        .expect("a WAL segment")
+}
+
+async fn wait_until(what: &str, mut done: impl AsyncFnMut() -> bool) {
+    for _ in 0..500 {
+        if done().await {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting until {what}");
+}
+
+/// Group commits overlap their uploads: a later segment lands while an earlier one is still
+/// on its way, yet writes are acknowledged strictly in order, and a reader of the bucket sees
+/// only the consecutive run (nothing past the hole) until the earlier one lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wal_uploads_overlap_and_are_acknowledged_in_order() {
+    use object_store::ObjectStoreExt;
+    let memory = memory_store();
+    let fault = std::sync::Arc::new(strata_objstore::FaultInjectingStore::new(
+        memory.clone(),
+        Default::default(),
+    ));
+    let store: strata_objstore::StoreRef = fault.clone();
+    let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let db = open(&store, d1.path(), small_config()).await;
+    db.create_table("t", schema(), &["id"]).await.unwrap();
+    let t = db.table("t").await.unwrap();
+    let first = t.upsert(rows(&[1], &[Some("one")], &[None])).await.unwrap();
+    let w = last_wal_id(&memory).await;
+
+    // Segment w+1 is held before it reaches the store; w+2 goes through.
+    let held = format!("{:020}.wal", w + 1);
+    fault.hold(&held);
+    let t2 = t.clone();
+    let second = tokio::spawn(async move { t2.upsert(rows(&[2], &[Some("two")], &[None])).await });
+    wait_until("segment w+1 is held", async || fault.held() == 1).await;
+    let t3 = t.clone();
+    let third = tokio::spawn(async move { t3.upsert(rows(&[3], &[Some("three")], &[None])).await });
+    let landed = object_store::path::Path::from(
+        last_wal_path(&memory, w)
+            .await
+            .replace(&held, &format!("{:020}.wal", w + 2)),
+    );
+    wait_until("segment w+2 lands", async || {
+        memory.head(&landed).await.is_ok()
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    assert!(
+        !second.is_finished() && !third.is_finished(),
+        "nothing is acknowledged while an earlier segment is in flight"
+    );
+    // A reader of the bucket stops at the hole.
+    let reader = open(&memory, d2.path(), small_config()).await;
+    let view = reader.view("t", None).await.unwrap();
+    assert_eq!(
+        view.shards[0].seq(),
+        first,
+        "a reader sees only the consecutive run of segments"
+    );
+
+    fault.release(&held);
+    let (second, third) = (
+        second.await.unwrap().unwrap(),
+        third.await.unwrap().unwrap(),
+    );
+    assert!(
+        first < second && second < third,
+        "{first} < {second} < {third}"
+    );
+    let view = reader.view("t", None).await.unwrap();
+    assert_eq!(view.shards[0].seq(), third);
+    for k in 1..=3 {
+        assert!(t.get(&[Value::Int(k)], None, None).await.unwrap().is_some());
+    }
+}
+
+/// The path of WAL segment `id` (the one `last_wal_id` found).
+async fn last_wal_path(store: &strata_objstore::StoreRef, id: u64) -> String {
+    use futures::TryStreamExt;
+    let all: Vec<object_store::ObjectMeta> = store.list(None).try_collect().await.unwrap();
+    all.iter()
+        .map(|m| m.location.to_string())
+        .find(|p| p.ends_with(&format!("{id:020}.wal")))
+        .expect("the segment")
+}
+
+/// A writer deposed with uploads in flight: a later segment of it landed past a hole (its
+/// earlier one still on its way). The new writer fences the hole and the ids after it,
+/// replays without the stray segment, and the deposed writer acknowledges neither write;
+/// a third writer's replay skips the stray segment too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_writers_uploads_in_flight_are_never_acknowledged() {
+    let memory = memory_store();
+    let fault = std::sync::Arc::new(strata_objstore::FaultInjectingStore::new(
+        memory.clone(),
+        Default::default(),
+    ));
+    let store: strata_objstore::StoreRef = fault.clone();
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let db1 = open(&store, dirs[0].path(), small_config()).await;
+    db1.create_table("t", schema(), &["id"]).await.unwrap();
+    let t1 = db1.table("t").await.unwrap();
+    t1.upsert(rows(&[1], &[Some("acknowledged")], &[None]))
+        .await
+        .unwrap();
+    let w = last_wal_id(&memory).await;
+    let held = format!("{:020}.wal", w + 1);
+    fault.hold(&held);
+    let a = t1.clone();
+    let second =
+        tokio::spawn(async move { a.upsert(rows(&[2], &[Some("in flight")], &[None])).await });
+    wait_until("segment w+1 is held", async || fault.held() == 1).await;
+    let a = t1.clone();
+    let third = tokio::spawn(async move { a.upsert(rows(&[3], &[Some("landed")], &[None])).await });
+    wait_until("segment w+2 lands", async || {
+        last_wal_id(&memory).await == w + 2
+    })
+    .await;
+
+    // A second writer opens: hole at w+1 fenced, w+2 found taken, fences after it.
+    let db2 = open(&memory, dirs[1].path(), small_config()).await;
+    let t2 = db2.table("t").await.unwrap();
+    t2.upsert(rows(&[4], &[Some("new writer")], &[None]))
+        .await
+        .unwrap();
+    fault.release(&held);
+    for (k, w) in [(2, second), (3, third)] {
+        let err = w
+            .await
+            .unwrap()
+            .expect_err("a deposed writer acknowledges nothing");
+        assert_eq!(err.kind(), ErrorKind::Fenced, "row {k}: {err}");
+    }
+    let present = async |t: &strata_engine::Table| {
+        let mut got = Vec::new();
+        for k in 1..=4 {
+            got.push(t.get(&[Value::Int(k)], None, None).await.unwrap().is_some());
+        }
+        got
+    };
+    assert_eq!(present(&t2).await, vec![true, false, false, true]);
+    db2.close().await;
+    let db3 = open(&memory, dirs[2].path(), small_config()).await;
+    let t3 = db3.table("t").await.unwrap();
+    assert_eq!(
+        present(&t3).await,
+        vec![true, false, false, true],
+        "a later replay skips the deposed writer's stray segment"
+    );
+}

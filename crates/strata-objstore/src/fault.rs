@@ -72,6 +72,10 @@ struct State {
     /// Requests waiting out their latency now, and the most there have been at once.
     waiting: u64,
     waiting_peak: u64,
+    /// Objects whose requests wait until released, by path suffix.
+    holds: HashMap<String, tokio::sync::watch::Sender<bool>>,
+    /// Requests held now.
+    held: usize,
 }
 
 /// Faults injected so far, by kind.
@@ -147,6 +151,8 @@ impl FaultInjectingStore {
                 counts: FaultCounts::default(),
                 waiting: 0,
                 waiting_peak: 0,
+                holds: HashMap::new(),
+                held: 0,
             })),
         }
     }
@@ -193,6 +199,48 @@ impl FaultInjectingStore {
     /// response lost after the request landed).
     pub fn lose_next(&self, n: u32) {
         self.state.lock().lost_scripted += n;
+    }
+
+    /// Holds every request on an object whose path ends with `suffix` before it reaches the
+    /// store, until [`Self::release`]: a test's way to keep one upload in flight while the
+    /// rest of the system moves on.
+    pub fn hold(&self, suffix: &str) {
+        let (tx, _) = tokio::sync::watch::channel(true);
+        self.state.lock().holds.insert(suffix.to_string(), tx);
+    }
+
+    /// Lets the requests [`Self::hold`] holds for `suffix` (and later ones) proceed.
+    pub fn release(&self, suffix: &str) {
+        if let Some(tx) = self.state.lock().holds.remove(suffix) {
+            let _ = tx.send(false);
+        }
+    }
+
+    /// How many requests are held now.
+    pub fn held(&self) -> usize {
+        self.state.lock().held
+    }
+
+    /// Waits while a hold covers `location`.
+    async fn wait_if_held(&self, location: &str) {
+        let rx = {
+            let s = self.state.lock();
+            s.holds
+                .iter()
+                .find(|(suffix, _)| location.ends_with(suffix.as_str()))
+                .map(|(_, tx)| tx.subscribe())
+        };
+        let Some(mut rx) = rx else { return };
+        struct Held<'a>(&'a Mutex<State>);
+        impl Drop for Held<'_> {
+            fn drop(&mut self) {
+                self.0.lock().held -= 1;
+            }
+        }
+        self.state.lock().held += 1;
+        let _held = Held(&self.state);
+        // Released (false), or the hold dropped: go on either way.
+        let _ = rx.wait_for(|held| !*held).await;
     }
 
     /// Decides the fate of one request of class `op` on `location` (the object, or the
@@ -251,6 +299,7 @@ impl FaultInjectingStore {
     /// Waits out a decision's delay and fails the request if it says so; otherwise returns
     /// whether the response is to be lost.
     async fn before(&self, op: FaultOp, location: &str) -> Result<bool> {
+        self.wait_if_held(location).await;
         let d = self.decide(op, location);
         if !d.delay.is_zero() {
             {

@@ -12,7 +12,7 @@
 //! - an SST: no retained version references it and it is not being uploaded (the bucket
 //!   is listed before the protections and the state are read, so an upload that lands
 //!   during a pass is either still protected or named by the state);
-//! - a WAL segment: non-empty (fences are kept forever) and covered by the oldest retained
+//! - a WAL segment: not a fence (fences are kept forever) and covered by the oldest retained
 //!   version's replay point;
 //! - a Parquet file: no retained version (nor a read in flight) references it and it is not
 //!   the output of a job this writer still awaits (outputs of dead or losing attempts are
@@ -239,8 +239,8 @@ pub(crate) fn split_versions(
 }
 
 /// Adds to `plan` the listed SSTs, WAL segments and Parquet files a pass deletes: those
-/// no protection covers and `age` says are at least `min_age` old. Empty WAL segments
-/// (fences) are kept for ever. `age` is asked only about objects nothing else keeps.
+/// no protection covers and `age` says are at least `min_age` old. Fences (WAL objects of
+/// a fence's size or less, `wal::is_fence_size`) are kept for ever. `age` is asked only about objects nothing else keeps.
 pub(crate) fn collectable_files(
     ssts: Vec<object_store::ObjectMeta>,
     wal: Vec<object_store::ObjectMeta>,
@@ -267,7 +267,7 @@ pub(crate) fn collectable_files(
         let Some(id) = strata_common::ids::parse_id(m.location.as_ref()) else {
             continue;
         };
-        if id <= p.replay_floor && m.size > 0 && age(&m) >= min_age {
+        if id <= p.replay_floor && !crate::wal::is_fence_size(m.size) && age(&m) >= min_age {
             plan.wal_segments.push(m.location);
         }
     }
@@ -418,10 +418,11 @@ mod tests {
             meta("s/notes.txt", 1), // not an SST
         ];
         let wal = vec![
-            meta("w/00000000000000000001.wal", 10), // replayed by nobody: garbage
-            meta("w/00000000000000000002.wal", 0),  // a fence: kept for ever
-            meta("w/00000000000000000003.wal", 10), // young
-            meta("w/00000000000000000006.wal", 10), // past the replay floor
+            meta("w/00000000000000000001.wal", 100), // replayed by nobody: garbage
+            meta("w/00000000000000000002.wal", 0),   // an old-format fence: kept for ever
+            meta("w/00000000000000000003.wal", 100), // young
+            meta("w/00000000000000000004.wal", crate::wal::FENCE_BYTES), // a fence: kept
+            meta("w/00000000000000000006.wal", 100), // past the replay floor
         ];
         let parquet = vec![
             meta("p/kept.parquet", 1),

@@ -1,10 +1,10 @@
 //! One shard: the unit of ownership, WAL, manifest and LSM tree.
 //!
 //! Opening a shard makes this process its writer: it bumps the writer epoch in the
-//! manifest (CAS), creates an empty fence segment at the first free WAL id (so the previous
-//! writer's next WAL write fails), replays the WAL segments before the fence, and re-checks
-//! its epoch. After that, one task group-commits writes (WAL segment PUT, then memtable,
-//! then acknowledge), one flushes frozen memtables to L0 SSTs, one compacts, one collects
+//! manifest (CAS), fences the WAL where the previous writer would write next (so its next
+//! WAL write fails; `crate::wal` has the rules), replays the WAL segments before the
+//! fences, and re-checks its epoch. After that, one task group-commits writes (WAL segment
+//! PUTs, several in flight, then memtable and acknowledgement in id order), one flushes frozen memtables to L0 SSTs, one compacts, one collects
 //! garbage.
 //!
 //! The shard room: this module owns `ShardInner` (the writer's state, locks and

@@ -1,5 +1,5 @@
-//! Opening a shard as its writer: the writer epoch bumped in the manifest (CAS), the fence
-//! segment created at the first free WAL id, the WAL replayed, the row-level SSTs fetched
+//! Opening a shard as its writer: the writer epoch bumped in the manifest (CAS), the WAL
+//! fenced where the previous writer would write next, the WAL replayed, the row-level SSTs fetched
 //! (missing ones downloaded, a few at a time), the epoch re-checked, and the background
 //! tasks started.
 
@@ -62,44 +62,55 @@ impl Shard {
         )
         .await?;
 
-        // 2. Fence the WAL at the first free id after everything listed.
-        let mut wal_ids: Vec<(u64, u64)> = store
+        // 2. Fence the WAL where the previous writer would write next: from the end of the
+        // consecutive run (a hole its uploads in flight left, or after the last id), one
+        // fence per id until `UPLOADS_IN_FLIGHT` in a row are ours. An id taken meanwhile is
+        // the previous writer's upload landing now: replayed below (acknowledged or not, it
+        // is whole), the run of fences starting again after it. After the run that writer
+        // can land nothing, and acknowledges nothing past its first fenced id.
+        let mut wal_ids: Vec<u64> = store
             .list(Some(&paths.wal_dir()))
-            .try_filter_map(
-                |m| async move { Ok(parse_id(m.location.as_ref()).map(|id| (id, m.size))) },
-            )
+            .try_filter_map(|m| async move { Ok(parse_id(m.location.as_ref())) })
             .try_collect()
             .await
             .map_err(Error::store("list wal"))?;
-        wal_ids.sort();
-        let mut fence = wal_ids
-            .last()
-            .map_or(0, |(id, _)| *id)
-            .max(manifest.value.wal_replay_after)
-            + 1;
-        loop {
+        wal_ids.sort_unstable();
+        let replay_from = manifest.value.wal_replay_after + 1;
+        let mut next_id = crate::wal::contiguous(replay_from, &wal_ids).map_err(|id| {
+            Error::Corrupt(format!(
+                "shard {name}: WAL segment {id} is missing from the bucket, with \
+                 {} or more segments after it; replay needs it (acknowledged writes would \
+                 be lost)",
+                crate::wal::UPLOADS_IN_FLIGHT
+            ))
+        })?;
+        let fence = bytes::Bytes::from(crate::wal::fence(epoch));
+        let mut ours = 0;
+        while ours < crate::wal::UPLOADS_IN_FLIGHT {
             match store
                 .put_opts(
-                    &paths.wal(fence),
-                    Bytes::new().into(),
+                    &paths.wal(next_id),
+                    fence.clone().into(),
                     PutOptions::from(PutMode::Create),
                 )
                 .await
             {
-                Ok(_) => break,
-                Err(object_store::Error::AlreadyExists { .. }) => fence += 1,
+                Ok(_) => ours += 1,
+                Err(object_store::Error::AlreadyExists { .. }) => ours = 0,
                 Err(e) => return Err(Error::store("write wal fence")(e)),
             }
+            next_id += 1;
         }
 
-        // 3. Replay every segment between the manifest's replay point and the fence.
+        // 3. Replay every segment between the manifest's replay point and the fences, in id
+        // order, skipping a deposed writer's uploads that landed after a newer fence.
         let active = Arc::new(Memtable::new());
         let mut last_seq = manifest.value.seq_flushed;
+        let mut epochs = crate::wal::EpochFilter::default();
         // Segments are fetched REPLAY_READS at a time and applied in id order: a tail of
         // thousands of small group commits replays in a few round trips' time, not one
         // round trip per segment.
-        let replay_from = manifest.value.wal_replay_after + 1;
-        let mut segments = futures::stream::iter(replay_from..fence)
+        let mut segments = futures::stream::iter(replay_from..next_id)
             .map(|id| {
                 let (store, path) = (store.clone(), paths.wal(id));
                 async move {
@@ -114,21 +125,25 @@ impl Shard {
         while let Some((id, path, got)) = segments.next().await {
             let data = match got {
                 Ok(data) => data,
-                // Ids are consecutive (a writer never skips one, fences are never
-                // collected, and GC keeps every segment above the oldest retained
-                // manifest's replay point): a missing one held acknowledged writes.
+                // Every id up to the fences was listed, fenced or found taken, and fences
+                // are never collected, nor is a segment above the oldest retained
+                // manifest's replay point: a missing one held acknowledged writes.
                 Err(object_store::Error::NotFound { .. }) => {
                     return Err(Error::Corrupt(format!(
                         "shard {name}: WAL segment {id} is missing from the bucket; replay \
-                         from {replay_from} to {fence} needs it (acknowledged writes would be lost)"
+                         from {replay_from} to {next_id} needs it (acknowledged writes would be lost)"
                     )));
                 }
                 Err(e) => return Err(Error::store(format!("read {path}"))(e)),
             };
             if data.is_empty() {
-                continue; // an older writer's fence
+                continue; // a fence written before fences carried epochs
             }
             let segment = Segment::decode(&data).map_err(|e| e.in_object(&path))?;
+            if !epochs.admit(&segment) {
+                tracing::info!(shard = %name, id, epoch = segment.writer_epoch, "skipping a deposed writer's unacknowledged WAL segment");
+                continue;
+            }
             for record in segment.records {
                 if record.seq <= manifest.value.seq_flushed {
                     continue;
@@ -239,7 +254,7 @@ impl Shard {
         tokio::spawn(writer::writer_loop(
             inner.clone(),
             rx,
-            fence + 1,
+            next_id,
             last_seq + 1,
         ));
         tokio::spawn(flush::flush_loop(inner.clone()));

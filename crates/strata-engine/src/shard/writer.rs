@@ -2,8 +2,121 @@
 //! the bucket with a create-if-absent PUT (a newer writer's fence makes it fail), then are
 //! applied to the active memtable and acknowledged; a full memtable is frozen for the
 //! flush task. Locally durable writes go to a local segment first and are uploaded after.
+//!
+//! Up to [`crate::wal::UPLOADS_IN_FLIGHT`] segments are uploaded at once, so a group commit
+//! does not wait for the previous one's round trip; segments are applied and acknowledged
+//! strictly in id order, each once it and every earlier one are stored (the order readers
+//! and new writers rely on, `crate::wal`). If one fails (fenced, or the shard closed),
+//! neither it nor any later one is acknowledged.
+
+use std::collections::VecDeque;
+
+use futures::StreamExt;
+use futures::stream::FuturesOrdered;
 
 use super::*;
+
+/// A group commit on its way to the bucket.
+struct Pending {
+    wal_id: u64,
+    writes: Vec<PendingWrite>,
+    data_len: u64,
+    /// A locally durable write is in it: already applied (and its local writes already
+    /// acknowledged); its local segment file is removed once the upload lands.
+    local: bool,
+}
+
+type Upload = std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>> + Send>>;
+
+/// The uploads in flight, oldest first, and what each will acknowledge.
+#[derive(Default)]
+struct InFlight {
+    pending: VecDeque<Pending>,
+    uploads: FuturesOrdered<Upload>,
+}
+
+impl InFlight {
+    fn len(&self) -> usize {
+        self.pending.len()
+    }
+
+    fn push(&mut self, inner: &Arc<ShardInner>, pending: Pending, data: Bytes) {
+        let (inner, wal_id) = (inner.clone(), pending.wal_id);
+        self.uploads.push_back(Box::pin(async move {
+            upload_segment(&inner, wal_id, data).await
+        }));
+        self.pending.push_back(pending);
+    }
+
+    /// Waits for the oldest upload and acknowledges it; `false` once the writer must stop
+    /// (an upload failed: every write still queued or in flight has been answered).
+    async fn settle_next(&mut self, inner: &ShardInner, rx: &mut mpsc::Receiver<Request>) -> bool {
+        let Some(result) = self.uploads.next().await else {
+            return true;
+        };
+        let mut done = self.pending.pop_front().expect("one pending per upload");
+        match result {
+            Ok(()) => {
+                if done.local {
+                    let path = inner.local_dir.join(format!("{:020}.wal", done.wal_id));
+                    let _ = tokio::fs::remove_file(path).await;
+                } else {
+                    apply(inner, done.wal_id, &done.writes);
+                }
+                if let Some(last) = done.writes.last() {
+                    inner.note_acknowledged(last.0, done.data_len);
+                }
+                for w in done.writes.iter_mut() {
+                    if let Some(reply) = w.3.take() {
+                        let _ = reply.send(Ok(w.0));
+                    }
+                }
+                inner.stats.record_wal_segment(done.writes.len());
+                let state = inner.current();
+                if state.active.size_bytes() >= inner.config.memtable_bytes_max
+                    || state.active.wal_segments() >= inner.config.memtable_wal_segments_max.max(1)
+                {
+                    freeze(inner);
+                }
+                true
+            }
+            Err(e) => {
+                // Fenced or closed: nothing more can be acknowledged by this writer, not even
+                // a later segment that landed (it is past the hole a newer writer fenced).
+                let error = |e: &Error| match e {
+                    Error::Fenced { .. } => inner.fenced_error(0),
+                    _ => Error::Closed(format!("shard {} is closed", inner.name)),
+                };
+                self.uploads = FuturesOrdered::new();
+                for p in std::iter::once(&mut done).chain(self.pending.iter_mut()) {
+                    for w in p.writes.iter_mut() {
+                        if let Some(reply) = w.3.take() {
+                            let _ = reply.send(Err(error(&e)));
+                        }
+                    }
+                }
+                self.pending.clear();
+                rx.close();
+                while let Some(r) = rx.recv().await {
+                    if let Request::Write { reply, .. } = r {
+                        let _ = reply.send(Err(inner.fenced_error(0)));
+                    }
+                }
+                false
+            }
+        }
+    }
+
+    /// Settles every upload in flight; `false` if the writer must stop.
+    async fn drain(&mut self, inner: &ShardInner, rx: &mut mpsc::Receiver<Request>) -> bool {
+        while self.len() > 0 {
+            if !self.settle_next(inner, rx).await {
+                return false;
+            }
+        }
+        true
+    }
+}
 
 pub(super) async fn writer_loop(
     inner: Arc<ShardInner>,
@@ -11,13 +124,31 @@ pub(super) async fn writer_loop(
     mut wal_id: u64,
     mut next_seq: u64,
 ) {
+    let mut flight = InFlight::default();
+    let in_flight_max = crate::wal::UPLOADS_IN_FLIGHT as usize;
     loop {
         // A memtable left with writes and then idle for `memtable_settle_ms` is flushed.
         let settle = inner.config.memtable_settle_ms;
-        let idle_flush = settle > 0 && !inner.current().active.is_empty();
+        let idle_flush = settle > 0 && flight.len() == 0 && !inner.current().active.is_empty();
         let first = tokio::select! {
-            r = rx.recv() => match r { Some(r) => r, None => return },
+            biased;
             _ = inner.cancel.cancelled() => return,
+            // The oldest upload landed (or failed): acknowledge it.
+            Some(result) = flight.uploads.next(), if flight.len() > 0 => {
+                // Put back in front and settled through the one path that handles both.
+                flight.uploads.push_front(Box::pin(async move { result }));
+                if !flight.settle_next(&inner, &mut rx).await {
+                    return;
+                }
+                continue;
+            }
+            r = rx.recv(), if flight.len() < in_flight_max => match r {
+                Some(r) => r,
+                None => {
+                    flight.drain(&inner, &mut rx).await;
+                    return;
+                }
+            },
             _ = tokio::time::sleep(Duration::from_millis(settle)), if idle_flush => {
                 if !inner.current().active.is_empty() {
                     tracing::debug!(shard = %inner.name, "flushing an idle memtable");
@@ -82,14 +213,16 @@ pub(super) async fn writer_loop(
                 .collect();
             let data = Bytes::from(Segment::encode(inner.epoch, &records));
             let data_len = data.len() as u64;
-            let mut applied = false;
             // Only a group with a locally durable write leaves a local segment to remove.
-            let local = writes.iter().any(|w| w.2 == Durability::Local);
+            let mut local = writes.iter().any(|w| w.2 == Durability::Local);
             if local {
+                // Applied now, so everything before it must be applied first.
+                if !flight.drain(&inner, &mut rx).await {
+                    return;
+                }
                 match write_local_wal(&inner, wal_id, &data).await {
                     Ok(()) => {
                         apply(&inner, wal_id, &writes);
-                        applied = true;
                         for w in writes.iter_mut().filter(|w| w.2 == Durability::Local) {
                             if let Some(reply) = w.3.take() {
                                 let _ = reply.send(Ok(w.0));
@@ -97,58 +230,31 @@ pub(super) async fn writer_loop(
                         }
                     }
                     Err(e) => {
+                        local = false;
                         tracing::warn!(shard = %inner.name, error = %e, "local wal write failed; waiting for the upload")
                     }
                 }
             }
-            match upload_segment(&inner, wal_id, data).await {
-                Ok(()) => {}
-                Err(e) => {
-                    // Fenced or closed: nothing more can be acknowledged by this writer.
-                    for w in writes.iter_mut() {
-                        if let Some(reply) = w.3.take() {
-                            let _ = reply.send(Err(match &e {
-                                Error::Fenced { .. } => inner.fenced_error(0),
-                                _ => Error::Closed(format!("shard {} is closed", inner.name)),
-                            }));
-                        }
-                    }
-                    rx.close();
-                    while let Some(r) = rx.recv().await {
-                        if let Request::Write { reply, .. } = r {
-                            let _ = reply.send(Err(inner.fenced_error(0)));
-                        }
-                    }
-                    return;
-                }
-            }
-            if local {
-                let _ =
-                    tokio::fs::remove_file(inner.local_dir.join(format!("{wal_id:020}.wal"))).await;
-            }
-            if !applied {
-                apply(&inner, wal_id, &writes);
-            }
-            if let Some(last) = writes.last() {
-                inner.note_acknowledged(last.0, data_len);
-            }
-            for w in writes.iter_mut() {
-                if let Some(reply) = w.3.take() {
-                    let _ = reply.send(Ok(w.0));
-                }
-            }
-            inner.stats.record_wal_segment(writes.len());
+            let pending = Pending {
+                wal_id,
+                writes,
+                data_len,
+                local,
+            };
+            flight.push(&inner, pending, data);
             wal_id += 1;
         }
-        let state = inner.current();
-        if (!freeze_replies.is_empty() && !state.active.is_empty())
-            || state.active.size_bytes() >= inner.config.memtable_bytes_max
-            || state.active.wal_segments() >= inner.config.memtable_wal_segments_max.max(1)
-        {
-            freeze(&inner);
-        }
-        for r in freeze_replies.into_iter().chain(sync_replies) {
-            let _ = r.send(());
+        if !freeze_replies.is_empty() || !sync_replies.is_empty() {
+            // Answered once every write sent before them is acknowledged (or failed).
+            if !flight.drain(&inner, &mut rx).await {
+                return;
+            }
+            if !freeze_replies.is_empty() && !inner.current().active.is_empty() {
+                freeze(&inner);
+            }
+            for r in freeze_replies.into_iter().chain(sync_replies) {
+                let _ = r.send(());
+            }
         }
     }
 }

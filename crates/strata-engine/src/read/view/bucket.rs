@@ -149,6 +149,18 @@ impl RemoteViews {
             .map_err(Error::store("list wal"))?;
         ids.retain(|(id, _)| *id > m.wal_replay_after);
         ids.sort_by_key(|(id, _)| *id);
+        // Only the consecutive run from the replay point is readable: ids past a hole are a
+        // writer's uploads still in flight, not acknowledged yet. Too many past it means
+        // segments this manifest needs were collected after a newer one moved the replay
+        // point: the caller starts over from the newer manifest.
+        let listed: Vec<u64> = ids.iter().map(|(id, _)| *id).collect();
+        let end = crate::wal::contiguous(m.wal_replay_after + 1, &listed).map_err(|id| {
+            Error::store(format!("read {}", paths.wal(id)))(object_store::Error::NotFound {
+                path: paths.wal(id).to_string(),
+                source: "a WAL segment below later ones is gone".into(),
+            })
+        })?;
+        ids.retain(|(id, _)| *id < end);
         let dir = paths.dir().to_string();
         {
             // Segments at or before the replay point are never read again.
@@ -208,9 +220,10 @@ impl RemoteViews {
         let mem = Memtable::with_origin(origin.clone());
         let mut seq = m.seq_flushed;
         let mut times = Vec::new();
+        let mut epochs = crate::wal::EpochFilter::default();
         for (id, meta) in ids {
             if meta.size == 0 {
-                continue; // a writer's fence
+                continue; // a fence written before fences carried epochs
             }
             let known = fetched
                 .get(&id)
@@ -221,6 +234,9 @@ impl RemoteViews {
                 // Evicted meanwhile by a view of a newer manifest: read it again.
                 None => fetch(id).await?.1,
             };
+            if !epochs.admit(&segment) {
+                continue; // a deposed writer's upload that landed after a newer fence
+            }
             let mut top = 0;
             for record in &segment.records {
                 if record.seq <= m.seq_flushed {
