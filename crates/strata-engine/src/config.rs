@@ -40,6 +40,11 @@ pub struct EngineConfig {
     pub memtables_frozen_max: usize,
     /// Largest WAL segment (a group commit stops collecting writes past it).
     pub wal_segment_bytes_max: usize,
+    /// WAL segment uploads a shard's writer keeps in flight at once (1 to
+    /// `wal::UPLOADS_IN_FLIGHT`, 8; values outside are clamped). More cut a write's wait
+    /// for the previous group commit's round trip, at the price of smaller segments and so
+    /// more PUTs per write.
+    pub wal_uploads_in_flight: usize,
     /// Writes queued per shard before callers wait.
     pub write_queue_max: usize,
     /// Row-oriented levels including L0 (LASER: the format follows the level). Everything
@@ -254,6 +259,9 @@ impl Default for EngineConfig {
             memtable_wal_segments_max: 4096,
             memtables_frozen_max: 4,
             wal_segment_bytes_max: 8 << 20,
+            // Measured (docs/BENCHMARKS.md, "WAL uploads in flight"): 2 takes nearly all of
+            // the latency and throughput gain of 8 at 1.4x the PUTs per write, not 4.9x.
+            wal_uploads_in_flight: 2,
             write_queue_max: 4096,
             levels: 2,
             memtable_settle_ms: 10_000,

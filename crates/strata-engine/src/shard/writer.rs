@@ -125,7 +125,10 @@ pub(super) async fn writer_loop(
     mut next_seq: u64,
 ) {
     let mut flight = InFlight::default();
-    let in_flight_max = crate::wal::UPLOADS_IN_FLIGHT as usize;
+    let in_flight_max = inner
+        .config
+        .wal_uploads_in_flight
+        .clamp(1, crate::wal::UPLOADS_IN_FLIGHT as usize);
     loop {
         // A memtable left with writes and then idle for `memtable_settle_ms` is flushed.
         let settle = inner.config.memtable_settle_ms;
