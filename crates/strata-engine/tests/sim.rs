@@ -360,6 +360,9 @@ impl Sim {
         config.jobs.heartbeat_ms = 100;
         config.jobs.poll_ms = 10;
         config.jobs.idle_poll_max_ms = 100;
+        // WAL uploads in flight, 1 to 8, from the seed (not from the generator, so every
+        // seed's operations stay what they were).
+        config.wal_uploads_in_flight = 1 + (seed % 8) as usize;
         let layout_n = rng.random_range(0..3);
         if std::env::var("STRATA_SIM_DEBUG_NO_PROMOTION").is_ok() {
             config.hotness.promotion = false;
@@ -371,12 +374,13 @@ impl Sim {
             fault.set_config(FaultConfig::default());
         }
         let log = vec![format!(
-            "levels {}, layout {layout_n}, NVMe budget {}, gc every {} ms, min age {} ms, {} versions kept; faults {fault_config:?}",
+            "levels {}, layout {layout_n}, NVMe budget {}, gc every {} ms, min age {} ms, {} versions kept, {} WAL uploads in flight; faults {fault_config:?}",
             config.levels,
             config.hotness.nvme_budget_bytes,
             config.gc.interval_ms,
             config.gc.min_age_ms,
-            config.gc.manifest_versions_retained
+            config.gc.manifest_versions_retained,
+            config.wal_uploads_in_flight
         )];
         Sim {
             rng,
