@@ -342,17 +342,8 @@ async fn wait_until(what: &str, mut done: impl AsyncFnMut() -> bool) {
 async fn wal_uploads_overlap_and_are_acknowledged_in_order() {
     use object_store::ObjectStoreExt;
     let memory = memory_store();
-    let fault = std::sync::Arc::new(strata_objstore::FaultInjectingStore::new(
-        memory.clone(),
-        Default::default(),
-    ));
-    let store: strata_objstore::StoreRef = fault.clone();
     let (d1, d2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let db = open(&store, d1.path(), small_config()).await;
-    db.create_table("t", schema(), &["id"]).await.unwrap();
-    let t = db.table("t").await.unwrap();
-    let first = t.upsert(rows(&[1], &[Some("one")], &[None])).await.unwrap();
-    let w = last_wal_id(&memory).await;
+    let (fault, _db, t, first, w) = written_once(&memory, d1.path()).await;
 
     // Segment w+1 is held before it reaches the store; w+2 goes through.
     let held = format!("{:020}.wal", w + 1);
@@ -401,6 +392,32 @@ async fn wal_uploads_overlap_and_are_acknowledged_in_order() {
     }
 }
 
+/// A writer of table `t` through a fault-injecting store over `memory`, with one row
+/// written: the injector, the database, the table, the write's sequence number and the WAL
+/// id it took.
+async fn written_once(
+    memory: &strata_objstore::StoreRef,
+    dir: &std::path::Path,
+) -> (
+    std::sync::Arc<strata_objstore::FaultInjectingStore>,
+    strata_engine::Db,
+    strata_engine::Table,
+    u64,
+    u64,
+) {
+    let fault = std::sync::Arc::new(strata_objstore::FaultInjectingStore::new(
+        memory.clone(),
+        Default::default(),
+    ));
+    let store: strata_objstore::StoreRef = fault.clone();
+    let db = open(&store, dir, small_config()).await;
+    db.create_table("t", schema(), &["id"]).await.unwrap();
+    let t = db.table("t").await.unwrap();
+    let seq = t.upsert(rows(&[1], &[Some("one")], &[None])).await.unwrap();
+    let w = last_wal_id(memory).await;
+    (fault, db, t, seq, w)
+}
+
 /// The path of WAL segment `id` (the one `last_wal_id` found).
 async fn last_wal_path(store: &strata_objstore::StoreRef, id: u64) -> String {
     use futures::TryStreamExt;
@@ -418,19 +435,8 @@ async fn last_wal_path(store: &strata_objstore::StoreRef, id: u64) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deposed_writers_uploads_in_flight_are_never_acknowledged() {
     let memory = memory_store();
-    let fault = std::sync::Arc::new(strata_objstore::FaultInjectingStore::new(
-        memory.clone(),
-        Default::default(),
-    ));
-    let store: strata_objstore::StoreRef = fault.clone();
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let db1 = open(&store, dirs[0].path(), small_config()).await;
-    db1.create_table("t", schema(), &["id"]).await.unwrap();
-    let t1 = db1.table("t").await.unwrap();
-    t1.upsert(rows(&[1], &[Some("acknowledged")], &[None]))
-        .await
-        .unwrap();
-    let w = last_wal_id(&memory).await;
+    let (fault, _db1, t1, _, w) = written_once(&memory, dirs[0].path()).await;
     let held = format!("{:020}.wal", w + 1);
     fault.hold(&held);
     let a = t1.clone();

@@ -100,34 +100,19 @@ impl LocalDirStore {
         let dest = self.inner.path_to_filesystem(location)?;
         let syncs = self.syncs.clone();
         let root = self.root.clone();
-        tokio::task::spawn_blocking(move || {
+        blocking(move || {
             let (file, staging) = open_staging(&root, &dest, &syncs)?;
-            let written = (|| {
-                let mut offset = 0u64;
-                for chunk in payload.iter() {
-                    file.write_all_at(chunk, offset)?;
-                    offset += chunk.len() as u64;
-                }
-                file.sync_all()?;
-                file.metadata()
-            })();
-            drop(file);
-            let meta = match written {
-                Ok(meta) => meta,
-                Err(e) => {
+            let mut offset = 0u64;
+            for chunk in payload.iter() {
+                if let Err(e) = file.write_all_at(chunk, offset) {
                     let _ = std::fs::remove_file(&staging);
                     return Err(io_error(&dest, e));
                 }
-            };
-            syncs.fetch_add(1, Ordering::Relaxed);
-            place(&staging, &dest, create_only, &syncs)?;
-            Ok(PutResult {
-                e_tag: Some(e_tag(&meta)),
-                version: None,
-            })
+                offset += chunk.len() as u64;
+            }
+            publish(&file, &staging, &dest, create_only, &syncs)
         })
         .await
-        .map_err(|e| object_store::Error::JoinError { source: e })?
     }
 
     /// `fsync`s the directories holding `paths` (after a copy or a rename).
@@ -137,14 +122,13 @@ impl LocalDirStore {
             .map(|p| self.inner.path_to_filesystem(p))
             .collect::<Result<Vec<_>>>()?;
         let syncs = self.syncs.clone();
-        tokio::task::spawn_blocking(move || {
+        blocking(move || {
             for dest in dirs {
                 sync_parent(&dest, &syncs)?;
             }
             Ok(())
         })
         .await
-        .map_err(|e| object_store::Error::JoinError { source: e })?
     }
 
     async fn conditional_update(
@@ -245,12 +229,10 @@ impl ObjectStore for LocalDirStore {
         let dest = self.inner.path_to_filesystem(location)?;
         let syncs = self.syncs.clone();
         let root = self.root.clone();
-        let (file, staging) = tokio::task::spawn_blocking(move || {
-            open_staging(&root, &dest, &syncs).map(|s| (s, dest))
-        })
-        .await
-        .map_err(|e| object_store::Error::JoinError { source: e })?
-        .map(|((file, staging), dest)| (Arc::new(file), Some((staging, dest))))?;
+        let (file, staging) =
+            blocking(move || open_staging(&root, &dest, &syncs).map(|s| (s, dest)))
+                .await
+                .map(|((file, staging), dest)| (Arc::new(file), Some((staging, dest))))?;
         Ok(Box::new(DurableUpload {
             file,
             paths: staging,
@@ -329,21 +311,17 @@ impl MultipartUpload for DurableUpload {
             .as_ref()
             .map(|(_, d)| d.clone())
             .unwrap_or_default();
-        Box::pin(async move {
-            tokio::task::spawn_blocking(move || {
-                let mut at = offset;
-                for chunk in data.iter() {
-                    if let Err(e) = file.write_all_at(chunk, at) {
-                        failed.store(true, Ordering::Relaxed);
-                        return Err(io_error(&dest, e));
-                    }
-                    at += chunk.len() as u64;
+        Box::pin(blocking(move || {
+            let mut at = offset;
+            for chunk in data.iter() {
+                if let Err(e) = file.write_all_at(chunk, at) {
+                    failed.store(true, Ordering::Relaxed);
+                    return Err(io_error(&dest, e));
                 }
-                Ok(())
-            })
-            .await
-            .map_err(|e| object_store::Error::JoinError { source: e })?
-        })
+                at += chunk.len() as u64;
+            }
+            Ok(())
+        }))
     }
 
     async fn complete(&mut self) -> Result<PutResult> {
@@ -360,32 +338,13 @@ impl MultipartUpload for DurableUpload {
         }
         let file = self.file.clone();
         let syncs = self.syncs.clone();
-        tokio::task::spawn_blocking(move || {
-            let meta = file
-                .sync_all()
-                .and_then(|()| file.metadata())
-                .map_err(|e| {
-                    let _ = std::fs::remove_file(&staging);
-                    io_error(&dest, e)
-                })?;
-            syncs.fetch_add(1, Ordering::Relaxed);
-            place(&staging, &dest, false, &syncs)?;
-            Ok(PutResult {
-                e_tag: Some(e_tag(&meta)),
-                version: None,
-            })
-        })
-        .await
-        .map_err(|e| object_store::Error::JoinError { source: e })?
+        blocking(move || publish(&file, &staging, &dest, false, &syncs)).await
     }
 
     async fn abort(&mut self) -> Result<()> {
         if let Some((staging, dest)) = self.paths.take() {
-            tokio::task::spawn_blocking(move || {
-                std::fs::remove_file(&staging).map_err(|e| io_error(&dest, e))
-            })
-            .await
-            .map_err(|e| object_store::Error::JoinError { source: e })??;
+            blocking(move || std::fs::remove_file(&staging).map_err(|e| io_error(&dest, e)))
+                .await?;
         }
         Ok(())
     }
@@ -397,6 +356,36 @@ impl Drop for DurableUpload {
             let _ = std::fs::remove_file(staging);
         }
     }
+}
+
+/// Runs file-system work on the blocking pool.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| object_store::Error::JoinError { source: e })?
+}
+
+/// Makes a written staging file durable and moves it into place ([`place`]); its e-tag.
+fn publish(
+    file: &std::fs::File,
+    staging: &std::path::Path,
+    dest: &std::path::Path,
+    create_only: bool,
+    syncs: &AtomicU64,
+) -> Result<PutResult> {
+    let meta = match file.sync_all().and_then(|()| file.metadata()) {
+        Ok(meta) => meta,
+        Err(e) => {
+            let _ = std::fs::remove_file(staging);
+            return Err(io_error(dest, e));
+        }
+    };
+    syncs.fetch_add(1, Ordering::Relaxed);
+    place(staging, dest, create_only, syncs)?;
+    Ok(PutResult {
+        e_tag: Some(e_tag(&meta)),
+        version: None,
+    })
 }
 
 /// Refuses what this backend cannot store (object attributes), as the upstream one does.
