@@ -64,7 +64,7 @@ impl Shard {
 
         // 2. Fence the WAL where the previous writer would write next: from the end of the
         // consecutive run (a hole its uploads in flight left, or after the last id), one
-        // fence per id until `UPLOADS_IN_FLIGHT` in a row are ours. An id taken meanwhile is
+        // fence per id until the last `UPLOADS_IN_FLIGHT` ids are ours. An id taken meanwhile is
         // the previous writer's upload landing now: replayed below (acknowledged or not, it
         // is whole), the run of fences starting again after it. After the run that writer
         // can land nothing, and acknowledges nothing past its first fenced id.
@@ -84,22 +84,30 @@ impl Shard {
                 crate::wal::UPLOADS_IN_FLIGHT
             ))
         })?;
+        // The fences of a run are created together, a run at a time: a previous writer
+        // still busy lands up to its uploads in flight per round trip, and probing one id
+        // per round trip behind it could chase it for as long as it keeps writing.
         let fence = bytes::Bytes::from(crate::wal::fence(epoch));
+        let run = crate::wal::UPLOADS_IN_FLIGHT;
         let mut ours = 0;
-        while ours < crate::wal::UPLOADS_IN_FLIGHT {
-            match store
-                .put_opts(
-                    &paths.wal(next_id),
-                    fence.clone().into(),
-                    PutOptions::from(PutMode::Create),
-                )
-                .await
-            {
-                Ok(_) => ours += 1,
-                Err(object_store::Error::AlreadyExists { .. }) => ours = 0,
-                Err(e) => return Err(Error::store("write wal fence")(e)),
+        while ours < run {
+            let created = futures::future::join_all((next_id..next_id + run).map(|id| {
+                let (store, path, fence) = (&store, paths.wal(id), fence.clone());
+                async move {
+                    store
+                        .put_opts(&path, fence.into(), PutOptions::from(PutMode::Create))
+                        .await
+                }
+            }))
+            .await;
+            for result in created {
+                match result {
+                    Ok(_) => ours += 1,
+                    Err(object_store::Error::AlreadyExists { .. }) => ours = 0,
+                    Err(e) => return Err(Error::store("write wal fence")(e)),
+                }
             }
-            next_id += 1;
+            next_id += run;
         }
 
         // 3. Replay every segment between the manifest's replay point and the fences, in id

@@ -99,7 +99,7 @@ impl InFlight {
                 rx.close();
                 while let Some(r) = rx.recv().await {
                     if let Request::Write { reply, .. } = r {
-                        let _ = reply.send(Err(inner.fenced_error(0)));
+                        let _ = reply.send(Err(error(&e)));
                     }
                 }
                 false
@@ -160,7 +160,13 @@ pub(super) async fn writer_loop(
                 continue;
             }
         };
-        // Write stall: too many memtables wait for flush.
+        // Write stall: too many memtables wait for flush. What already landed is
+        // acknowledged first (it does not wait out the stall), or the writer stops.
+        if inner.current().frozen.len() >= inner.config.memtables_frozen_max
+            && !flight.drain(&inner, &mut rx).await
+        {
+            return;
+        }
         while inner.current().frozen.len() >= inner.config.memtables_frozen_max {
             let stall = std::time::Instant::now();
             inner.flush_wanted.notify_one();
@@ -199,7 +205,9 @@ pub(super) async fn writer_loop(
                     reply,
                 } => {
                     if entries.is_empty() {
-                        let _ = reply.send(Ok(next_seq.saturating_sub(1)));
+                        // The newest acknowledged sequence number (a later one may still be
+                        // in flight, and may yet fail).
+                        let _ = reply.send(Ok(inner.last_seq.load(Ordering::Acquire)));
                         continue;
                     }
                     writes.push((next_seq, entries, durability, Some(reply)));

@@ -14,7 +14,13 @@ use crate::schema::PreparedEntry;
 use crate::varint;
 
 const MAGIC: &[u8; 4] = b"SWAL";
-const FORMAT: u16 = 1;
+/// Format 2: written by writers that keep uploads in flight and fence with epochs (format 1
+/// segments, from a writer with one upload at a time, read the same). A binary that knows
+/// only format 1 refuses a WAL with format 2 segments loudly instead of misreading the
+/// holes and fences the newer protocol leaves.
+const FORMAT: u16 = 2;
+/// Formats this binary reads.
+const FORMATS_READ: [u16; 2] = [1, 2];
 
 /// The writes of one sequence number.
 #[derive(Debug, Clone)]
@@ -74,7 +80,7 @@ impl Segment {
         }
         let mut buf = &body[4..];
         let format = u16::from_le_bytes(fixed(&mut buf)?);
-        if format != FORMAT {
+        if !FORMATS_READ.contains(&format) {
             return Err(Error::Corrupt(format!("unsupported wal format {format}")));
         }
         let writer_epoch = u64::from_le_bytes(fixed(&mut buf)?);
@@ -173,5 +179,29 @@ mod tests {
         let mut one = Segment::encode(1, &[(5, &entries[..])]);
         one[26..30].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(Segment::decode(&reseal(one)).is_err());
+    }
+
+    /// Segments of format 1 (one upload at a time) still replay; an unknown format is
+    /// refused by name.
+    #[test]
+    fn format_one_reads_and_unknown_formats_are_refused() {
+        let reseal = |mut body: Vec<u8>, format: u16| {
+            body[4..6].copy_from_slice(&format.to_le_bytes());
+            body.truncate(body.len() - 4);
+            let crc = crc32c::crc32c(&body);
+            body.extend_from_slice(&crc.to_le_bytes());
+            Bytes::from(body)
+        };
+        let entry = PreparedEntry {
+            key: Bytes::from_static(b"k"),
+            kind: EntryKind::Put,
+            value: Bytes::from_static(b"v"),
+        };
+        let data = Segment::encode(3, &[(9, std::slice::from_ref(&entry))]);
+        assert_eq!(u16::from_le_bytes([data[4], data[5]]), FORMAT);
+        let old = Segment::decode(&reseal(data.clone(), 1)).unwrap();
+        assert_eq!((old.writer_epoch, old.records[0].seq), (3, 9));
+        let err = Segment::decode(&reseal(data, 3)).unwrap_err().to_string();
+        assert!(err.contains("unsupported wal format 3"), "{err}");
     }
 }
