@@ -41,9 +41,9 @@ pub struct EngineConfig {
     /// Largest WAL segment (a group commit stops collecting writes past it).
     pub wal_segment_bytes_max: usize,
     /// WAL segment uploads a shard's writer keeps in flight at once (1 to
-    /// `wal::UPLOADS_IN_FLIGHT`, 8; values outside are clamped). More cut a write's wait
-    /// for the previous group commit's round trip, at the price of smaller segments and so
-    /// more PUTs per write.
+    /// `wal::UPLOADS_IN_FLIGHT`, 8; `strata` refuses values outside, the embedded API clamps
+    /// them). More cut a write's wait for the previous group commit's round trip, at the
+    /// price of smaller segments and so more PUTs per write.
     pub wal_uploads_in_flight: usize,
     /// Writes queued per shard before callers wait.
     pub write_queue_max: usize,

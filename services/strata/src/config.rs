@@ -465,6 +465,13 @@ impl Config {
         if self.query.batch_rows == 0 {
             return Err(err("query.batch_rows must be at least 1"));
         }
+        let uploads = self.engine.wal_uploads_in_flight;
+        let most = strata_engine::wal::UPLOADS_IN_FLIGHT as usize;
+        if !(1..=most).contains(&uploads) {
+            return Err(err(format!(
+                "engine.wal_uploads_in_flight is 1 to {most}, got {uploads}"
+            )));
+        }
         Ok(())
     }
 
@@ -616,6 +623,24 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.0.contains("strata serve"), "{e}");
+        for bad in ["0", "9"] {
+            let e = load(
+                Role::Serve,
+                &sources(None, &[], &[&format!("engine.wal_uploads_in_flight={bad}")]),
+            )
+            .unwrap_err();
+            assert!(
+                e.0.contains("engine.wal_uploads_in_flight is 1 to 8, got"),
+                "{e}"
+            );
+        }
+        assert!(
+            load(
+                Role::Serve,
+                &sources(None, &[], &["engine.wal_uploads_in_flight=8"])
+            )
+            .is_ok()
+        );
     }
 
     #[test]
