@@ -240,14 +240,9 @@ mod tests {
     /// A file holding keys `lo..=hi` (one byte each): `mb` MiB, a thousand rows a MiB.
     fn file(name: &str, lo: u8, hi: u8, mb: u64) -> ParquetFileInfo {
         ParquetFileInfo {
-            name: name.into(),
-            key_min: vec![lo],
-            key_max: vec![hi],
-            seq_min: 1,
-            seq_max: 1,
             rows: mb * 1000,
             size_bytes: mb << 20,
-            tail_offset: 0,
+            ..crate::testkit::parquet(name, lo, hi)
         }
     }
 
