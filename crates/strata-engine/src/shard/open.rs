@@ -90,6 +90,8 @@ impl Shard {
         let fence = bytes::Bytes::from(crate::wal::fence(epoch));
         let run = crate::wal::UPLOADS_IN_FLIGHT;
         let mut ours = 0;
+        // The fences this writer created: replay knows them without reading them back.
+        let mut own = HashSet::new();
         while ours < run {
             let created = futures::future::join_all((next_id..next_id + run).map(|id| {
                 let (store, path, fence) = (&store, paths.wal(id), fence.clone());
@@ -100,9 +102,12 @@ impl Shard {
                 }
             }))
             .await;
-            for result in created {
+            for (id, result) in (next_id..).zip(created) {
                 match result {
-                    Ok(_) => ours += 1,
+                    Ok(_) => {
+                        ours += 1;
+                        own.insert(id);
+                    }
                     Err(object_store::Error::AlreadyExists { .. }) => ours = 0,
                     Err(e) => return Err(Error::store("write wal fence")(e)),
                 }
@@ -118,19 +123,30 @@ impl Shard {
         // Segments are fetched REPLAY_READS at a time and applied in id order: a tail of
         // thousands of small group commits replays in a few round trips' time, not one
         // round trip per segment.
+        let own_fence = Segment {
+            writer_epoch: epoch,
+            records: Vec::new(),
+        };
         let mut segments = futures::stream::iter(replay_from..next_id)
             .map(|id| {
-                let (store, path) = (store.clone(), paths.wal(id));
+                let (store, path, mine) = (store.clone(), paths.wal(id), own.contains(&id));
                 async move {
+                    if mine {
+                        return (id, path, None);
+                    }
                     let got = match store.get(&path).await {
                         Ok(g) => g.bytes().await,
                         Err(e) => Err(e),
                     };
-                    (id, path, got)
+                    (id, path, Some(got))
                 }
             })
             .buffered(REPLAY_READS);
         while let Some((id, path, got)) = segments.next().await {
+            let Some(got) = got else {
+                epochs.admit(&own_fence);
+                continue;
+            };
             let data = match got {
                 Ok(data) => data,
                 // Every id up to the fences was listed, fenced or found taken, and fences

@@ -48,12 +48,15 @@ impl InFlight {
         self.pending.push_back(pending);
     }
 
-    /// Waits for the oldest upload and acknowledges it; `false` once the writer must stop
-    /// (an upload failed: every write still queued or in flight has been answered).
-    async fn settle_next(&mut self, inner: &ShardInner, rx: &mut mpsc::Receiver<Request>) -> bool {
-        let Some(result) = self.uploads.next().await else {
-            return true;
-        };
+    /// Acknowledges the oldest upload, which ended with `result`; `false` once the writer
+    /// must stop (an upload failed: every write still queued or in flight has been
+    /// answered).
+    async fn settle(
+        &mut self,
+        result: Result<()>,
+        inner: &ShardInner,
+        rx: &mut mpsc::Receiver<Request>,
+    ) -> bool {
         let mut done = self.pending.pop_front().expect("one pending per upload");
         match result {
             Ok(()) => {
@@ -107,10 +110,10 @@ impl InFlight {
         }
     }
 
-    /// Settles every upload in flight; `false` if the writer must stop.
+    /// Settles every upload in flight, oldest first; `false` if the writer must stop.
     async fn drain(&mut self, inner: &ShardInner, rx: &mut mpsc::Receiver<Request>) -> bool {
-        while self.len() > 0 {
-            if !self.settle_next(inner, rx).await {
+        while let Some(result) = self.uploads.next().await {
+            if !self.settle(result, inner, rx).await {
                 return false;
             }
         }
@@ -138,9 +141,7 @@ pub(super) async fn writer_loop(
             _ = inner.cancel.cancelled() => return,
             // The oldest upload landed (or failed): acknowledge it.
             Some(result) = flight.uploads.next(), if flight.len() > 0 => {
-                // Put back in front and settled through the one path that handles both.
-                flight.uploads.push_front(Box::pin(async move { result }));
-                if !flight.settle_next(&inner, &mut rx).await {
+                if !flight.settle(result, &inner, &mut rx).await {
                     return;
                 }
                 continue;
