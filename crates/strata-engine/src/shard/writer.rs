@@ -51,7 +51,7 @@ impl InFlight {
     /// Acknowledges the oldest upload, which ended with `result`; `false` once the writer
     /// must stop (an upload failed: every write still queued or in flight has been
     /// answered).
-    async fn settle(
+    async fn acknowledge(
         &mut self,
         result: Result<()>,
         inner: &ShardInner,
@@ -113,7 +113,7 @@ impl InFlight {
     /// Settles every upload in flight, oldest first; `false` if the writer must stop.
     async fn drain(&mut self, inner: &ShardInner, rx: &mut mpsc::Receiver<Request>) -> bool {
         while let Some(result) = self.uploads.next().await {
-            if !self.settle(result, inner, rx).await {
+            if !self.acknowledge(result, inner, rx).await {
                 return false;
             }
         }
@@ -141,7 +141,7 @@ pub(super) async fn writer_loop(
             _ = inner.cancel.cancelled() => return,
             // The oldest upload landed (or failed): acknowledge it.
             Some(result) = flight.uploads.next(), if flight.len() > 0 => {
-                if !flight.settle(result, &inner, &mut rx).await {
+                if !flight.acknowledge(result, &inner, &mut rx).await {
                     return;
                 }
                 continue;
