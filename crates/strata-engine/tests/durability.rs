@@ -155,3 +155,82 @@ async fn a_locally_acknowledged_write_survives_a_restart_before_its_upload() {
     let t = db.table("t").await.unwrap();
     assert!(t.get(&[Value::Int(2)], None, None).await.unwrap().is_some());
 }
+
+/// On a local-directory bucket on the same disk, a flushed or compacted SST reaches the
+/// bucket as a hard link of the synced local file, not a second copy; the bucket's object
+/// outlives the local directory, and a reopen from the bucket alone reads every row.
+#[tokio::test]
+async fn sst_uploads_to_a_local_directory_bucket_link_the_local_file() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let store = local_store(&bucket);
+    let nvme = dir.path().join("nvme");
+    let db = open(&store, &nvme, small_config()).await;
+    db.create_table("t", schema(), &["id"]).await.unwrap();
+    let t = db.table("t").await.unwrap();
+    for round in 0..3i64 {
+        let ids: Vec<i64> = (round * 100..round * 100 + 100).collect();
+        let names: Vec<String> = ids.iter().map(|i| format!("v{i}")).collect();
+        let a: Vec<Option<&str>> = names.iter().map(|s| Some(s.as_str())).collect();
+        let b: Vec<Option<i64>> = ids.iter().map(|i| Some(*i)).collect();
+        t.write(&[Mutation::Upsert(rows(&ids, &a, &b))], Default::default())
+            .await
+            .unwrap();
+        t.flush().await.unwrap();
+    }
+    t.compact().await.unwrap();
+    let ssts = |root: &std::path::Path| -> Vec<std::path::PathBuf> {
+        walk(root)
+            .into_iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "sst"))
+            .collect()
+    };
+    let in_bucket = ssts(&bucket);
+    assert!(!in_bucket.is_empty(), "flushes uploaded SSTs");
+    let local: std::collections::HashMap<String, u64> = ssts(&nvme)
+        .into_iter()
+        .map(|p| {
+            let ino = std::fs::metadata(&p).unwrap().ino();
+            (p.file_name().unwrap().to_string_lossy().into_owned(), ino)
+        })
+        .collect();
+    let mut shared = 0;
+    for p in &in_bucket {
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        if let Some(ino) = local.get(&name) {
+            assert_eq!(
+                *ino,
+                std::fs::metadata(p).unwrap().ino(),
+                "{name}: the object is the local file, linked"
+            );
+            shared += 1;
+        }
+    }
+    assert!(shared > 0, "the live SSTs are shared with the bucket");
+    db.close().await;
+
+    std::fs::remove_dir_all(&nvme).unwrap();
+    let db = open(&store, &nvme, small_config()).await;
+    let t = db.table("t").await.unwrap();
+    let got = decode(&t.scan(&Default::default(), None).await.unwrap());
+    assert_eq!(got.len(), 300);
+    assert_eq!(got[299], (299, Some("v299".into()), Some(299)));
+    db.close().await;
+}
+
+fn walk(root: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}

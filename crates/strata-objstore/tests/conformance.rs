@@ -214,3 +214,121 @@ async fn local_dir_writes_are_synced_before_they_return() {
         .unwrap();
     assert_eq!(store.syncs() - before, 1);
 }
+
+/// A create-only put whose payload names its local source file (`LocalSource`) is a hard
+/// link of that file: no second copy, synced, aged from the put, and still create-only,
+/// through the whole decorator stack. A source of another length, or on another file
+/// system, is written as any payload.
+#[tokio::test]
+async fn local_dir_links_a_named_source_file_instead_of_copying_it() {
+    use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions};
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let local = Arc::new(LocalDirStore::new(&dir.path().join("bucket")).unwrap());
+    let metrics = ObjectStoreMetrics::default();
+    let store: StoreRef = Arc::new(RetryingStore::new(
+        Arc::new(InstrumentedStore::new(local.clone(), metrics.clone())),
+        RetryConfig::default(),
+    ));
+
+    let nvme = dir.path().join("nvme");
+    std::fs::create_dir_all(&nvme).unwrap();
+    let source = nvme.join("7.sst");
+    let bytes: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(&source, &bytes).unwrap();
+    let old = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000_000);
+    std::fs::File::open(&source)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let put = |path: &'static str, payload: Vec<u8>, from: std::path::PathBuf| {
+        let store = store.clone();
+        async move {
+            let mut opts = PutOptions::from(PutMode::Create);
+            opts.extensions.insert(LocalSource::new(from));
+            store
+                .put_opts(&Path::from(path), payload.into(), opts)
+                .await
+        }
+    };
+
+    let before = local.syncs();
+    let created = put("t/shard-1/sst/7.sst", bytes.clone(), source.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        local.syncs() - before,
+        2 + 3,
+        "the source, the directory, and three new directories"
+    );
+    assert_eq!(metrics.requests("put", "sst"), 1, "still a counted put");
+    let object = dir.path().join("bucket/t/shard-1/sst/7.sst");
+    let (a, b) = (
+        std::fs::metadata(&source).unwrap(),
+        std::fs::metadata(&object).unwrap(),
+    );
+    assert_eq!(a.ino(), b.ino(), "the object is the source file, linked");
+    assert_eq!(b.nlink(), 2);
+    let head = store
+        .head(&Path::from("t/shard-1/sst/7.sst"))
+        .await
+        .unwrap();
+    assert_eq!(created.e_tag, head.e_tag);
+    let age = chrono::Utc::now() - head.last_modified;
+    assert!(
+        age < chrono::Duration::seconds(60),
+        "the object's age starts at the put, not at the file's write: {age}"
+    );
+    assert_eq!(
+        store
+            .get(&Path::from("t/shard-1/sst/7.sst"))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap()
+            .as_ref(),
+        &bytes[..]
+    );
+
+    // Still create-only.
+    let err = put("t/shard-1/sst/7.sst", bytes.clone(), source.clone())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, object_store::Error::AlreadyExists { .. }),
+        "{err}"
+    );
+
+    // Deleting the local file leaves the object whole.
+    std::fs::remove_file(&source).unwrap();
+    assert_eq!(std::fs::read(&object).unwrap(), bytes);
+
+    // A source whose length is not the payload's is not linked: the payload is written.
+    let other = nvme.join("8.sst");
+    std::fs::write(&other, b"short").unwrap();
+    put("t/shard-1/sst/8.sst", bytes.clone(), other.clone())
+        .await
+        .unwrap();
+    let object = dir.path().join("bucket/t/shard-1/sst/8.sst");
+    assert_ne!(
+        std::fs::metadata(&other).unwrap().ino(),
+        std::fs::metadata(&object).unwrap().ino()
+    );
+    assert_eq!(std::fs::read(&object).unwrap(), bytes);
+
+    // A source on another file system (tmpfs, where the machine has one) is copied.
+    let shm = std::path::Path::new("/dev/shm");
+    if shm.is_dir() {
+        let elsewhere = tempfile::tempdir_in(shm).unwrap();
+        let far = elsewhere.path().join("9.sst");
+        std::fs::write(&far, &bytes).unwrap();
+        put("t/shard-1/sst/9.sst", bytes.clone(), far.clone())
+            .await
+            .unwrap();
+        assert_eq!(
+            std::fs::read(dir.path().join("bucket/t/shard-1/sst/9.sst")).unwrap(),
+            bytes
+        );
+    }
+}

@@ -333,17 +333,19 @@ impl ShardInner {
         out
     }
 
-    /// Uploads a finished local SST (create-if-absent: names are never reused).
+    /// Uploads a finished local SST (create-if-absent: names are never reused). The file is
+    /// named as the payload's source, so a local-directory bucket on the same disk links it
+    /// rather than writing and syncing a second copy (local SSTs are never written through
+    /// again: a new copy is renamed over the name).
     pub(crate) async fn upload_sst(&self, id: &SstId, path: &std::path::Path) -> Result<()> {
         let data = tokio::fs::read(path)
             .await
             .map_err(Error::io(format!("read {}", path.display())))?;
+        let mut opts = PutOptions::from(PutMode::Create);
+        opts.extensions
+            .insert(strata_objstore::LocalSource::new(path));
         self.store
-            .put_opts(
-                &self.paths.sst(id),
-                Bytes::from(data).into(),
-                PutOptions::from(PutMode::Create),
-            )
+            .put_opts(&self.paths.sst(id), Bytes::from(data).into(), opts)
             .await
             .map_err(Error::store(format!("upload sst {id}")))?;
         Ok(())
