@@ -371,7 +371,8 @@ fn link_source(
     )
 }
 
-/// A multipart upload into a staging file, made durable and moved into place by
+/// A multipart upload into a staging file, each part synced as it is written, the whole made
+/// durable and moved into place by
 /// [`MultipartUpload::complete`]; the staging file is removed if the upload is aborted or
 /// dropped unfinished.
 #[derive(Debug)]
@@ -392,6 +393,7 @@ impl MultipartUpload for DurableUpload {
         self.offset += data.content_length() as u64;
         let file = self.file.clone();
         let failed = self.failed.clone();
+        let syncs = self.syncs.clone();
         let dest = self
             .paths
             .as_ref()
@@ -406,6 +408,14 @@ impl MultipartUpload for DurableUpload {
                 }
                 at += chunk.len() as u64;
             }
+            // Each part on the disk as it arrives, so the final sync (and the journal
+            // commit every other sync on the disk waits for) carries one part, not the
+            // whole object.
+            file.sync_data().map_err(|e| {
+                failed.store(true, Ordering::Relaxed);
+                io_error(&dest, e)
+            })?;
+            syncs.fetch_add(1, Ordering::Relaxed);
             Ok(())
         }))
     }

@@ -182,8 +182,8 @@ async fn local_dir_writes_are_synced_before_they_return() {
     let done = upload.complete().await.unwrap();
     assert_eq!(
         store.syncs() - before,
-        2 + 1,
-        "file + directory + the new directory"
+        2 + 2 + 1,
+        "each part + file + directory + the new directory"
     );
     let bytes = store.get(&c).await.unwrap().bytes().await.unwrap();
     assert_eq!(bytes.len(), 1500);
