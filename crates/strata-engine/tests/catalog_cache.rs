@@ -73,16 +73,20 @@ async fn another_process_creating_and_dropping_is_seen_within_the_refresh_interv
     admin.create_table("t", schema(), &["id"]).await.unwrap();
     tokio::time::sleep(Duration::from_millis(150)).await;
     let t = node.table("t").await.unwrap();
-    t.upsert(rows(&[1], &[Some("a")], &[Some(1)]))
-        .await
-        .unwrap();
 
-    // Within the interval, lookups are answered from memory.
+    // Within the interval, lookups are answered from memory. (Only checked when the
+    // lookups did run within it: on a loaded machine they may not.)
     let warm = catalog_requests(&metrics);
+    let started = std::time::Instant::now();
     for _ in 0..20 {
         node.table("t").await.unwrap();
     }
-    assert_eq!(catalog_requests(&metrics), warm);
+    if started.elapsed() < Duration::from_millis(150) {
+        assert_eq!(catalog_requests(&metrics), warm);
+    }
+    t.upsert(rows(&[1], &[Some("a")], &[Some(1)]))
+        .await
+        .unwrap();
 
     // Dropped by another process: seen within the interval, and the node's open table
     // refuses writes from then on (never applied to a dead table).
