@@ -502,34 +502,34 @@ pub async fn execute(
         let (pins, bottommost, codec) = (spec.pins.clone(), spec.bottommost, to.codec.clone());
         let keep_above = spec.keep_above;
         let (h, stop) = (handle.clone(), stop.clone());
-        let files = tokio::task::spawn_blocking(move || -> Result<Vec<ParquetFileInfo>> {
-            let mut writer = writer;
-            // Copies of one version (a record retained on NVMe, or promoted, beside the
-            // version the bucket holds) are one version: merged as parts, so a partial
-            // copy never hides the columns the bucket's resolved copy carries.
-            let mut merged = MergeIter::with_parts(sources, codec.clone());
-            let mut group: Vec<Entry> = Vec::new();
-            loop {
-                let next = merged.next_entry()?;
-                let boundary = match (&next, group.first()) {
-                    (Some(e), Some(g)) => e.key != g.key,
-                    (None, _) => true,
-                    (Some(_), None) => false,
-                };
-                if boundary && !group.is_empty() {
-                    let collapsed = collapse(&codec, &group, &pins, keep_above, bottommost)?;
-                    group.clear();
-                    block_on_unless(&h, Some(&stop), writer.add_key(collapsed))??;
+        let files =
+            crate::background::run("strata-job", move || -> Result<Vec<ParquetFileInfo>> {
+                let mut writer = writer;
+                // Copies of one version (a record retained on NVMe, or promoted, beside the
+                // version the bucket holds) are one version: merged as parts, so a partial
+                // copy never hides the columns the bucket's resolved copy carries.
+                let mut merged = MergeIter::with_parts(sources, codec.clone());
+                let mut group: Vec<Entry> = Vec::new();
+                loop {
+                    let next = merged.next_entry()?;
+                    let boundary = match (&next, group.first()) {
+                        (Some(e), Some(g)) => e.key != g.key,
+                        (None, _) => true,
+                        (Some(_), None) => false,
+                    };
+                    if boundary && !group.is_empty() {
+                        let collapsed = collapse(&codec, &group, &pins, keep_above, bottommost)?;
+                        group.clear();
+                        block_on_unless(&h, Some(&stop), writer.add_key(collapsed))??;
+                    }
+                    match next {
+                        Some(e) => group.push(e),
+                        None => break,
+                    }
                 }
-                match next {
-                    Some(e) => group.push(e),
-                    None => break,
-                }
-            }
-            block_on_unless(&h, Some(&stop), writer.finish())?
-        })
-        .await
-        .map_err(|e| Error::Internal(e.to_string()))??;
+                block_on_unless(&h, Some(&stop), writer.finish())?
+            })
+            .await??;
         if pause_per_file_ms > 0 {
             tokio::time::sleep(Duration::from_millis(
                 pause_per_file_ms * files.len() as u64,

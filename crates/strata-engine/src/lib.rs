@@ -11,6 +11,7 @@
 //! retention are separate components built on this crate; reads of explicit old sequence
 //! numbers need a pinned [`Snapshot`].
 
+mod background;
 mod backpressure;
 pub mod cluster;
 pub mod columnar;

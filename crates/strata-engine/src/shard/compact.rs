@@ -122,15 +122,14 @@ async fn run(inner: &Arc<ShardInner>, job: Job) -> Result<()> {
         file_bytes: inner.config.sst_bytes_target,
     };
     let worker = inner.clone();
-    let outputs = tokio::task::spawn_blocking(move || {
+    let outputs = crate::background::run("strata-compact", move || {
         merge.run(|| {
             let id = worker.new_sst_id();
             let path = worker.local_sst_path(&id);
             (id, path)
         })
     })
-    .await
-    .map_err(|e| Error::Internal(e.to_string()))??;
+    .await??;
 
     let files = inner.reserve(outputs.iter().map(|o| o.info.id));
     let result = commit(inner, &job, outputs, files, floor).await;

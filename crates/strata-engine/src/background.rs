@@ -1,0 +1,69 @@
+//! Background CPU work (the merges of NVMe compactions and cross-tier jobs) on threads of
+//! lower scheduling priority.
+//!
+//! A merge is long and CPU-bound. On the blocking pool it ran at the priority of the
+//! threads that serve requests and commit the WAL, and on a small machine the scheduler
+//! shared the cores evenly between them: a write waited for a merge's time slice. Here each
+//! merge gets a thread of its own (a merge takes seconds, a thread microseconds to start)
+//! whose `nice` value is raised by [`NICE`] (on Linux a thread's own priority), as RocksDB
+//! lowers its compaction pool's: request threads run first whenever both are runnable, and
+//! merges take the rest of the machine, which is all of it when requests are idle. Where
+//! the priority cannot be changed, the work runs at normal priority.
+//!
+//! Owns nothing but those threads; calls nothing in the engine but its error type.
+
+use crate::error::{Error, Result};
+
+/// How much lower (in `nice` steps) a merge thread runs than the threads serving requests.
+pub(crate) const NICE: i32 = 10;
+
+/// Runs `f` on a new thread named `name` at lower priority and waits for its result.
+pub(crate) async fn run<T: Send + 'static>(
+    name: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(move || {
+            lower_priority();
+            let _ = tx.send(f());
+        })
+        .map_err(Error::io(format!("start thread {name}")))?;
+    rx.await
+        .map_err(|_| Error::Internal(format!("background thread {name} panicked")))
+}
+
+/// Raises the calling thread's `nice` value by [`NICE`] (best effort).
+fn lower_priority() {
+    // Linux: PRIO_PROCESS with who = 0 is the calling thread alone.
+    if let Ok(now) = rustix::process::getpriority_process(None) {
+        let _ = rustix::process::setpriority_process(None, (now + NICE).min(19));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn runs_the_work_at_a_lower_priority_and_returns_its_result() {
+        let here = rustix::process::getpriority_process(None).unwrap();
+        let (there, answer) = run("strata-test-merge", || {
+            (rustix::process::getpriority_process(None).unwrap(), 6 * 7)
+        })
+        .await
+        .unwrap();
+        assert_eq!(answer, 42);
+        assert_eq!(there, (here + NICE).min(19), "the work's thread is niced");
+        assert_eq!(
+            rustix::process::getpriority_process(None).unwrap(),
+            here,
+            "the caller's thread is not"
+        );
+        let err = run("strata-test-panic", || -> u32 { panic!("boom") })
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("panicked"), "{err}");
+    }
+}
