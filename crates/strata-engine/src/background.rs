@@ -10,12 +10,23 @@
 //! merges take the rest of the machine, which is all of it when requests are idle. Where
 //! the priority cannot be changed, the work runs at normal priority.
 //!
-//! Owns nothing but those threads; calls nothing in the engine but its error type.
+//! Owns nothing but those threads and the process-wide setting; calls nothing in the
+//! engine but its error type.
+
+use std::sync::atomic::{AtomicI32, Ordering};
 
 use crate::error::{Error, Result};
 
-/// How much lower (in `nice` steps) a merge thread runs than the threads serving requests.
-pub(crate) const NICE: i32 = 10;
+/// How much lower (in `nice` steps) a merge thread runs than the threads serving requests,
+/// unless `engine.merge_nice` says otherwise.
+pub const NICE_DEFAULT: i32 = 10;
+
+static NICE: AtomicI32 = AtomicI32::new(NICE_DEFAULT);
+
+/// Sets the process's merge priority offset (`engine.merge_nice`, clamped to 0..=19).
+pub(crate) fn set_nice(steps: i32) {
+    NICE.store(steps.clamp(0, 19), Ordering::Relaxed);
+}
 
 /// Runs `f` on a new thread named `name` at lower priority and waits for its result.
 pub(crate) async fn run<T: Send + 'static>(
@@ -23,10 +34,11 @@ pub(crate) async fn run<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T> {
     let (tx, rx) = tokio::sync::oneshot::channel();
+    let steps = NICE.load(Ordering::Relaxed);
     std::thread::Builder::new()
         .name(name.to_string())
         .spawn(move || {
-            lower_priority();
+            lower_priority(steps);
             let _ = tx.send(f());
         })
         .map_err(Error::io(format!("start thread {name}")))?;
@@ -34,11 +46,14 @@ pub(crate) async fn run<T: Send + 'static>(
         .map_err(|_| Error::Internal(format!("background thread {name} panicked")))
 }
 
-/// Raises the calling thread's `nice` value by [`NICE`] (best effort).
-fn lower_priority() {
+/// Raises the calling thread's `nice` value by `steps` (best effort).
+fn lower_priority(steps: i32) {
+    if steps == 0 {
+        return;
+    }
     // Linux: PRIO_PROCESS with who = 0 is the calling thread alone.
     if let Ok(now) = rustix::process::getpriority_process(None) {
-        let _ = rustix::process::setpriority_process(None, (now + NICE).min(19));
+        let _ = rustix::process::setpriority_process(None, (now + steps).min(19));
     }
 }
 
@@ -55,7 +70,8 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(answer, 42);
-        assert_eq!(there, (here + NICE).min(19), "the work's thread is niced");
+        let steps = NICE.load(Ordering::Relaxed);
+        assert_eq!(there, (here + steps).min(19), "the work's thread is niced");
         assert_eq!(
             rustix::process::getpriority_process(None).unwrap(),
             here,

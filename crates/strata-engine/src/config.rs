@@ -45,6 +45,10 @@ pub struct EngineConfig {
     /// them). More cut a write's wait for the previous group commit's round trip, at the
     /// price of smaller segments and so more PUTs per write.
     pub wal_uploads_in_flight: usize,
+    /// How many `nice` steps below the threads serving requests NVMe compaction and
+    /// cross-tier job merges run (0 to 19; 0: the same priority). Process-wide: the last
+    /// `Db` opened in a process sets it.
+    pub merge_nice: i32,
     /// Writes queued per shard before callers wait.
     pub write_queue_max: usize,
     /// Row-oriented levels including L0 (LASER: the format follows the level). Everything
@@ -262,6 +266,7 @@ impl Default for EngineConfig {
             // Measured (docs/BENCHMARKS.md, "WAL uploads in flight"): 2 takes nearly all of
             // the latency and throughput gain of 8 at 1.4x the PUTs per write, not 4.9x.
             wal_uploads_in_flight: 2,
+            merge_nice: crate::background::NICE_DEFAULT,
             write_queue_max: 4096,
             levels: 2,
             memtable_settle_ms: 10_000,

@@ -472,6 +472,12 @@ impl Config {
                 "engine.wal_uploads_in_flight is 1 to {most}, got {uploads}"
             )));
         }
+        if !(0..=19).contains(&self.engine.merge_nice) {
+            return Err(err(format!(
+                "engine.merge_nice is 0 to 19, got {}",
+                self.engine.merge_nice
+            )));
+        }
         Ok(())
     }
 

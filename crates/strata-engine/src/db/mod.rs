@@ -120,6 +120,7 @@ impl Db {
         config: EngineConfig,
         clock: ClockRef,
     ) -> Result<Db> {
+        crate::background::set_nice(config.merge_nice);
         if config.levels < 2 {
             return Err(Error::Invalid(
                 "levels must be at least 2 (L0 and L1)".into(),
