@@ -647,6 +647,15 @@ mod tests {
             )
             .is_ok()
         );
+        for bad in ["-1", "20"] {
+            let e = load(
+                Role::Serve,
+                &sources(None, &[], &[&format!("engine.merge_nice={bad}")]),
+            )
+            .unwrap_err();
+            assert!(e.0.contains("engine.merge_nice is 0 to 19, got"), "{e}");
+        }
+        assert!(load(Role::Serve, &sources(None, &[], &["engine.merge_nice=0"])).is_ok());
     }
 
     #[test]
