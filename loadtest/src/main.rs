@@ -296,10 +296,27 @@ impl ReadSources {
     }
 }
 
+/// Milliseconds since the Unix epoch.
+fn unix_ms() -> u64 {
+    #[allow(
+        clippy::disallowed_methods,
+        reason = "samples carry wall-clock time to be lined up with other tools' records"
+    )]
+    let now = std::time::SystemTime::now();
+    now.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 #[derive(Serialize, Debug, Clone, Copy)]
 struct Sample {
     seconds: f64,
+    /// Wall-clock time of the sample (ms since the Unix epoch), to line samples up with
+    /// what other tools (`perf`, `/proc` samplers) saw at the same moment.
+    unix_ms: u64,
     ops: u64,
+    /// Operations completed so far, and of those the ones slower than 100 ms.
+    done: u64,
+    slow: u64,
     reads: ReadSources,
     /// The tree at this moment: sorted runs (the most of any shard), write stalls so far,
     /// bytes in the row levels (SSTs) and in the columnar levels (Parquet), compaction debt.
@@ -576,14 +593,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let issued = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let requests_run_start = db.object_store_metrics().totals();
     let run_started = Instant::now();
+    let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let slow = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let sampler = {
-        let (table, issued) = (table.clone(), issued.clone());
+        let (table, issued, done, slow) =
+            (table.clone(), issued.clone(), done.clone(), slow.clone());
         let every = Duration::from_millis(args.sample_ms.max(10));
         let ops_total = args.ops;
         tokio::spawn(async move {
             let mut samples = vec![Sample {
                 seconds: 0.0,
+                unix_ms: unix_ms(),
                 ops: 0,
+                done: 0,
+                slow: 0,
                 reads: ReadSources::of(&table),
                 tree: TreeSample::of(&table),
             }];
@@ -594,7 +617,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                     .min(ops_total);
                 samples.push(Sample {
                     seconds: run_started.elapsed().as_secs_f64(),
+                    unix_ms: unix_ms(),
                     ops,
+                    done: done.load(std::sync::atomic::Ordering::Relaxed),
+                    slow: slow.load(std::sync::atomic::Ordering::Relaxed),
                     reads: ReadSources::of(&table),
                     tree: TreeSample::of(&table),
                 });
@@ -615,6 +641,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             errors_printed.clone(),
             issued.clone(),
         );
+        let (done, slow) = (done.clone(), slow.clone());
         workers.push(tokio::spawn(async move {
             let mut h = Hists::default();
             let mut rng = StdRng::seed_from_u64(args.seed * 1000 + c as u64);
@@ -633,6 +660,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
                 };
                 let (op, r) = one_op(&table, &args, &chooser, i, &mut rng, &inserted, opts).await;
                 let us = intended.elapsed().as_micros() as u64;
+                done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if us > 100_000 {
+                    slow.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
                 match r {
                     Ok(()) => h.record(op, us),
                     Err(e) => {
@@ -663,7 +694,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let mut samples = sampler.await?;
     let end = Sample {
         seconds: run_seconds,
+        unix_ms: unix_ms(),
         ops: args.ops,
+        done: done.load(std::sync::atomic::Ordering::Relaxed),
+        slow: slow.load(std::sync::atomic::Ordering::Relaxed),
         reads: ReadSources::of(&table),
         tree: TreeSample::of(&table),
     };

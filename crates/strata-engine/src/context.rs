@@ -15,4 +15,7 @@ pub struct ProcessContext {
     pub layout: strata_manifest::Layout,
     /// Notified when a shard of this process publishes a job: wakes its idle workers.
     pub jobs_published: Arc<tokio::sync::Notify>,
+    /// The bucket is a local directory under the standard decorators: an SST upload names
+    /// its file in place of a payload instead of reading the file back into memory.
+    pub local_bucket: bool,
 }

@@ -35,7 +35,7 @@ use crate::fold::collapse;
 use crate::iter::{EntryIter, MergeIter};
 use crate::row::RowCodec;
 use crate::schema::TableSchema;
-use crate::sst::{SstIter, SstReader};
+use crate::sst::SstIter;
 
 /// What a job moves down.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -404,13 +404,9 @@ pub async fn execute(
             .map_err(Error::io(format!("create {}", scratch.display())))?;
         for s in ssts {
             let local = scratch.join(format!("{}-{}.sst", spec.id, s.id));
-            crate::sst::download(store, &paths.sst(&s.id), &local, None).await?;
-            let l = local.clone();
-            let reader = tokio::task::spawn_blocking(move || SstReader::open(&l))
-                .await
-                .map_err(|e| Error::Internal(e.to_string()))?
-                .map_err(|e| Error::Corrupt(format!("sst {}: {e}", paths.sst(&s.id))))?;
-            let _ = std::fs::remove_file(&local);
+            // Corruption is named after the object.
+            let reader =
+                crate::sst::download::open_object(store, &paths.sst(&s.id), &local).await?;
             readers.push(Arc::new(reader));
         }
     }

@@ -10,7 +10,8 @@ mod common;
 
 use common::*;
 use futures::TryStreamExt;
-use strata_engine::{Durability, Mutation, Value, WriteOptions};
+use strata_engine::{Db, DbConfig, Durability, Mutation, Value, WriteOptions};
+use strata_objstore::ObjectStoreConfig;
 
 #[tokio::test]
 async fn local_durability_acks_then_uploads() {
@@ -161,12 +162,30 @@ async fn a_locally_acknowledged_write_survives_a_restart_before_its_upload() {
 /// outlives the local directory, and a reopen from the bucket alone reads every row.
 #[tokio::test]
 async fn sst_uploads_to_a_local_directory_bucket_link_the_local_file() {
+    // On a store handed in (the SST's bytes read back as the put's payload), and on the
+    // configured local-directory bucket (the file standing for the payload).
+    for configured in [false, true] {
+        ssts_linked(configured).await;
+    }
+}
+
+async fn ssts_linked(configured: bool) {
     use std::os::unix::fs::MetadataExt;
     let dir = tempfile::tempdir().unwrap();
     let bucket = dir.path().join("bucket");
     let store = local_store(&bucket);
     let nvme = dir.path().join("nvme");
-    let db = open(&store, &nvme, small_config()).await;
+    let db = if configured {
+        Db::open(DbConfig {
+            store: ObjectStoreConfig::local(&bucket),
+            local_dir: nvme.clone(),
+            engine: small_config(),
+        })
+        .await
+        .unwrap()
+    } else {
+        open(&store, &nvme, small_config()).await
+    };
     db.create_table("t", schema(), &["id"]).await.unwrap();
     let t = db.table("t").await.unwrap();
     for round in 0..3i64 {
@@ -207,7 +226,21 @@ async fn sst_uploads_to_a_local_directory_bucket_link_the_local_file() {
             shared += 1;
         }
     }
-    assert!(shared > 0, "the live SSTs are shared with the bucket");
+    assert!(
+        shared > 0,
+        "the live SSTs are shared with the bucket ({configured})"
+    );
+    if configured {
+        let sst_bytes: u64 = in_bucket
+            .iter()
+            .map(|p| std::fs::metadata(p).unwrap().len())
+            .sum();
+        let counted = db.object_store_metrics().bytes("put", "sst");
+        assert!(
+            counted >= sst_bytes,
+            "puts counted at the files' lengths: {counted} < {sst_bytes}"
+        );
+    }
     db.close().await;
 
     std::fs::remove_dir_all(&nvme).unwrap();

@@ -265,7 +265,7 @@ impl ObjectStore for InstrumentedStore {
         opts: PutOptions,
     ) -> Result<PutResult> {
         let started = Instant::now();
-        let size = payload.content_length() as u64;
+        let size = crate::LocalSource::put_len(&opts, &payload);
         let r = self.inner.put_opts(location, payload, opts).await;
         self.metrics
             .record("put", prefix_of(location), started, &r, size);

@@ -107,12 +107,22 @@ impl LocalDirStore {
         let syncs = self.syncs.clone();
         let root = self.root.clone();
         blocking(move || {
-            if let Some(source) = source.filter(|_| create_only) {
-                let len = payload.content_length() as u64;
-                if let Some(linked) = link_source(&root, &source.0, &dest, len, &syncs) {
+            if let Some(source) = source.as_ref().filter(|_| create_only) {
+                let len = match source.omitted {
+                    Some(len) if payload.content_length() == 0 => len,
+                    _ => payload.content_length() as u64,
+                };
+                if let Some(linked) = link_source(&root, source.path(), &dest, len, &syncs) {
                     return linked;
                 }
             }
+            // Not linked: the file's bytes when it stands for an empty payload.
+            let payload = match &source {
+                Some(source) => source
+                    .payload_or_file(payload)
+                    .map_err(|e| io_error(&dest, e))?,
+                None => payload,
+            };
             let (file, staging) = open_staging(&root, &dest, &syncs)?;
             let mut offset = 0u64;
             for chunk in payload.iter() {
@@ -213,6 +223,18 @@ impl ObjectStore for LocalDirStore {
     ) -> Result<PutResult> {
         match opts.mode.clone() {
             PutMode::Update(expected) => {
+                let payload = match opts.extensions.get::<LocalSource>().cloned() {
+                    Some(source) => {
+                        let dest = self.inner.path_to_filesystem(location)?;
+                        blocking(move || {
+                            source
+                                .payload_or_file(payload)
+                                .map_err(|e| io_error(&dest, e))
+                        })
+                        .await?
+                    }
+                    None => payload,
+                };
                 self.conditional_update(location, payload, opts, expected)
                     .await
             }
@@ -223,7 +245,8 @@ impl ObjectStore for LocalDirStore {
             }
             PutMode::Overwrite => {
                 check_options(&opts)?;
-                self.durable_put(location, payload, false, None).await
+                let source = opts.extensions.get::<LocalSource>().cloned();
+                self.durable_put(location, payload, false, source).await
             }
         }
     }
@@ -305,15 +328,82 @@ impl ObjectStore for LocalDirStore {
 /// the link cannot be made (another file system, a length that differs), writes the payload
 /// as usual.
 ///
+/// Made with [`LocalSource::instead_of_payload`], the put carries no payload at all and the
+/// file stands for it (the caller saves reading tens of megabytes it already wrote): only a
+/// local-directory bucket under decorators that pass extensions on may be given such a put,
+/// and it writes the file's bytes when it cannot link.
+///
 /// The file and the object then share their bytes: whoever holds the file must replace it
 /// only by renaming a new file over its name, never by writing through it.
 #[derive(Clone, Debug)]
-pub struct LocalSource(pub Arc<PathBuf>);
+pub struct LocalSource {
+    path: Arc<PathBuf>,
+    /// The file's length, when the put carries no payload and the file stands for it.
+    omitted: Option<u64>,
+}
 
 impl LocalSource {
-    /// The extension for the file at `path`.
+    /// The extension for the file at `path`, whose bytes the put's payload also carries.
     pub fn new(path: impl Into<PathBuf>) -> Self {
-        Self(Arc::new(path.into()))
+        Self {
+            path: Arc::new(path.into()),
+            omitted: None,
+        }
+    }
+
+    /// The extension for the file at `path`, `len` bytes long, standing for a payload the
+    /// put leaves empty (see the type's doc for which stores may be given it).
+    pub fn instead_of_payload(path: impl Into<PathBuf>, len: u64) -> Self {
+        Self {
+            path: Arc::new(path.into()),
+            omitted: Some(len),
+        }
+    }
+
+    /// The file.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// The length of the object a put with these options writes: the payload's, or the
+    /// file's when the file stands for an empty payload.
+    pub fn put_len(opts: &PutOptions, payload: &PutPayload) -> u64 {
+        match opts.extensions.get::<LocalSource>() {
+            Some(LocalSource {
+                omitted: Some(len), ..
+            }) if payload.content_length() == 0 => *len,
+            _ => payload.content_length() as u64,
+        }
+    }
+
+    /// The bytes a put with these options writes: `payload`, or the file's bytes (checked
+    /// against the length the extension gave) when the file stands for an empty payload.
+    /// Blocking file I/O.
+    pub fn payload_of(opts: &PutOptions, payload: PutPayload) -> std::io::Result<PutPayload> {
+        match opts.extensions.get::<LocalSource>() {
+            Some(source) => source.payload_or_file(payload),
+            None => Ok(payload),
+        }
+    }
+
+    fn payload_or_file(&self, payload: PutPayload) -> std::io::Result<PutPayload> {
+        match self.omitted {
+            Some(len) if payload.content_length() == 0 && len > 0 => {
+                let bytes = std::fs::read(self.path.as_path())?;
+                if bytes.len() as u64 != len {
+                    return Err(std::io::Error::new(
+                        ErrorKind::InvalidData,
+                        format!(
+                            "{} is {} bytes, the put said {len}",
+                            self.path.display(),
+                            bytes.len()
+                        ),
+                    ));
+                }
+                Ok(Bytes::from(bytes).into())
+            }
+            _ => Ok(payload),
+        }
     }
 }
 

@@ -179,7 +179,16 @@ impl ObjectStore for RetryingStore {
                     e @ (object_store::Error::AlreadyExists { .. }
                     | object_store::Error::Precondition { .. }),
                 ) if conditional && ambiguous => {
-                    let expected = Bytes::from(payload.clone());
+                    // A local file standing for the payload is what the object must hold.
+                    let (o, p) = (opts.clone(), payload.clone());
+                    let expected = match tokio::task::spawn_blocking(move || {
+                        crate::LocalSource::payload_of(&o, p)
+                    })
+                    .await
+                    {
+                        Ok(Ok(p)) => Bytes::from(p),
+                        _ => return Err(e),
+                    };
                     return match self.holds(location, &expected).await {
                         Some(r) => Ok(r),
                         None => Err(e),

@@ -332,3 +332,110 @@ async fn local_dir_links_a_named_source_file_instead_of_copying_it() {
         );
     }
 }
+
+/// A source file standing for an empty payload (`LocalSource::instead_of_payload`, the put
+/// carrying no bytes) is linked the same way, counted at the file's length; where it cannot
+/// be linked (another file system) its bytes are written; a length that differs from the
+/// file's is refused rather than written short; and after a lost response the retry layer
+/// recognises its own object by the file's bytes.
+#[tokio::test]
+async fn local_dir_takes_a_source_file_in_place_of_an_empty_payload() {
+    use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions};
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let local = Arc::new(LocalDirStore::new(&dir.path().join("bucket")).unwrap());
+    let metrics = ObjectStoreMetrics::default();
+    let store: StoreRef = Arc::new(RetryingStore::new(
+        Arc::new(InstrumentedStore::new(local.clone(), metrics.clone())),
+        RetryConfig::default(),
+    ));
+    let nvme = dir.path().join("nvme");
+    std::fs::create_dir_all(&nvme).unwrap();
+    let bytes: Vec<u8> = (0..100_000u32).map(|i| (i % 241) as u8).collect();
+    let put = |store: StoreRef, path: &'static str, from: std::path::PathBuf, len: u64| async move {
+        let mut opts = PutOptions::from(PutMode::Create);
+        opts.extensions
+            .insert(LocalSource::instead_of_payload(from, len));
+        store
+            .put_opts(&Path::from(path), Vec::<u8>::new().into(), opts)
+            .await
+    };
+    let read = |p: &str| std::fs::read(dir.path().join("bucket").join(p)).unwrap();
+
+    let source = nvme.join("1.sst");
+    std::fs::write(&source, &bytes).unwrap();
+    put(
+        store.clone(),
+        "t/s/sst/1.sst",
+        source.clone(),
+        bytes.len() as u64,
+    )
+    .await
+    .unwrap();
+    let object = dir.path().join("bucket/t/s/sst/1.sst");
+    assert_eq!(
+        std::fs::metadata(&source).unwrap().ino(),
+        std::fs::metadata(&object).unwrap().ino(),
+        "linked"
+    );
+    assert_eq!(read("t/s/sst/1.sst"), bytes);
+    assert_eq!(
+        metrics.bytes("put", "sst"),
+        bytes.len() as u64,
+        "counted at the file's length"
+    );
+
+    // A length that is not the file's: neither linked nor written short.
+    let err = put(store.clone(), "t/s/sst/2.sst", source.clone(), 5)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("the put said 5"), "{err}");
+    assert!(
+        store.head(&Path::from("t/s/sst/2.sst")).await.is_err(),
+        "nothing written"
+    );
+
+    // Another file system: the file's bytes are written.
+    let shm = std::path::Path::new("/dev/shm");
+    if shm.is_dir() {
+        let elsewhere = tempfile::tempdir_in(shm).unwrap();
+        let far = elsewhere.path().join("3.sst");
+        std::fs::write(&far, &bytes).unwrap();
+        put(
+            store.clone(),
+            "t/s/sst/3.sst",
+            far.clone(),
+            bytes.len() as u64,
+        )
+        .await
+        .unwrap();
+        assert_ne!(
+            std::fs::metadata(&far).unwrap().ino(),
+            std::fs::metadata(dir.path().join("bucket/t/s/sst/3.sst"))
+                .unwrap()
+                .ino()
+        );
+        assert_eq!(read("t/s/sst/3.sst"), bytes);
+    }
+
+    // The first attempt lands and its response is lost; the retry finds the object and
+    // compares it with the file, not with the empty payload.
+    let faults = Arc::new(FaultInjectingStore::new(
+        local.clone(),
+        FaultConfig::default(),
+    ));
+    let lossy: StoreRef = Arc::new(RetryingStore::new(faults.clone(), RetryConfig::default()));
+    let source = nvme.join("4.sst");
+    std::fs::write(&source, &bytes).unwrap();
+    faults.lose_next(1);
+    put(
+        lossy.clone(),
+        "t/s/sst/4.sst",
+        source.clone(),
+        bytes.len() as u64,
+    )
+    .await
+    .expect("the retry recognises the object its lost attempt wrote");
+    assert_eq!(faults.counts().lost_responses, 1);
+    assert_eq!(read("t/s/sst/4.sst"), bytes);
+}

@@ -100,13 +100,20 @@ impl Db {
     pub async fn open(config: DbConfig) -> Result<Db> {
         let metrics = ObjectStoreMetrics::default();
         let (store, fault) = strata_objstore::build(&config.store, &metrics).await?;
-        Self::open_with_store(
+        // The standard decorators over a local directory: an SST's file can stand for its
+        // upload's payload (`strata_objstore::LocalSource::instead_of_payload`).
+        let local_bucket = matches!(
+            config.store.backend,
+            strata_objstore::BackendConfig::Local { .. }
+        );
+        Self::open_on(
             store,
             fault,
             metrics,
             config.local_dir,
             config.engine,
             clock::system(),
+            local_bucket,
         )
         .await
     }
@@ -119,6 +126,21 @@ impl Db {
         local_dir: PathBuf,
         config: EngineConfig,
         clock: ClockRef,
+    ) -> Result<Db> {
+        Self::open_on(store, fault, metrics, local_dir, config, clock, false).await
+    }
+
+    /// Opens the database on `store`; `local_bucket` says it is a local directory under the
+    /// standard decorators (`strata_objstore::build`), which take an SST's file in place of
+    /// its upload's payload.
+    async fn open_on(
+        store: StoreRef,
+        fault: Option<Arc<FaultInjectingStore>>,
+        metrics: ObjectStoreMetrics,
+        local_dir: PathBuf,
+        config: EngineConfig,
+        clock: ClockRef,
+        local_bucket: bool,
     ) -> Result<Db> {
         crate::background::set_nice(config.merge_nice);
         if config.levels < 2 {
@@ -178,6 +200,7 @@ impl Db {
             },
             layout: layout.clone(),
             jobs_published: Arc::default(),
+            local_bucket,
         };
         let workers = tokio_util::sync::CancellationToken::new();
         let mut worker_stats = Vec::new();

@@ -42,7 +42,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use object_store::{PutMode, PutOptions};
+use object_store::{PutMode, PutOptions, PutPayload};
 use parking_lot::{Mutex, RwLock};
 use strata_common::clock::ClockRef;
 use strata_manifest::{Manifest, SeqTime, ShardPaths, SstId, Versioned, VersionedStore};
@@ -336,16 +336,29 @@ impl ShardInner {
     /// Uploads a finished local SST (create-if-absent: names are never reused). The file is
     /// named as the payload's source, so a local-directory bucket on the same disk links it
     /// rather than writing and syncing a second copy (local SSTs are never written through
-    /// again: a new copy is renamed over the name).
+    /// again: a new copy is renamed over the name). On the configured local-directory
+    /// bucket the file stands for the payload, which is not read back into memory at all.
     pub(crate) async fn upload_sst(&self, id: &SstId, path: &std::path::Path) -> Result<()> {
-        let data = tokio::fs::read(path)
-            .await
-            .map_err(Error::io(format!("read {}", path.display())))?;
         let mut opts = PutOptions::from(PutMode::Create);
-        opts.extensions
-            .insert(strata_objstore::LocalSource::new(path));
+        let payload = if self.s3.local_bucket {
+            // The bucket takes the file itself: no read of tens of megabytes back.
+            let len = tokio::fs::metadata(path)
+                .await
+                .map_err(Error::io(format!("stat {}", path.display())))?
+                .len();
+            opts.extensions
+                .insert(strata_objstore::LocalSource::instead_of_payload(path, len));
+            PutPayload::new()
+        } else {
+            let data = tokio::fs::read(path)
+                .await
+                .map_err(Error::io(format!("read {}", path.display())))?;
+            opts.extensions
+                .insert(strata_objstore::LocalSource::new(path));
+            Bytes::from(data).into()
+        };
         self.store
-            .put_opts(&self.paths.sst(id), Bytes::from(data).into(), opts)
+            .put_opts(&self.paths.sst(id), payload, opts)
             .await
             .map_err(Error::store(format!("upload sst {id}")))?;
         Ok(())

@@ -6,6 +6,10 @@
 //! them. A local-directory bucket hands over its file, copied file to file on the blocking
 //! pool (by the kernel where it can); any other store's byte stream is written through a
 //! 1 MiB buffer, the file writes on the blocking pool.
+//!
+//! A job's merge only reads its input SSTs ([`open_object`]): a local-directory bucket's
+//! file is read where it lies, the object being immutable, and only another store's
+//! object is copied into scratch space first.
 
 use futures::StreamExt;
 use object_store::path::Path;
@@ -51,6 +55,43 @@ pub async fn download(
         let _ = tokio::fs::remove_file(local).await;
     }
     checked
+}
+
+/// Opens the SST `object` for reading. A local-directory bucket hands over its file, read
+/// in place (the object is never written again, and the open handle outlives a delete);
+/// any other store's object is downloaded to `scratch` first, then unlinked there while
+/// the reader keeps it open.
+pub async fn open_object(
+    store: &StoreRef,
+    object: &Path,
+    scratch: &std::path::Path,
+) -> Result<crate::sst::SstReader> {
+    let got = store
+        .get(object)
+        .await
+        .map_err(Error::store(format!("get {object}")))?;
+    let name = object.to_string();
+    let opened = match got.payload {
+        GetResultPayload::File(file, _) => {
+            tokio::task::spawn_blocking(move || crate::sst::SstReader::open_handle(file, &name))
+                .await
+        }
+        GetResultPayload::Stream(stream) => {
+            copy_stream(stream, scratch, object).await?;
+            let local = scratch.to_path_buf();
+            tokio::task::spawn_blocking(move || {
+                let opened = crate::sst::SstReader::open_handle(
+                    std::fs::File::open(&local)
+                        .map_err(Error::io(format!("open {}", local.display())))?,
+                    &name,
+                );
+                let _ = std::fs::remove_file(&local);
+                opened
+            })
+            .await
+        }
+    };
+    opened.map_err(|e| Error::Internal(e.to_string()))?
 }
 
 fn copy_file(
@@ -102,6 +143,43 @@ mod tests {
         let store: StoreRef = Arc::new(object_store::memory::InMemory::new());
         store.put(path, bytes.to_vec().into()).await.unwrap();
         store
+    }
+
+    /// A local-directory bucket's SST is read where it lies (nothing lands in scratch
+    /// space); a memory store's is copied to scratch space and unlinked there, the reader
+    /// keeping it open. Both read the same entries; a damaged object's error names it.
+    #[tokio::test]
+    async fn a_job_reads_a_local_buckets_sst_in_place_and_copies_anything_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let built = crate::testkit::sst(dir.path(), 7, b'a', b'z', 3);
+        let bytes = std::fs::read(dir.path().join("7.sst")).unwrap();
+        let object = Path::from("t/s/sst/7.sst");
+        let local: StoreRef =
+            Arc::new(strata_objstore::LocalDirStore::new(&dir.path().join("bucket")).unwrap());
+        local.put(&object, bytes.clone().into()).await.unwrap();
+        let memory = store_with(&object, &bytes).await;
+        for (store, what) in [(local, "local directory"), (memory, "memory")] {
+            let scratch = dir.path().join(format!("scratch-{what}"));
+            std::fs::create_dir_all(&scratch).unwrap();
+            let reader = open_object(&store, &object, &scratch.join("job-7.sst"))
+                .await
+                .unwrap();
+            assert_eq!(
+                std::fs::read_dir(&scratch).unwrap().count(),
+                0,
+                "{what}: nothing left in scratch space"
+            );
+            let got = reader.get(b"q", 10).unwrap();
+            assert_eq!(got.len(), 1, "{what}");
+            assert_eq!(got[0].seq, 3, "{what}");
+            assert_eq!(reader.entries(), built.reader.entries(), "{what}");
+        }
+        let damaged = Path::from("t/s/sst/8.sst");
+        let store = store_with(&damaged, &bytes[..bytes.len() - 3]).await;
+        let err = open_object(&store, &damaged, &dir.path().join("scratch-8.sst"))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("t/s/sst/8.sst"), "{err}");
     }
 
     #[tokio::test]

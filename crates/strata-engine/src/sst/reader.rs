@@ -42,6 +42,12 @@ impl SstReader {
         Self::open_file(file, name.clone()).map_err(|e| named(&name, e))
     }
 
+    /// Opens an SST from a file already open (an object a local-directory bucket handed
+    /// over), naming it `name` in errors.
+    pub fn open_handle(file: std::fs::File, name: &str) -> Result<Self> {
+        Self::open_file(file, name.to_string()).map_err(|e| named(name, e))
+    }
+
     fn open_file(file: std::fs::File, name: String) -> Result<Self> {
         let len = file.metadata().map_err(Error::io("stat sst"))?.len();
         if len < FOOTER_BYTES as u64 {
