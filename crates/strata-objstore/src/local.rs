@@ -108,10 +108,7 @@ impl LocalDirStore {
         let root = self.root.clone();
         blocking(move || {
             if let Some(source) = source.as_ref().filter(|_| create_only) {
-                let len = match source.omitted {
-                    Some(len) if payload.content_length() == 0 => len,
-                    _ => payload.content_length() as u64,
-                };
+                let len = source.len_with(&payload);
                 if let Some(linked) = link_source(&root, source.path(), &dest, len, &syncs) {
                     return linked;
                 }
@@ -369,9 +366,15 @@ impl LocalSource {
     /// file's when the file stands for an empty payload.
     pub fn put_len(opts: &PutOptions, payload: &PutPayload) -> u64 {
         match opts.extensions.get::<LocalSource>() {
-            Some(LocalSource {
-                omitted: Some(len), ..
-            }) if payload.content_length() == 0 => *len,
+            Some(source) => source.len_with(payload),
+            None => payload.content_length() as u64,
+        }
+    }
+
+    /// The object's length with this extension and `payload`.
+    fn len_with(&self, payload: &PutPayload) -> u64 {
+        match self.omitted {
+            Some(len) if payload.content_length() == 0 => len,
             _ => payload.content_length() as u64,
         }
     }

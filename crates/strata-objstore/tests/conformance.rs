@@ -215,6 +215,17 @@ async fn local_dir_writes_are_synced_before_they_return() {
     assert_eq!(store.syncs() - before, 1);
 }
 
+/// A local-directory bucket under `dir/bucket`, counted and retried as `build` stacks it.
+fn linking_stack(dir: &std::path::Path) -> (Arc<LocalDirStore>, ObjectStoreMetrics, StoreRef) {
+    let local = Arc::new(LocalDirStore::new(&dir.join("bucket")).unwrap());
+    let metrics = ObjectStoreMetrics::default();
+    let store: StoreRef = Arc::new(RetryingStore::new(
+        Arc::new(InstrumentedStore::new(local.clone(), metrics.clone())),
+        RetryConfig::default(),
+    ));
+    (local, metrics, store)
+}
+
 /// A create-only put whose payload names its local source file (`LocalSource`) is a hard
 /// link of that file: no second copy, synced, aged from the put, and still create-only,
 /// through the whole decorator stack. A source of another length, or on another file
@@ -224,12 +235,7 @@ async fn local_dir_links_a_named_source_file_instead_of_copying_it() {
     use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions};
     use std::os::unix::fs::MetadataExt;
     let dir = tempfile::tempdir().unwrap();
-    let local = Arc::new(LocalDirStore::new(&dir.path().join("bucket")).unwrap());
-    let metrics = ObjectStoreMetrics::default();
-    let store: StoreRef = Arc::new(RetryingStore::new(
-        Arc::new(InstrumentedStore::new(local.clone(), metrics.clone())),
-        RetryConfig::default(),
-    ));
+    let (local, metrics, store) = linking_stack(dir.path());
 
     let nvme = dir.path().join("nvme");
     std::fs::create_dir_all(&nvme).unwrap();
@@ -343,12 +349,7 @@ async fn local_dir_takes_a_source_file_in_place_of_an_empty_payload() {
     use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions};
     use std::os::unix::fs::MetadataExt;
     let dir = tempfile::tempdir().unwrap();
-    let local = Arc::new(LocalDirStore::new(&dir.path().join("bucket")).unwrap());
-    let metrics = ObjectStoreMetrics::default();
-    let store: StoreRef = Arc::new(RetryingStore::new(
-        Arc::new(InstrumentedStore::new(local.clone(), metrics.clone())),
-        RetryConfig::default(),
-    ));
+    let (local, metrics, store) = linking_stack(dir.path());
     let nvme = dir.path().join("nvme");
     std::fs::create_dir_all(&nvme).unwrap();
     let bytes: Vec<u8> = (0..100_000u32).map(|i| (i % 241) as u8).collect();

@@ -537,3 +537,45 @@ impl Db {
         self.inner.s3.hotness.as_ref()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only a bucket configured as a local directory (the standard decorators over it) is
+    /// given SST uploads whose file stands for the payload; a memory bucket and any store
+    /// handed in get the bytes.
+    #[tokio::test]
+    async fn only_a_configured_local_directory_takes_an_sst_file_for_its_payload() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = |store: ObjectStoreConfig, local: &str| {
+            Db::open(DbConfig {
+                store,
+                local_dir: dir.path().join(local),
+                engine: EngineConfig::default(),
+            })
+        };
+        let local = open(ObjectStoreConfig::local(dir.path().join("bucket")), "a")
+            .await
+            .unwrap();
+        assert!(local.inner.s3.local_bucket);
+        local.close().await;
+        let memory = open(ObjectStoreConfig::memory(), "b").await.unwrap();
+        assert!(!memory.inner.s3.local_bucket);
+        memory.close().await;
+        let handed: StoreRef =
+            Arc::new(strata_objstore::LocalDirStore::new(&dir.path().join("bucket")).unwrap());
+        let handed = Db::open_with_store(
+            handed,
+            None,
+            ObjectStoreMetrics::default(),
+            dir.path().join("c"),
+            EngineConfig::default(),
+            clock::system(),
+        )
+        .await
+        .unwrap();
+        assert!(!handed.inner.s3.local_bucket);
+        handed.close().await;
+    }
+}
