@@ -29,7 +29,7 @@ pub use create::{Created, create_or_match};
 pub use error::{Error, Result};
 pub use fault::{FaultConfig, FaultCounts, FaultInjectingStore, FaultOp};
 pub use instrumented::{InstrumentedStore, ObjectStoreMetrics, RequestTotals, s3_price_per_1000};
-pub use local::{LocalDirStore, LocalSource};
+pub use local::{BULK_SLICE_BYTES, LocalDirStore, LocalSource, bulk_turn};
 pub use object_store::path::Path;
 pub use object_store::{ObjectStore, ObjectStoreExt};
 pub use retrying::RetryingStore;

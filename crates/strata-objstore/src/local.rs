@@ -14,6 +14,14 @@
 //! an SST the engine has just written and synced on the same disk) is a hard link of that
 //! file instead of a second copy: the object is durable after the link and a directory
 //! `fsync`, without writing and syncing tens of megabytes again.
+//!
+//! Large writes (multipart parts, payloads over [`BULK_SLICE_BYTES`]) reach the disk a
+//! slice at a time: each slice is written and `fdatasync`ed during a [`bulk_turn`], the
+//! process's one turn at the disk for bulk data (the engine's SST builder takes it too),
+//! so at most about one slice of bulk data is queued at the device when a small durable
+//! write (a WAL segment, a manifest) syncs. Up to eight 10 MiB parts of a job's Parquet
+//! output used to be synced at once, and a WAL segment synced meanwhile waited behind
+//! 80 MiB of writes (about 200 ms on a disk writing 380 MB/s).
 
 use std::io::ErrorKind;
 use std::ops::Range;
@@ -37,6 +45,21 @@ use object_store::{
 use crate::error::Error;
 
 const LOCK_STRIPES: usize = 64;
+
+/// Bytes of a large write synced at a time (see the module doc). Payloads no larger are
+/// written whole and synced once, without a [`bulk_turn`]: a WAL segment never waits for
+/// one.
+pub const BULK_SLICE_BYTES: usize = 2 << 20;
+
+static BULK: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+
+/// The process's turn at the disk for bulk data: held while one slice (at most
+/// [`BULK_SLICE_BYTES`]) of a large file is written and synced, so slices of several files
+/// (a job's Parquet parts, a flush's or a compaction's SST) never queue at the device
+/// together ahead of a small durable write. Call it on a blocking thread.
+pub fn bulk_turn() -> parking_lot::MutexGuard<'static, ()> {
+    BULK.lock()
+}
 
 /// A directory standing in for a bucket.
 ///
@@ -121,13 +144,9 @@ impl LocalDirStore {
                 None => payload,
             };
             let (file, staging) = open_staging(&root, &dest, &syncs)?;
-            let mut offset = 0u64;
-            for chunk in payload.iter() {
-                if let Err(e) = file.write_all_at(chunk, offset) {
-                    let _ = std::fs::remove_file(&staging);
-                    return Err(io_error(&dest, e));
-                }
-                offset += chunk.len() as u64;
+            if let Err(e) = write_sliced(&file, &payload, 0, false, &syncs) {
+                let _ = std::fs::remove_file(&staging);
+                return Err(io_error(&dest, e));
             }
             publish(&file, &staging, &dest, create_only, &syncs)
         })
@@ -493,22 +512,13 @@ impl MultipartUpload for DurableUpload {
             .map(|(_, d)| d.clone())
             .unwrap_or_default();
         Box::pin(blocking(move || {
-            let mut at = offset;
-            for chunk in data.iter() {
-                if let Err(e) = file.write_all_at(chunk, at) {
-                    failed.store(true, Ordering::Relaxed);
-                    return Err(io_error(&dest, e));
-                }
-                at += chunk.len() as u64;
-            }
-            // Each part on the disk as it arrives, so the final sync (and the journal
-            // commit every other sync on the disk waits for) carries one part, not the
-            // whole object.
-            file.sync_data().map_err(|e| {
+            // Each part on the disk as it arrives, a slice at a time under the bulk gate,
+            // so the final sync carries one slice, not the whole object, and parts in
+            // flight at once never queue more than a slice ahead of a WAL segment's sync.
+            if let Err(e) = write_sliced(&file, &data, offset, true, &syncs) {
                 failed.store(true, Ordering::Relaxed);
-                io_error(&dest, e)
-            })?;
-            syncs.fetch_add(1, Ordering::Relaxed);
+                return Err(io_error(&dest, e));
+            }
             Ok(())
         }))
     }
@@ -552,6 +562,51 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| object_store::Error::JoinError { source: e })?
+}
+
+/// Writes `payload` into `file` from `offset`. A payload of at most [`BULK_SLICE_BYTES`]
+/// (unless `bulk_always`) is written whole and left for the caller to sync. A larger one is
+/// written and synced a slice at a time, each slice during a [`bulk_turn`].
+fn write_sliced(
+    file: &std::fs::File,
+    payload: &PutPayload,
+    mut offset: u64,
+    bulk_always: bool,
+    syncs: &AtomicU64,
+) -> std::io::Result<()> {
+    if !bulk_always && payload.content_length() <= BULK_SLICE_BYTES {
+        for chunk in payload.iter() {
+            file.write_all_at(chunk, offset)?;
+            offset += chunk.len() as u64;
+        }
+        return Ok(());
+    }
+    let mut turn = None;
+    let mut unsynced = 0usize;
+    for chunk in payload.iter() {
+        let mut rest = &chunk[..];
+        while !rest.is_empty() {
+            let n = rest.len().min(BULK_SLICE_BYTES - unsynced);
+            if turn.is_none() {
+                turn = Some(bulk_turn());
+            }
+            file.write_all_at(&rest[..n], offset)?;
+            offset += n as u64;
+            unsynced += n;
+            rest = &rest[n..];
+            if unsynced == BULK_SLICE_BYTES {
+                file.sync_data()?;
+                syncs.fetch_add(1, Ordering::Relaxed);
+                unsynced = 0;
+                turn = None;
+            }
+        }
+    }
+    if unsynced > 0 {
+        file.sync_data()?;
+        syncs.fetch_add(1, Ordering::Relaxed);
+    }
+    Ok(())
 }
 
 /// Makes a written staging file durable and moves it into place ([`place`]); its e-tag.

@@ -215,6 +215,76 @@ async fn local_dir_writes_are_synced_before_they_return() {
     assert_eq!(store.syncs() - before, 1);
 }
 
+/// Large writes reach the disk a slice at a time, each during the process's bulk turn,
+/// while a small write (a WAL segment) never waits for the turn: a slice of bulk data held
+/// up by another file's sync leaves small durable writes free to land.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_dir_syncs_large_writes_in_slices_during_the_bulk_turn() {
+    use object_store::ObjectStoreExt;
+    use strata_objstore::{BULK_SLICE_BYTES, bulk_turn};
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(LocalDirStore::new(dir.path()).unwrap());
+    store
+        .put(&Path::from("levels/warm"), b"x".to_vec().into())
+        .await
+        .unwrap();
+    store
+        .put(&Path::from("wal/warm"), b"x".to_vec().into())
+        .await
+        .unwrap();
+
+    // A payload of two and a half slices: three slice syncs, then the file and directory.
+    let big = vec![7u8; BULK_SLICE_BYTES * 5 / 2];
+    let before = store.syncs();
+    store
+        .put(&Path::from("levels/big"), big.clone().into())
+        .await
+        .unwrap();
+    assert_eq!(store.syncs() - before, 3 + 2);
+    let read = store.get(&Path::from("levels/big")).await.unwrap();
+    assert_eq!(read.bytes().await.unwrap().as_ref(), big.as_slice());
+
+    // A multipart part of the same size: three slice syncs, the last one its tail.
+    let before = store.syncs();
+    let mut upload = store
+        .put_multipart(&Path::from("levels/parts"))
+        .await
+        .unwrap();
+    upload.put_part(big.clone().into()).await.unwrap();
+    assert_eq!(store.syncs() - before, 3);
+    upload.complete().await.unwrap();
+
+    // While the turn is held elsewhere, a large write waits for it and a small one lands.
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        let _turn = bulk_turn();
+        held_tx.send(()).unwrap();
+        release_rx.recv().unwrap();
+    });
+    held_rx.recv().unwrap();
+    let waiting = {
+        let store = store.clone();
+        let big = big.clone();
+        tokio::spawn(async move { store.put(&Path::from("levels/later"), big.into()).await })
+    };
+    store
+        .put(&Path::from("wal/segment"), vec![1u8; 64 << 10].into())
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(
+        !waiting.is_finished(),
+        "a large write waits for the bulk turn"
+    );
+    assert!(store.head(&Path::from("levels/later")).await.is_err());
+    release_tx.send(()).unwrap();
+    holder.join().unwrap();
+    waiting.await.unwrap().unwrap();
+    let read = store.get(&Path::from("levels/later")).await.unwrap();
+    assert_eq!(read.bytes().await.unwrap().len(), big.len());
+}
+
 /// A local-directory bucket under `dir/bucket`, counted and retried as `build` stacks it.
 fn linking_stack(dir: &std::path::Path) -> (Arc<LocalDirStore>, ObjectStoreMetrics, StoreRef) {
     let local = Arc::new(LocalDirStore::new(&dir.join("bucket")).unwrap());

@@ -1,13 +1,21 @@
 //! Writing a sorted run of one column group as Parquet files of a target size, with the
-//! `parquet` crate's async writer over the object-store seam.
+//! `parquet` crate's writer over the object-store seam.
+//!
+//! The encoder writes into fixed-size buffers ([`ChunkSink`]) that are handed to the
+//! upload as they are, without a copy. (`parquet`'s async writer gathers each row group
+//! into one `Vec` that grows by doubling from empty, then copies it again into the upload's
+//! parts: a 100 MB row group meant about 200 MB of fresh memory faulted in, zeroed and
+//! copied, a third of a cross-tier job's CPU.)
 
 use std::sync::Arc;
+
+use bytes::Bytes;
 
 use arrow::datatypes::DataType;
 use object_store::ObjectStoreExt;
 use object_store::buffered::BufWriter;
 use object_store::path::Path;
-use parquet::arrow::AsyncArrowWriter;
+use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::{KeyValue, ParquetMetaData};
 use parquet::file::properties::{
@@ -93,9 +101,121 @@ fn properties(format: &GroupFormat, shape: &FileShape) -> WriterProperties {
     b.build()
 }
 
+/// Bytes of each buffer the encoder writes into.
+const SINK_CHUNK_BYTES: usize = 1 << 20;
+
+/// A `Write` target that keeps what it is given as a list of buffers of
+/// [`SINK_CHUNK_BYTES`], each allocated once and handed on whole.
+#[derive(Default)]
+struct ChunkSink {
+    full: Vec<Bytes>,
+    current: Vec<u8>,
+}
+
+impl ChunkSink {
+    /// Everything written since the last call, in order.
+    fn take(&mut self) -> Vec<Bytes> {
+        if !self.current.is_empty() {
+            self.full
+                .push(Bytes::from(std::mem::take(&mut self.current)));
+        }
+        std::mem::take(&mut self.full)
+    }
+}
+
+impl std::io::Write for ChunkSink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.current.capacity() == 0 {
+            self.current.reserve_exact(SINK_CHUNK_BYTES);
+        }
+        let n = buf.len().min(self.current.capacity() - self.current.len());
+        self.current.extend_from_slice(&buf[..n]);
+        if self.current.len() == self.current.capacity() {
+            self.full
+                .push(Bytes::from(std::mem::take(&mut self.current)));
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// One Parquet file being encoded and uploaded: each row group's bytes go to the upload
+/// once the encoder has flushed it.
+struct ParquetUpload {
+    encoder: ArrowWriter<ChunkSink>,
+    upload: BufWriter,
+}
+
+impl ParquetUpload {
+    fn new(
+        store: StoreRef,
+        path: Path,
+        format: &GroupFormat,
+        shape: &FileShape,
+    ) -> parquet::errors::Result<Self> {
+        Ok(Self {
+            encoder: ArrowWriter::try_new(
+                ChunkSink::default(),
+                format.schema.clone(),
+                Some(properties(format, shape)),
+            )?,
+            upload: BufWriter::new(store, path),
+        })
+    }
+
+    fn bytes_written(&self) -> usize {
+        self.encoder.bytes_written()
+    }
+
+    fn in_progress_size(&self) -> usize {
+        self.encoder.in_progress_size()
+    }
+
+    fn append_key_value_metadata(&mut self, kv: KeyValue) {
+        self.encoder.append_key_value_metadata(kv);
+    }
+
+    async fn write(&mut self, batch: &arrow::record_batch::RecordBatch) -> Result<()> {
+        let before = self.encoder.flushed_row_groups().len();
+        self.encoder.write(batch).map_err(parquet_error)?;
+        if self.encoder.flushed_row_groups().len() != before {
+            self.send().await?;
+        }
+        Ok(())
+    }
+
+    /// Hands the encoded bytes to the upload (which writes a part once it holds one).
+    async fn send(&mut self) -> Result<()> {
+        for chunk in self.encoder.inner_mut().take() {
+            self.upload
+                .put(chunk)
+                .await
+                .map_err(|e| Error::Internal(format!("upload parquet: {e}")))?;
+        }
+        Ok(())
+    }
+
+    /// Writes the footer and completes the upload.
+    async fn close(mut self) -> Result<ParquetMetaData> {
+        let md = self.encoder.finish().map_err(parquet_error)?;
+        self.send().await?;
+        tokio::io::AsyncWriteExt::shutdown(&mut self.upload)
+            .await
+            .map_err(|e| Error::Internal(format!("complete parquet upload: {e}")))?;
+        Ok(md)
+    }
+}
+
+fn parquet_error(e: parquet::errors::ParquetError) -> Error {
+    Error::Internal(format!("parquet: {e}"))
+}
+
 struct Open {
     name: String,
-    writer: AsyncArrowWriter<BufWriter>,
+    writer: ParquetUpload,
     info: ParquetFileInfo,
     /// No key has more than one version in the file so far.
     distinct: bool,
@@ -155,12 +275,8 @@ impl RunWriter {
             let name = format!("{}-{:04}", self.prefix, self.next);
             self.next += 1;
             let path = (self.path_of)(&name);
-            let writer = AsyncArrowWriter::try_new(
-                BufWriter::new(self.store.clone(), path),
-                self.format.schema.clone(),
-                Some(properties(&self.format, &self.shape)),
-            )
-            .map_err(|e| Error::Internal(format!("parquet writer: {e}")))?;
+            let writer = ParquetUpload::new(self.store.clone(), path, &self.format, &self.shape)
+                .map_err(|e| Error::Internal(format!("parquet writer: {e}")))?;
             self.open = Some(Open {
                 name: name.clone(),
                 writer,
@@ -252,5 +368,112 @@ impl RunWriter {
         self.write_pending().await?;
         self.close_file().await?;
         Ok(self.done)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+    use crate::entry::EntryKind;
+    use crate::value::Value;
+    use arrow::array::AsArray;
+    use arrow::datatypes::{Field, Schema};
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+    #[test]
+    fn a_chunk_sink_keeps_what_it_is_given_in_order_in_fixed_buffers() {
+        let mut sink = ChunkSink::default();
+        let mut want = Vec::new();
+        for (i, n) in [10usize, SINK_CHUNK_BYTES, 3, SINK_CHUNK_BYTES * 2 + 5, 0, 7]
+            .into_iter()
+            .enumerate()
+        {
+            let piece = vec![i as u8; n];
+            sink.write_all(&piece).unwrap();
+            want.extend_from_slice(&piece);
+        }
+        let chunks = sink.take();
+        let (last, full) = chunks.split_last().unwrap();
+        assert!(full.iter().all(|c| c.len() == SINK_CHUNK_BYTES));
+        assert!(!last.is_empty() && last.len() <= SINK_CHUNK_BYTES);
+        assert_eq!(chunks.concat(), want);
+        assert!(sink.take().is_empty(), "taken once");
+    }
+
+    /// A file of several row groups and more bytes than one upload part goes through the
+    /// multipart path and reads back whole, every value in its row.
+    #[tokio::test]
+    async fn a_file_larger_than_an_upload_part_reads_back_whole() {
+        let store: StoreRef = Arc::new(object_store::memory::InMemory::new());
+        let schema = Schema::new(vec![
+            Field::new("k", DataType::Int64, false),
+            Field::new("v", DataType::Binary, true),
+        ]);
+        let format = Arc::new(GroupFormat::new(&schema, &[0], &[1], vec![0]));
+        let shape = FileShape {
+            file_bytes_target: 1 << 30,
+            row_group_rows: 4096,
+            page_bytes: 64 << 10,
+            page_rows: 4096,
+            dictionary_page_bytes: 64 << 10,
+        };
+        let mut w = RunWriter::new(
+            store.clone(),
+            format.clone(),
+            shape,
+            "big".into(),
+            Box::new(|name| Path::from(format!("p/{name}.parquet"))),
+        );
+        // Incompressible values, so the file is as large as its rows.
+        let value = |i: u64| -> Vec<u8> {
+            let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+            (0..1000)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect()
+        };
+        let rows = 20_000u64;
+        for i in 0..rows {
+            let encoded = format
+                .codec
+                .encode(&[Some(Value::Bytes(value(i)))])
+                .unwrap();
+            w.add_key(vec![Entry {
+                key: Bytes::from(((i as i64 as u64) ^ (1 << 63)).to_be_bytes().to_vec()),
+                seq: 1,
+                kind: EntryKind::Put,
+                value: Bytes::from(encoded),
+            }])
+            .await
+            .unwrap();
+        }
+        let info = w.finish().await.unwrap().pop().unwrap();
+        assert!(info.size_bytes > 15 << 20, "{} bytes", info.size_bytes);
+        let bytes = store
+            .get(&Path::from(format!("p/{}.parquet", info.name)))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        assert_eq!(bytes.len() as u64, info.size_bytes);
+        let reader = ParquetRecordBatchReaderBuilder::try_new(bytes).unwrap();
+        assert!(reader.metadata().num_row_groups() >= 4);
+        let mut seen = 0u64;
+        for batch in reader.build().unwrap() {
+            let batch = batch.unwrap();
+            let v = batch.column_by_name("v").unwrap().as_binary::<i32>();
+            for r in 0..batch.num_rows() {
+                assert_eq!(v.value(r), value(seen).as_slice(), "row {seen}");
+                seen += 1;
+            }
+        }
+        assert_eq!(seen, rows);
     }
 }

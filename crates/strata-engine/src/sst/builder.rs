@@ -5,7 +5,10 @@
 //! SST dirty until its final `fsync`, and on ext4 (ordered data) the journal commit that
 //! `fsync` causes writes out all of it while every other `fsync` on the disk, the WAL's
 //! group commits among them, waits behind it: a write-latency spike per flush. Synced in
-//! slices, each commit carries at most a slice.
+//! slices, each commit carries at most a slice, and each slice is synced during the
+//! process's turn at the disk for bulk data ([`strata_objstore::bulk_turn`]), so a flush,
+//! a compaction and a job's Parquet upload never queue their slices at the device
+//! together ahead of a WAL segment.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -18,7 +21,7 @@ use crate::sst::footer::{Footer, seal};
 use crate::varint;
 
 /// Bytes written between the builder's `fdatasync`s of a growing SST.
-pub const SYNC_EVERY_BYTES: u64 = 8 << 20;
+pub const SYNC_EVERY_BYTES: u64 = strata_objstore::BULK_SLICE_BYTES as u64;
 
 /// What an SST holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,6 +129,7 @@ impl SstBuilder {
             .map_err(Error::io(format!("write {}", self.tmp.display())))?;
         self.offset += data.len() as u64;
         if self.offset - self.synced >= SYNC_EVERY_BYTES {
+            let _turn = strata_objstore::bulk_turn();
             self.out
                 .flush()
                 .and_then(|()| self.out.get_ref().sync_data())
@@ -174,14 +178,66 @@ impl SstBuilder {
             entries: self.stats.entries,
         };
         self.write(&footer.encode())?;
+        let turn = strata_objstore::bulk_turn();
         let f = self.out.into_inner().map_err(|e| Error::Io {
             context: "flush sst".into(),
             source: e.into_error(),
         })?;
         f.sync_all().map_err(Error::io("fsync sst"))?;
+        drop(turn);
         std::fs::rename(&self.tmp, &self.path)
             .map_err(Error::io(format!("rename {}", self.path.display())))?;
         self.stats.size_bytes = self.offset;
         Ok(self.stats)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::entry::EntryKind;
+    use bytes::Bytes;
+
+    /// A growing SST syncs its slices during the process's bulk turn: while another file
+    /// holds the turn, the builder waits at its first slice and finishes once it is free.
+    #[test]
+    fn a_growing_sst_syncs_its_slices_during_the_bulk_turn() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.sst");
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let holder = std::thread::spawn(move || {
+            let _turn = strata_objstore::bulk_turn();
+            held_tx.send(()).unwrap();
+            release_rx.recv().unwrap();
+        });
+        held_rx.recv().unwrap();
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let writer = std::thread::spawn(move || {
+            let mut b = SstBuilder::create(&path, 4096, 10).unwrap();
+            let value = Bytes::from(vec![9u8; 1000]);
+            let entries = SYNC_EVERY_BYTES as usize * 3 / 1000;
+            for i in 0..entries as u64 {
+                b.add(&Entry {
+                    key: Bytes::from(i.to_be_bytes().to_vec()),
+                    seq: 1,
+                    kind: EntryKind::Put,
+                    value: value.clone(),
+                })
+                .unwrap();
+            }
+            done_tx.send(()).unwrap();
+            b.finish().unwrap()
+        });
+        assert!(
+            done_rx
+                .recv_timeout(std::time::Duration::from_millis(200))
+                .is_err(),
+            "the builder waits for the turn at its first slice"
+        );
+        release_tx.send(()).unwrap();
+        holder.join().unwrap();
+        let stats = writer.join().unwrap();
+        assert!(stats.size_bytes > 2 * SYNC_EVERY_BYTES);
     }
 }
