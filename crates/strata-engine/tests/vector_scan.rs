@@ -1088,3 +1088,70 @@ async fn scans_under_writes_fold_the_memtables_through_an_older_sequence_number(
     drop(older);
     db.close().await;
 }
+
+/// A known defect, found by `batches_match_rows` (its minimal failing input): with `b` and
+/// `a` in separate column groups, a row whose `b` was moved down a level by a CG-local
+/// compaction, then whose `a` alone was updated and moved into the first columnar level,
+/// reads back with `b` null through `ShardView::batches` (the rows path has it). The
+/// upper-tier merge (`MergeIter::with_parts`) unions only the parts of one sequence
+/// number, and the job folded the partial update of `a` into a whole version of `a`'s
+/// group, so that version shadows the older version of `b`'s group. Ignored until fixed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "known defect: a group-local version shadows another group's older version in batch scans"]
+async fn a_group_updated_alone_after_another_group_moved_down_keeps_both() {
+    let ops = vec![
+        Op::Delete {
+            start: 279,
+            len: 98,
+            step: 6,
+        },
+        Op::Upsert {
+            start: 839,
+            len: 413,
+            salt: -1988382987466685371,
+        },
+        Op::Drain,
+        Op::Delete {
+            start: 751,
+            len: 3,
+            step: 5,
+        },
+        Op::CompactS3 { level: 0, group: 0 },
+        Op::CompactS3 { level: 0, group: 0 },
+        Op::Upsert {
+            start: 806,
+            len: 403,
+            salt: 2599026432437426596,
+        },
+        Op::UpdateA {
+            start: 1037,
+            len: 179,
+            salt: 3581773935237468267,
+        },
+        Op::Delete {
+            start: 832,
+            len: 137,
+            step: 3,
+        },
+        Op::Drain,
+        Op::UpdateA {
+            start: 1033,
+            len: 151,
+            salt: 6628414450170470247,
+        },
+        Op::Delete {
+            start: 815,
+            len: 138,
+            step: 1,
+        },
+        Op::Upsert {
+            start: 549,
+            len: 296,
+            salt: 1171579925854371624,
+        },
+    ];
+    // Background jobs make the failing interleaving likely, not certain: run it a few times.
+    for _ in 0..10 {
+        run(ops.clone(), 2, false, false).await;
+    }
+}
