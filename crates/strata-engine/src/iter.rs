@@ -67,11 +67,15 @@ pub fn union_parts(codec: &RowCodec, a: &Entry, b: &Entry) -> Result<Entry> {
             *x = y;
         }
     }
-    let kind = if a.kind == EntryKind::Put || b.kind == EntryKind::Put {
-        EntryKind::Put
-    } else {
-        EntryKind::Partial
-    };
+    // Parts that together carry every column are the whole row: older versions cannot
+    // change it (a scan reads a multi-group row's parts as partial rows, see
+    // `GroupFormat::scan_entries`).
+    let kind =
+        if a.kind == EntryKind::Put || b.kind == EntryKind::Put || va.iter().all(|v| v.is_some()) {
+            EntryKind::Put
+        } else {
+            EntryKind::Partial
+        };
     Ok(Entry {
         key: a.key.clone(),
         seq: a.seq,

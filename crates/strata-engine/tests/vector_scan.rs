@@ -1089,15 +1089,13 @@ async fn scans_under_writes_fold_the_memtables_through_an_older_sequence_number(
     db.close().await;
 }
 
-/// A known defect, found by `batches_match_rows` (its minimal failing input): with `b` and
-/// `a` in separate column groups, a row whose `b` was moved down a level by a CG-local
-/// compaction, then whose `a` alone was updated and moved into the first columnar level,
-/// reads back with `b` null through `ShardView::batches` (the rows path has it). The
-/// upper-tier merge (`MergeIter::with_parts`) unions only the parts of one sequence
-/// number, and the job folded the partial update of `a` into a whole version of `a`'s
-/// group, so that version shadows the older version of `b`'s group. Ignored until fixed.
+/// Found by `batches_match_rows` (its minimal failing input): with `b` and `a` in separate
+/// column groups, a row whose `b` was moved down a level by a CG-local compaction, then
+/// whose `a` alone was updated and moved into the first columnar level, read back with `b`
+/// null through `ShardView::batches` (the rows path had it): the job folds the partial
+/// update of `a` into a whole version of `a`'s group, and a scan needing both groups kept
+/// that version a whole-row put, hiding `b`'s older version in the level below.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known defect: a group-local version shadows another group's older version in batch scans"]
 async fn a_group_updated_alone_after_another_group_moved_down_keeps_both() {
     let ops = vec![
         Op::Delete {

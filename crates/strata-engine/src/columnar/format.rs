@@ -221,13 +221,19 @@ impl GroupFormat {
     /// Reads versions for a scan from a batch holding `_key`, `_seq`, `_kind`, `_present`
     /// and the group columns at `read` (positions in the group, ascending), in file order,
     /// keeping rows whose key is in `[start, end)`. Versions come out at the table's full
-    /// width (`full`) in one encoding step. A whole-row put keeps its kind: for the columns
-    /// a scan projects, which this group's read columns cover, it decides the row, so older
-    /// versions need not be consulted (the other columns are not carried and not read).
+    /// width (`full`) in one encoding step. With `puts_decide` (this group holds every
+    /// column the scan needs) a whole-row put keeps its kind: it decides the row for those
+    /// columns, so older versions need not be consulted. Otherwise a put is a partial row
+    /// of this group's columns, as [`Self::widen`] makes it: a group's newer version (a
+    /// partial update folded into a whole one by a job) must not hide another group's
+    /// older version of the row, which may sit in another level after a CG-local
+    /// compaction.
+    #[allow(clippy::too_many_arguments)]
     pub fn scan_entries(
         &self,
         full: &RowCodec,
         read: &[usize],
+        puts_decide: bool,
         batch: &RecordBatch,
         origin: &str,
         start: &[u8],
@@ -283,7 +289,11 @@ impl GroupFormat {
             out.push(Entry {
                 key: Bytes::copy_from_slice(key),
                 seq: seqs.value(row),
-                kind,
+                kind: if kind == EntryKind::Put && !puts_decide {
+                    EntryKind::Partial
+                } else {
+                    kind
+                },
                 value,
             });
         }

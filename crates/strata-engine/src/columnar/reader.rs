@@ -1009,9 +1009,10 @@ pub struct RunIter {
     end: Option<Vec<u8>>,
     /// Widen to the full width with this codec (readers) or keep group-local (compaction).
     widen: Option<crate::row::RowCodec>,
-    /// For scans: the group's columns read (positions in the group, ascending); the others
-    /// are not read (see [`GroupFormat::scan_entries`]).
-    scan: Option<Vec<usize>>,
+    /// For scans: the group's columns read (positions in the group, ascending; the others
+    /// are not read), and whether a whole-row put decides the row (see
+    /// [`GroupFormat::scan_entries`]).
+    scan: Option<(Vec<usize>, bool)>,
     /// Once cancelled, reads fail with [`Error::Closed`] instead of starting (see
     /// [`block_on_unless`]).
     stop: Option<tokio_util::sync::CancellationToken>,
@@ -1079,7 +1080,8 @@ impl RunIter {
 
     /// Iterates `files` for a scan that needs only the group's columns at `read`
     /// (positions in the group, ascending): versions come out at the table's full width
-    /// (`full`), with whole-row puts kept whole (see [`GroupFormat::scan_entries`]).
+    /// (`full`), with whole-row puts kept whole when `puts_decide` (the group holds every
+    /// column the scan needs; see [`GroupFormat::scan_entries`]).
     #[allow(clippy::too_many_arguments)]
     pub fn for_scan(
         handle: tokio::runtime::Handle,
@@ -1089,9 +1091,10 @@ impl RunIter {
         end: Option<&[u8]>,
         full: crate::row::RowCodec,
         read: Vec<usize>,
+        puts_decide: bool,
     ) -> Self {
         let mut it = Self::new(handle, format, files, start, end, Some(full));
-        it.scan = Some(read);
+        it.scan = Some((read, puts_decide));
         it
     }
 }
@@ -1110,7 +1113,7 @@ impl EntryIter for RunIter {
                     return Ok(None);
                 };
                 let start = self.start.clone();
-                let columns = self.scan.as_ref().map(|read| {
+                let columns = self.scan.as_ref().map(|(read, _)| {
                     let k = self.format.key_columns();
                     let mut c = vec![0, 1 + k, 2 + k, 3 + k];
                     c.extend(read.iter().map(|p| 4 + k + p));
@@ -1132,9 +1135,10 @@ impl EntryIter for RunIter {
                     let batch =
                         batch.map_err(|e| Error::Corrupt(format!("parquet {origin}: {e}")))?;
                     let entries = match (&self.scan, &self.widen) {
-                        (Some(read), Some(full)) => self.format.scan_entries(
+                        (Some((read, puts_decide)), Some(full)) => self.format.scan_entries(
                             full,
                             read,
+                            *puts_decide,
                             &batch,
                             origin,
                             &self.start,

@@ -94,6 +94,7 @@ pub(crate) fn run_iters(
                     let read = (0..format.columns.len())
                         .filter(|p| needed.contains(&format.columns[*p]))
                         .collect();
+                    let puts_decide = needed.iter().all(|c| format.columns.contains(c));
                     RunIter::for_scan(
                         handle.clone(),
                         format,
@@ -102,6 +103,7 @@ pub(crate) fn run_iters(
                         end,
                         table.codec.clone(),
                         read,
+                        puts_decide,
                     )
                 }
                 _ => RunIter::new(
