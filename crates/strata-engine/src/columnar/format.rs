@@ -66,6 +66,16 @@ pub struct GroupFormat {
     full_width: usize,
 }
 
+/// What a scan reads of one group's files.
+#[derive(Debug, Clone)]
+pub struct ScanColumns {
+    /// The group's columns read (positions in the group, ascending); the others are not.
+    pub read: Vec<usize>,
+    /// The group holds every column the scan needs, so a whole-row put decides the row
+    /// (see [`GroupFormat::scan_entries`]).
+    pub puts_decide: bool,
+}
+
 impl GroupFormat {
     /// How many typed key columns follow `_key`.
     pub fn key_columns(&self) -> usize {
@@ -219,26 +229,25 @@ impl GroupFormat {
     }
 
     /// Reads versions for a scan from a batch holding `_key`, `_seq`, `_kind`, `_present`
-    /// and the group columns at `read` (positions in the group, ascending), in file order,
+    /// and the group columns `scan.read` (positions in the group, ascending), in file order,
     /// keeping rows whose key is in `[start, end)`. Versions come out at the table's full
-    /// width (`full`) in one encoding step. With `puts_decide` (this group holds every
+    /// width (`full`) in one encoding step. With `scan.puts_decide` (this group holds every
     /// column the scan needs) a whole-row put keeps its kind: it decides the row for those
     /// columns, so older versions need not be consulted. Otherwise a put is a partial row
     /// of this group's columns, as [`Self::widen`] makes it: a group's newer version (a
     /// partial update folded into a whole one by a job) must not hide another group's
     /// older version of the row, which may sit in another level after a CG-local
     /// compaction.
-    #[allow(clippy::too_many_arguments)]
     pub fn scan_entries(
         &self,
         full: &RowCodec,
-        read: &[usize],
-        puts_decide: bool,
+        scan: &ScanColumns,
         batch: &RecordBatch,
         origin: &str,
         start: &[u8],
         end: Option<&[u8]>,
     ) -> Result<Vec<Entry>> {
+        let (read, puts_decide) = (scan.read.as_slice(), scan.puts_decide);
         let bad = |what: &str| Error::Corrupt(format!("parquet {origin}: {what}"));
         if batch.num_columns() != 4 + read.len() {
             return Err(bad("unexpected projection"));

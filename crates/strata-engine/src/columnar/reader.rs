@@ -1009,10 +1009,8 @@ pub struct RunIter {
     end: Option<Vec<u8>>,
     /// Widen to the full width with this codec (readers) or keep group-local (compaction).
     widen: Option<crate::row::RowCodec>,
-    /// For scans: the group's columns read (positions in the group, ascending; the others
-    /// are not read), and whether a whole-row put decides the row (see
-    /// [`GroupFormat::scan_entries`]).
-    scan: Option<(Vec<usize>, bool)>,
+    /// For scans: what is read of the group (see [`GroupFormat::scan_entries`]).
+    scan: Option<super::format::ScanColumns>,
     /// Once cancelled, reads fail with [`Error::Closed`] instead of starting (see
     /// [`block_on_unless`]).
     stop: Option<tokio_util::sync::CancellationToken>,
@@ -1078,11 +1076,9 @@ impl RunIter {
         self
     }
 
-    /// Iterates `files` for a scan that needs only the group's columns at `read`
-    /// (positions in the group, ascending): versions come out at the table's full width
-    /// (`full`), with whole-row puts kept whole when `puts_decide` (the group holds every
-    /// column the scan needs; see [`GroupFormat::scan_entries`]).
-    #[allow(clippy::too_many_arguments)]
+    /// Iterates `files` for a scan that reads `scan` of the group: versions come out at the
+    /// table's full width (`full`), with whole-row puts kept whole when the group holds
+    /// every column the scan needs (see [`GroupFormat::scan_entries`]).
     pub fn for_scan(
         handle: tokio::runtime::Handle,
         format: Arc<GroupFormat>,
@@ -1090,11 +1086,10 @@ impl RunIter {
         start: &[u8],
         end: Option<&[u8]>,
         full: crate::row::RowCodec,
-        read: Vec<usize>,
-        puts_decide: bool,
+        scan: super::format::ScanColumns,
     ) -> Self {
         let mut it = Self::new(handle, format, files, start, end, Some(full));
-        it.scan = Some((read, puts_decide));
+        it.scan = Some(scan);
         it
     }
 }
@@ -1113,10 +1108,10 @@ impl EntryIter for RunIter {
                     return Ok(None);
                 };
                 let start = self.start.clone();
-                let columns = self.scan.as_ref().map(|(read, _)| {
+                let columns = self.scan.as_ref().map(|scan| {
                     let k = self.format.key_columns();
                     let mut c = vec![0, 1 + k, 2 + k, 3 + k];
-                    c.extend(read.iter().map(|p| 4 + k + p));
+                    c.extend(scan.read.iter().map(|p| 4 + k + p));
                     c
                 });
                 let s = block_on_unless(
@@ -1135,10 +1130,9 @@ impl EntryIter for RunIter {
                     let batch =
                         batch.map_err(|e| Error::Corrupt(format!("parquet {origin}: {e}")))?;
                     let entries = match (&self.scan, &self.widen) {
-                        (Some((read, puts_decide)), Some(full)) => self.format.scan_entries(
+                        (Some(scan), Some(full)) => self.format.scan_entries(
                             full,
-                            read,
-                            *puts_decide,
+                            scan,
                             &batch,
                             origin,
                             &self.start,

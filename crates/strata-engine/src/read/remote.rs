@@ -91,10 +91,12 @@ pub(crate) fn run_iters(
             let format = formats[g].clone();
             out.push(Box::new(match (scan, needed) {
                 (true, Some(needed)) => {
-                    let read = (0..format.columns.len())
-                        .filter(|p| needed.contains(&format.columns[*p]))
-                        .collect();
-                    let puts_decide = needed.iter().all(|c| format.columns.contains(c));
+                    let scan = crate::columnar::format::ScanColumns {
+                        read: (0..format.columns.len())
+                            .filter(|p| needed.contains(&format.columns[*p]))
+                            .collect(),
+                        puts_decide: needed.iter().all(|c| format.columns.contains(c)),
+                    };
                     RunIter::for_scan(
                         handle.clone(),
                         format,
@@ -102,8 +104,7 @@ pub(crate) fn run_iters(
                         start,
                         end,
                         table.codec.clone(),
-                        read,
-                        puts_decide,
+                        scan,
                     )
                 }
                 _ => RunIter::new(
