@@ -58,7 +58,9 @@ use crate::error::{QueryError, QueryErrorKind};
 use crate::ingest::{IfExists, IfMissing, IngestRequest};
 use crate::metadata;
 use crate::prepared::Statements;
-use crate::service::{Forwarded, Planned, QueryService, query_error, with_literals, writes};
+use crate::service::{
+    Checked, Forwarded, Planned, QueryService, query_error, with_literals, writes,
+};
 
 /// The Flight SQL service.
 #[derive(Debug, Clone)]
@@ -181,16 +183,17 @@ impl FlightSql {
         }
     }
 
-    /// [`QueryService::prepare_as`], with a statement for another ingest node's table run
+    /// [`QueryService::prepare_checked_as`], with a statement for another ingest node's table run
     /// there (see [`FlightSql::forward_or`]) and its count handed on as the result.
     async fn prepare_or_forward<T>(
         &self,
         sql: &str,
+        checked: Option<Checked>,
         params: &[datafusion::common::ScalarValue],
         who: &Principal,
         request: &Request<T>,
     ) -> Result<(arrow::datatypes::SchemaRef, Planned, bool), Status> {
-        match self.q.prepare_as(sql, params, who).await {
+        match self.q.prepare_checked_as(sql, checked, params, who).await {
             Ok(p) => Ok(p),
             Err(e) => {
                 let count = self
@@ -411,7 +414,7 @@ impl FlightSqlService for FlightSql {
     ) -> Result<Response<FlightInfo>, Status> {
         let who = self.caller(&request)?;
         let (schema, planned, ran) = self
-            .prepare_or_forward(&query.query, &[], &who, &request)
+            .prepare_or_forward(&query.query, None, &[], &who, &request)
             .await?;
         let plan = self.handoff.put(who, planned);
         // A statement that ran here must not run again: its ticket carries no SQL.
@@ -644,12 +647,12 @@ impl FlightSqlService for FlightSql {
         if query.transaction_id.is_some() {
             return Err(Status::unimplemented("Strata has no transactions"));
         }
-        let (results, params, changes) = self
+        let (results, params, changes, checked) = self
             .q
-            .prepare_statement_as(&query.query, &who)
+            .check_statement_as(&query.query, &who)
             .await
             .map_err(status)?;
-        let handle = self.prepared.open(who, query.query);
+        let handle = self.prepared.open(who, query.query, Some(checked));
         // Flight SQL tells an update from a query by an empty dataset schema (the JDBC
         // driver then runs it with DoPut and reads the row count).
         let results = if changes {
@@ -708,8 +711,11 @@ impl FlightSqlService for FlightSql {
         // Planned now (its schema, and the plan its DoGet runs), or run now when it changes
         // data or tables. A DoGet that finds no plan plans the query again with the
         // parameters bound then; one of a statement that ran here fails instead.
+        let checked = self
+            .prepared
+            .take_first(&cmd.prepared_statement_handle, &who);
         let (schema, planned, ran) = self
-            .prepare_or_forward(&sql, params, &who, &request)
+            .prepare_or_forward(&sql, checked, params, &who, &request)
             .await?;
         let plan = self.handoff.put(who, planned);
         let mark = if ran { "!" } else { "#" };

@@ -16,11 +16,15 @@ use datafusion::common::ScalarValue;
 
 use crate::auth::Principal;
 use crate::error::{QueryError, QueryErrorKind};
+use crate::service::Checked;
 
 /// Open prepared statements per server, at most.
 pub const PREPARED_MAX: usize = 4096;
 /// A prepared statement unused for this long is forgotten.
 pub const PREPARED_IDLE: Duration = Duration::from_secs(3600);
+/// A first run this soon after the statement was prepared reuses the plan checked then
+/// (its tables as the catalog had them then; their data as of the run).
+pub const FIRST_RUN_WITHIN: Duration = Duration::from_secs(1);
 const TAG: &str = "strata-prepared/";
 
 /// One prepared statement.
@@ -31,6 +35,10 @@ struct Statement {
     /// The parameter rows bound last (none bound: no parameters).
     params: Option<RecordBatch>,
     used: Instant,
+    /// The plan checked when it was prepared, kept for a first run that follows within
+    /// [`FIRST_RUN_WITHIN`] (ADBC and JDBC prepare every statement they send, then run it
+    /// at once): that run does not parse and plan the statement a second time.
+    first: Option<(Instant, Checked)>,
 }
 
 /// The prepared statements of a server.
@@ -60,7 +68,7 @@ fn parse(handle: &[u8]) -> Option<u64> {
 
 impl Statements {
     /// Opens a statement for `who`; its handle.
-    pub(crate) fn open(&self, who: Principal, sql: String) -> Vec<u8> {
+    pub(crate) fn open(&self, who: Principal, sql: String, checked: Option<Checked>) -> Vec<u8> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let mut open = self.open.lock();
         open.retain(|_, s| s.used.elapsed() < PREPARED_IDLE);
@@ -77,6 +85,7 @@ impl Statements {
                 sql,
                 params: None,
                 used: Instant::now(),
+                first: checked.map(|c| (Instant::now(), c)),
             },
         );
         format!("{TAG}{id}").into_bytes()
@@ -116,6 +125,19 @@ impl Statements {
             (s.sql.clone(), s.params.clone())
         };
         Ok((sql, rows(params.as_ref())?))
+    }
+
+    /// The plan statement `handle` of `who` was checked with, once, if it was prepared
+    /// within [`FIRST_RUN_WITHIN`]; later runs plan the statement afresh.
+    pub(crate) fn take_first(&self, handle: &[u8], who: &Principal) -> Option<Checked> {
+        let mut open = self.open.lock();
+        let s = parse(handle)
+            .and_then(|id| open.get_mut(&id))
+            .filter(|s| &s.who == who)?;
+        s.first
+            .take()
+            .filter(|(at, _)| at.elapsed() < FIRST_RUN_WITHIN)
+            .map(|(_, c)| c)
     }
 
     /// Closes statement `handle` of `who` (closing one already gone is not an error).
@@ -178,7 +200,7 @@ mod tests {
     fn a_statement_binds_runs_and_closes_for_its_caller_only() {
         let s = Statements::default();
         let me = Principal::unrestricted();
-        let h = s.open(me.clone(), "SELECT $1, $2".into());
+        let h = s.open(me.clone(), "SELECT $1, $2".into(), None);
         // Nothing bound: one run without parameters.
         assert_eq!(
             s.get(&h, &me).unwrap(),
@@ -206,5 +228,23 @@ mod tests {
         assert_eq!(s.get(&h, &me).unwrap_err().kind, QueryErrorKind::NotFound);
         // Not a handle of ours.
         assert!(s.get(b"SELECT 1", &me).is_err());
+    }
+
+    #[tokio::test]
+    async fn the_plan_checked_at_prepare_serves_one_run_of_its_caller() {
+        let ctx = datafusion::prelude::SessionContext::new();
+        let plan = ctx.state().create_logical_plan("SELECT 1").await.unwrap();
+        let s = Statements::default();
+        let me = Principal::unrestricted();
+        let mut other = me.clone();
+        other.name = "other".into();
+        let h = s.open(me.clone(), "SELECT 1".into(), Some(Checked { ctx, plan }));
+        assert!(s.take_first(&h, &other).is_none());
+        assert!(s.take_first(&h, &me).is_some());
+        // Later runs plan afresh.
+        assert!(s.take_first(&h, &me).is_none());
+        // None kept: nothing to take.
+        let h = s.open(me.clone(), "SELECT 1".into(), None);
+        assert!(s.take_first(&h, &me).is_none());
     }
 }

@@ -82,9 +82,22 @@ impl StrataTable {
     }
 
     /// The snapshot this query reads (opened on first use).
+    ///
+    /// On the tables' ingest node (a writable service) the table is opened as its writer
+    /// first, as the data API's first read or write opens it, so that every query reads
+    /// the writer's state in memory: a view built from the bucket costs a manifest read, a
+    /// WAL listing and a durable pin per query. In a cluster only shards this node holds
+    /// are read that way; the others are read from the bucket without taking them.
     pub async fn view(&self) -> Result<Arc<TableView>> {
         self.view
             .get_or_try_init(|| async {
+                if self.options.writable && self.holds_its_shards() {
+                    // A table this process cannot open (another writer fenced it) is still
+                    // read, from the bucket.
+                    if let Err(e) = self.db.table(&self.name).await {
+                        tracing::debug!(table = %self.name, error = %e, "reading the bucket: the table did not open as its writer");
+                    }
+                }
                 self.db
                     .view_of(self.table.clone(), self.as_of)
                     .await
@@ -93,6 +106,20 @@ impl StrataTable {
             })
             .await
             .cloned()
+    }
+
+    /// Whether this process is the writer of every shard of the table: always outside a
+    /// cluster; in one, when it holds each shard's lease.
+    fn holds_its_shards(&self) -> bool {
+        if !self.db.in_cluster() {
+            return true;
+        }
+        let held = self.db.held_shards();
+        self.table
+            .entry
+            .shards
+            .iter()
+            .all(|s| held.contains(&(self.table.entry.id, s.id)))
     }
 
     fn check_writable(&self, what: &str) -> Result<()> {

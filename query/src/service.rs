@@ -206,6 +206,23 @@ pub struct Planned {
     pub(crate) df: DataFrame,
 }
 
+/// A statement parsed, planned and checked for a caller, not yet run: the session it was
+/// planned in (with the catalog as of then) and its logical plan, parameters unbound. No
+/// table snapshot is taken until it runs.
+#[derive(Clone)]
+pub struct Checked {
+    pub(crate) ctx: SessionContext,
+    pub(crate) plan: LogicalPlan,
+}
+
+impl std::fmt::Debug for Checked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checked")
+            .field("plan", &self.plan.display().to_string())
+            .finish()
+    }
+}
+
 impl QueryService {
     /// A service over `db`. `writable`: INSERT / UPDATE / DELETE go through `db` (only where
     /// this process is the ingest node of the tables, as in `strata serve`).
@@ -541,9 +558,27 @@ impl QueryService {
         params: &[ScalarValue],
         who: &Principal,
     ) -> Result<(SchemaRef, Planned, bool), QueryError> {
+        self.prepare_checked_as(sql, None, params, who).await
+    }
+
+    /// [`QueryService::prepare_as`] from the plan [`QueryService::check_statement_as`]
+    /// made of `sql` for `who` moments before, when given, instead of parsing and planning
+    /// the statement again. Its tables' snapshots are taken when it runs, as for a
+    /// statement planned now.
+    pub async fn prepare_checked_as(
+        &self,
+        sql: &str,
+        checked: Option<Checked>,
+        params: &[ScalarValue],
+        who: &Principal,
+    ) -> Result<(SchemaRef, Planned, bool), QueryError> {
         let deadline = self.deadline();
         let fut = async {
-            let (ctx, plan) = self.checked_plan(sql, params, who).await?;
+            let (ctx, plan) = match checked {
+                Some(Checked { ctx, plan }) if params.is_empty() => (ctx, plan),
+                Some(Checked { ctx, plan }) => (ctx, plan.with_param_values(params.to_vec())?),
+                None => self.checked_plan(sql, params, who).await?,
+            };
             if let Some(done) = self.table_ddl(&plan, who).await? {
                 let schema = done.schema();
                 let df = ctx.read_batch(done)?;
@@ -578,8 +613,19 @@ impl QueryService {
         sql: &str,
         who: &Principal,
     ) -> Result<(SchemaRef, SchemaRef, bool), QueryError> {
+        let (results, params, changes, _) = self.check_statement_as(sql, who).await?;
+        Ok((results, params, changes))
+    }
+
+    /// [`QueryService::prepare_statement_as`], and the checked plan, for a first run that
+    /// follows at once ([`QueryService::prepare_checked_as`]).
+    pub async fn check_statement_as(
+        &self,
+        sql: &str,
+        who: &Principal,
+    ) -> Result<(SchemaRef, SchemaRef, bool, Checked), QueryError> {
         let fut = async {
-            let (_, plan) = self.checked_plan(sql, &[], who).await?;
+            let (ctx, plan) = self.checked_plan(sql, &[], who).await?;
             let changes = changes_data(&plan);
             let results = if is_table_ddl(&plan) {
                 ddl_result_schema()
@@ -609,7 +655,12 @@ impl QueryService {
                 .into_iter()
                 .map(|(_, id, t)| Field::new(id, t, true))
                 .collect();
-            Ok((results, Arc::new(Schema::new(fields)), changes))
+            Ok((
+                results,
+                Arc::new(Schema::new(fields)),
+                changes,
+                Checked { ctx, plan },
+            ))
         };
         tokio::time::timeout(self.timeout(), fut)
             .await

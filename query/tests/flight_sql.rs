@@ -306,6 +306,20 @@ async fn prepared_statements_bind_parameters_and_run_on_fresh_data() {
     let err = info_of(&mut c, "root-key", &stolen).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::NotFound, "{err}");
 
+    // The first run follows its prepare at once and reuses the plan checked then, but
+    // reads the data as of the run: a row written in between is counted.
+    let mut count = c
+        .prepare("SELECT count(*) AS n FROM people".into(), None)
+        .await
+        .unwrap();
+    run(&mut c, "INSERT INTO people VALUES (5, 'eve')").await;
+    let info = count.execute().await.unwrap();
+    assert_eq!(column(&fetch(&mut c, info).await, "n"), ["5"]);
+    run(&mut c, "INSERT INTO people VALUES (6, 'fay')").await;
+    let info = count.execute().await.unwrap();
+    assert_eq!(column(&fetch(&mut c, info).await, "n"), ["6"]);
+    count.close().await.unwrap();
+
     // A statement that does not plan is refused at prepare time, with the reason.
     let err = c
         .prepare("SELECT nope FROM people".into(), None)

@@ -137,7 +137,10 @@ pub(super) fn keys_below(
 ) -> Result<u64> {
     let origin = f.path.to_string();
     let (int_key, key_column) = key_column(table);
-    let mut stream = handle.block_on(f.stream_rows(from, to, &[key_column], 8192))?;
+    // Through the decoded-column cache: a bound placed in this row group again (every
+    // scan with a bound inside it) searches the kept keys instead of decoding them.
+    let rows = usize::try_from(to.saturating_sub(from)).unwrap_or(usize::MAX);
+    let mut stream = handle.block_on(f.rows_cached(from, to, &[key_column], rows))?;
     let mut below = 0u64;
     while let Some(batch) = handle.block_on(stream.next()) {
         let batch = batch.map_err(|e| Error::Corrupt(format!("parquet {origin}: {e}")))?;
