@@ -45,7 +45,7 @@ use super::startup::{Session, server_version};
 use super::statements::{Command, Kind, Sql, parse};
 use crate::QueryService;
 use crate::error::{QueryError, QueryErrorKind};
-use crate::service::{Forwarded, with_literals, writes};
+use crate::service::{Checked, Forwarded, with_literals, writes};
 
 /// A statement prepared by the extended protocol's Parse: what it is, the schema of its
 /// rows (none for statements that answer a command tag) and its parameters' types.
@@ -54,6 +54,21 @@ pub struct Prepared {
     command: Command,
     results: SchemaRef,
     params: Vec<DataType>,
+    /// The plan checked at Parse, for an Execute that follows within
+    /// [`crate::prepared::FIRST_RUN_WITHIN`] (drivers send Parse, Bind and Execute together
+    /// for every parameterized statement): that run does not plan the statement again.
+    first: Arc<parking_lot::Mutex<Option<(std::time::Instant, Checked)>>>,
+}
+
+impl Prepared {
+    /// The plan checked at Parse, once, if it is recent enough to run.
+    fn take_first(&self) -> Option<Checked> {
+        self.first
+            .lock()
+            .take()
+            .filter(|(at, _)| at.elapsed() < crate::prepared::FIRST_RUN_WITHIN)
+            .map(|(_, c)| c)
+    }
 }
 
 /// Prepares statements for the extended protocol (pgwire's `QueryParser`).
@@ -218,12 +233,18 @@ impl Queries {
             format,
             cancel,
             described,
+            first,
         } = how;
         let session = session(client)?;
         let q = self.q();
         let deadline = q.deadline();
         let prepared = cancel
-            .unless(async { Ok(q.prepare_as(&sql.text, &params, &session.who).await) })
+            .unless(async {
+                Ok(
+                    q.prepare_checked_as(&sql.text, first, &params, &session.who)
+                        .await,
+                )
+            })
             .await?;
         let (_, planned, ran) = match prepared {
             Ok(p) => p,
@@ -304,7 +325,7 @@ impl Queries {
 }
 
 /// How a statement runs.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct How<'a> {
     /// The formats (text or binary) the client wants its columns in.
     format: &'a Format,
@@ -313,6 +334,8 @@ struct How<'a> {
     /// For a prepared statement, the rows it was described with at Parse, which the rows it
     /// answers must fit.
     described: Option<&'a SchemaRef>,
+    /// The plan checked at Parse, when this Execute may reuse it.
+    first: Option<Checked>,
 }
 
 /// A connection's cancel key, kept with it while it lives: a CancelRequest naming the key
@@ -595,6 +618,7 @@ impl SimpleQueryHandler for Queries {
                         format: &Format::UnifiedText,
                         cancel: &cancel,
                         described: None,
+                        first: None,
                     };
                     match self.run(client, command, Vec::new(), &mut tx, how).await {
                         Ok(Response::Query(rows)) => {
@@ -666,25 +690,27 @@ impl QueryParser for Preparer {
             return Ok(None);
         };
         let none = || Arc::new(Schema::empty());
-        let (results, params) = match &command {
+        let (results, params, first) = match &command {
             Command::Sql(s) => {
                 let session = session(client).map_err(|e| pg_error(&e))?;
-                let (results, params, _) = self
+                let (results, params, _, checked) = self
                     .q
-                    .prepare_statement_as(&s.text, &session.who)
+                    .check_statement_as(&s.text, &session.who)
                     .await
                     .map_err(|e| pg_error(&e))?;
                 let params = params.fields().iter().map(|f| f.data_type().clone());
                 let results = if s.kind.changes() { none() } else { results };
-                (results, params.collect())
+                let first = Some((std::time::Instant::now(), checked));
+                (results, params.collect(), first)
             }
-            Command::Show(name) => (show_schema(name), Vec::new()),
-            _ => (none(), Vec::new()),
+            Command::Show(name) => (show_schema(name), Vec::new(), None),
+            _ => (none(), Vec::new(), None),
         };
         Ok(Some(Prepared {
             command,
             results,
             params,
+            first: Arc::new(parking_lot::Mutex::new(first)),
         }))
     }
 
@@ -804,6 +830,7 @@ impl ExtendedQueryHandler for Queries {
                         format: &portal.result_column_format,
                         cancel: &cancel,
                         described: Some(&prepared.results),
+                        first: prepared.take_first(),
                     },
                 )
                 .await
