@@ -22,9 +22,6 @@ use crate::service::Checked;
 pub const PREPARED_MAX: usize = 4096;
 /// A prepared statement unused for this long is forgotten.
 pub const PREPARED_IDLE: Duration = Duration::from_secs(3600);
-/// A first run this soon after the statement was prepared reuses the plan checked then
-/// (its tables as the catalog had them then; their data as of the run).
-pub const FIRST_RUN_WITHIN: Duration = Duration::from_secs(1);
 const TAG: &str = "strata-prepared/";
 
 /// One prepared statement.
@@ -35,10 +32,9 @@ struct Statement {
     /// The parameter rows bound last (none bound: no parameters).
     params: Option<RecordBatch>,
     used: Instant,
-    /// The plan checked when it was prepared, kept for a first run that follows within
-    /// [`FIRST_RUN_WITHIN`] (ADBC and JDBC prepare every statement they send, then run it
-    /// at once): that run does not parse and plan the statement a second time.
-    first: Option<(Instant, Checked)>,
+    /// The plan checked when it was prepared, for a first run that follows at once
+    /// ([`Checked::fresh`]): that run does not parse and plan the statement again.
+    first: Option<Checked>,
 }
 
 /// The prepared statements of a server.
@@ -85,7 +81,7 @@ impl Statements {
                 sql,
                 params: None,
                 used: Instant::now(),
-                first: checked.map(|c| (Instant::now(), c)),
+                first: checked,
             },
         );
         format!("{TAG}{id}").into_bytes()
@@ -127,17 +123,14 @@ impl Statements {
         Ok((sql, rows(params.as_ref())?))
     }
 
-    /// The plan statement `handle` of `who` was checked with, once, if it was prepared
-    /// within [`FIRST_RUN_WITHIN`]; later runs plan the statement afresh.
+    /// The plan statement `handle` of `who` was checked with, once, if it is still fresh
+    /// ([`Checked::fresh`]); later runs plan the statement afresh.
     pub(crate) fn take_first(&self, handle: &[u8], who: &Principal) -> Option<Checked> {
         let mut open = self.open.lock();
         let s = parse(handle)
             .and_then(|id| open.get_mut(&id))
             .filter(|s| &s.who == who)?;
-        s.first
-            .take()
-            .filter(|(at, _)| at.elapsed() < FIRST_RUN_WITHIN)
-            .map(|(_, c)| c)
+        s.first.take().and_then(Checked::fresh)
     }
 
     /// Closes statement `handle` of `who` (closing one already gone is not an error).
@@ -238,7 +231,7 @@ mod tests {
         let me = Principal::unrestricted();
         let mut other = me.clone();
         other.name = "other".into();
-        let h = s.open(me.clone(), "SELECT 1".into(), Some(Checked { ctx, plan }));
+        let h = s.open(me.clone(), "SELECT 1".into(), Some(Checked::new(ctx, plan)));
         assert!(s.take_first(&h, &other).is_none());
         assert!(s.take_first(&h, &me).is_some());
         // Later runs plan afresh.

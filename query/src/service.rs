@@ -206,13 +206,36 @@ pub struct Planned {
     pub(crate) df: DataFrame,
 }
 
+/// A run this soon after its statement was checked reuses the plan checked then (ADBC,
+/// JDBC and PostgreSQL drivers prepare every statement they send, then run it at once): its
+/// tables as the catalog had them then, their data as of the run.
+pub const FIRST_RUN_WITHIN: Duration = Duration::from_secs(1);
+
 /// A statement parsed, planned and checked for a caller, not yet run: the session it was
 /// planned in (with the catalog as of then) and its logical plan, parameters unbound. No
 /// table snapshot is taken until it runs.
 #[derive(Clone)]
 pub struct Checked {
-    pub(crate) ctx: SessionContext,
-    pub(crate) plan: LogicalPlan,
+    ctx: SessionContext,
+    plan: LogicalPlan,
+    at: std::time::Instant,
+}
+
+impl Checked {
+    /// `plan`, checked now in session `ctx`.
+    pub(crate) fn new(ctx: SessionContext, plan: LogicalPlan) -> Self {
+        Self {
+            ctx,
+            plan,
+            at: std::time::Instant::now(),
+        }
+    }
+
+    /// This plan, if it was checked within [`FIRST_RUN_WITHIN`]; otherwise the statement
+    /// is planned afresh.
+    pub(crate) fn fresh(self) -> Option<Self> {
+        (self.at.elapsed() < FIRST_RUN_WITHIN).then_some(self)
+    }
 }
 
 impl std::fmt::Debug for Checked {
@@ -575,8 +598,8 @@ impl QueryService {
         let deadline = self.deadline();
         let fut = async {
             let (ctx, plan) = match checked {
-                Some(Checked { ctx, plan }) if params.is_empty() => (ctx, plan),
-                Some(Checked { ctx, plan }) => (ctx, plan.with_param_values(params.to_vec())?),
+                Some(Checked { ctx, plan, .. }) if params.is_empty() => (ctx, plan),
+                Some(Checked { ctx, plan, .. }) => (ctx, plan.with_param_values(params.to_vec())?),
                 None => self.checked_plan(sql, params, who).await?,
             };
             if let Some(done) = self.table_ddl(&plan, who).await? {
@@ -659,7 +682,7 @@ impl QueryService {
                 results,
                 Arc::new(Schema::new(fields)),
                 changes,
-                Checked { ctx, plan },
+                Checked::new(ctx, plan),
             ))
         };
         tokio::time::timeout(self.timeout(), fut)
@@ -1014,8 +1037,21 @@ fn check_plan(plan: &LogicalPlan, writable: bool, who: &Principal) -> Result<(),
 
 #[cfg(test)]
 mod tests {
-    use super::{numbered_placeholders, with_literals};
+    use super::{Checked, FIRST_RUN_WITHIN, numbered_placeholders, with_literals};
     use datafusion::common::ScalarValue;
+
+    #[tokio::test]
+    async fn a_checked_plan_serves_only_a_run_that_follows_at_once() {
+        let ctx = datafusion::prelude::SessionContext::new();
+        let plan = ctx.state().create_logical_plan("SELECT 1").await.unwrap();
+        let now = Checked::new(ctx, plan);
+        let mut old = now.clone();
+        old.at = std::time::Instant::now()
+            .checked_sub(FIRST_RUN_WITHIN * 2)
+            .unwrap();
+        assert!(now.fresh().is_some());
+        assert!(old.fresh().is_none());
+    }
 
     #[test]
     fn jdbc_markers_are_numbered_outside_literals_names_and_comments() {

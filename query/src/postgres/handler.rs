@@ -54,21 +54,10 @@ pub struct Prepared {
     command: Command,
     results: SchemaRef,
     params: Vec<DataType>,
-    /// The plan checked at Parse, for an Execute that follows within
-    /// [`crate::prepared::FIRST_RUN_WITHIN`] (drivers send Parse, Bind and Execute together
-    /// for every parameterized statement): that run does not plan the statement again.
-    first: Arc<parking_lot::Mutex<Option<(std::time::Instant, Checked)>>>,
-}
-
-impl Prepared {
-    /// The plan checked at Parse, once, if it is recent enough to run.
-    fn take_first(&self) -> Option<Checked> {
-        self.first
-            .lock()
-            .take()
-            .filter(|(at, _)| at.elapsed() < crate::prepared::FIRST_RUN_WITHIN)
-            .map(|(_, c)| c)
-    }
+    /// The plan checked at Parse, for an Execute that follows at once ([`Checked::fresh`];
+    /// drivers send Parse, Bind and Execute together for every parameterized statement):
+    /// that run does not plan the statement again.
+    first: Arc<parking_lot::Mutex<Option<Checked>>>,
 }
 
 /// Prepares statements for the extended protocol (pgwire's `QueryParser`).
@@ -325,7 +314,6 @@ impl Queries {
 }
 
 /// How a statement runs.
-#[derive(Clone)]
 struct How<'a> {
     /// The formats (text or binary) the client wants its columns in.
     format: &'a Format,
@@ -700,8 +688,7 @@ impl QueryParser for Preparer {
                     .map_err(|e| pg_error(&e))?;
                 let params = params.fields().iter().map(|f| f.data_type().clone());
                 let results = if s.kind.changes() { none() } else { results };
-                let first = Some((std::time::Instant::now(), checked));
-                (results, params.collect(), first)
+                (results, params.collect(), Some(checked))
             }
             Command::Show(name) => (show_schema(name), Vec::new(), None),
             _ => (none(), Vec::new(), None),
@@ -819,6 +806,7 @@ impl ExtendedQueryHandler for Queries {
         let mut tx = client.transaction_status();
         let cancel = Cancel::start(client).await;
         let prepared = &portal.statement.statement;
+        let first = prepared.first.lock().take().and_then(Checked::fresh);
         let result = match parameters(portal) {
             Ok(params) => {
                 self.run(
@@ -830,7 +818,7 @@ impl ExtendedQueryHandler for Queries {
                         format: &portal.result_column_format,
                         cancel: &cancel,
                         described: Some(&prepared.results),
-                        first: prepared.take_first(),
+                        first,
                     },
                 )
                 .await
