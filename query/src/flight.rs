@@ -215,7 +215,7 @@ impl FlightSql {
                 let df = ctx
                     .read_batch(batch)
                     .map_err(|e| Status::internal(e.to_string()))?;
-                Ok((schema, Planned { ctx, df }, true))
+                Ok((schema, Planned::new(ctx, df), true))
             }
         }
     }
@@ -950,7 +950,7 @@ mod tests {
     fn planned() -> Planned {
         let ctx = datafusion::prelude::SessionContext::new();
         let df = ctx.read_empty().unwrap();
-        Planned { ctx, df }
+        Planned::new(ctx, df)
     }
 
     #[test]

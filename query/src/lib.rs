@@ -12,6 +12,8 @@
 //!   are reconciled (never used to skip files by their statistics).
 //! - [`service`]: sessions with the safety rules (no file or URL access, no DDL, memory limit
 //!   and timeout per query).
+//! - [`shapes`]: optimized plans of read-only statements kept by shape (literals compared
+//!   with columns taken out as parameters), so a statement seen before is not planned again.
 //! - [`ingest`]: bulk ingest of Arrow batch streams (Flight SQL `CommandStatementIngest`).
 //! - [`metadata`]: Flight SQL's catalog metadata commands (`GetTables`, `GetSqlInfo`, ...).
 //! - [`prepared`]: Flight SQL's prepared statements (parameters bound by `DoPut`).
@@ -36,6 +38,7 @@ pub mod pushdown;
 pub mod scan;
 pub mod server;
 pub mod service;
+pub mod shapes;
 
 pub use error::{QueryError, QueryErrorKind};
 pub use service::{QueryConfig, QueryService};

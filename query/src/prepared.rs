@@ -231,7 +231,11 @@ mod tests {
         let me = Principal::unrestricted();
         let mut other = me.clone();
         other.name = "other".into();
-        let h = s.open(me.clone(), "SELECT 1".into(), Some(Checked::new(ctx, plan)));
+        let h = s.open(
+            me.clone(),
+            "SELECT 1".into(),
+            Some(Checked::new(ctx, plan, false)),
+        );
         assert!(s.take_first(&h, &other).is_none());
         assert!(s.take_first(&h, &me).is_some());
         // Later runs plan afresh.

@@ -26,7 +26,7 @@ use strata_engine::schema::TableSchema;
 use strata_engine::{AsOf, Db, Mutation, TableView, WriteOptions};
 use tokio::sync::OnceCell;
 
-use crate::pushdown::{is_exact_key_filter, is_key_filter, key_range};
+use crate::pushdown::{is_exact_key_filter, is_key_filter, key_range, sampled};
 use crate::scan::StrataScanExec;
 
 /// Settings shared by every table of a query.
@@ -108,6 +108,11 @@ impl StrataTable {
             .cloned()
     }
 
+    /// Whether the table is read at its latest state (not a time-travel snapshot).
+    pub(crate) fn is_latest(&self) -> bool {
+        self.as_of.is_none()
+    }
+
     /// Whether this process is the writer of every shard of the table: always outside a
     /// cluster; in one, when it holds each shard's lease.
     fn holds_its_shards(&self) -> bool {
@@ -182,9 +187,13 @@ impl TableProvider for StrataTable {
     ) -> Result<Vec<TableProviderFilterPushDown>> {
         // Key predicates narrow the key range; DataFusion re-applies those the range does
         // not express exactly. Everything else runs after reconciliation, above the scan.
+        // A typed parameter (`a0 >= $1`, a plan kept by its shape) is judged as a value of
+        // its type; the plan cache checks each run's values are judged the same.
         Ok(filters
             .iter()
             .map(|f| {
+                let f = sampled(f);
+                let f = f.as_ref();
                 if is_exact_key_filter(&self.table, f) {
                     TableProviderFilterPushDown::Exact
                 } else if is_key_filter(&self.table, f) {

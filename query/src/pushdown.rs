@@ -68,6 +68,33 @@ pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
+/// `filter` with each typed parameter (`$1` in a plan kept by its shape, see
+/// [`crate::shapes`]) replaced by a value of its type, so that how a filter is pushed down
+/// depends on its shape, not on its values; untyped parameters stay (no pushdown).
+pub fn sampled(filter: &Expr) -> std::borrow::Cow<'_, Expr> {
+    use datafusion::common::tree_node::{Transformed, TreeNode};
+    use datafusion::logical_expr::expr::Placeholder;
+    if !filter
+        .exists(|e| Ok(matches!(e, Expr::Placeholder(_))))
+        .unwrap_or(false)
+    {
+        return std::borrow::Cow::Borrowed(filter);
+    }
+    let out = filter.clone().transform(|e| match &e {
+        Expr::Placeholder(Placeholder { field: Some(f), .. }) => {
+            match ScalarValue::new_default(f.data_type()) {
+                Ok(v) if !v.is_null() => Ok(Transformed::yes(Expr::Literal(v, None))),
+                _ => Ok(Transformed::no(e)),
+            }
+        }
+        _ => Ok(Transformed::no(e)),
+    });
+    match out {
+        Ok(t) => std::borrow::Cow::Owned(t.data),
+        Err(_) => std::borrow::Cow::Borrowed(filter),
+    }
+}
+
 /// Whether `filter` can narrow the key range.
 pub fn is_key_filter(table: &TableSchema, filter: &Expr) -> bool {
     range_of(table, filter).is_some()

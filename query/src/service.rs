@@ -34,6 +34,7 @@ use crate::auth::{DEFAULT_NAMESPACE, Principal, Scope, qualified, split_name};
 use crate::catalog::{AsOfFunction, StrataSchema};
 use crate::error::{QueryError, QueryErrorKind};
 use crate::provider::TableOptions;
+use crate::shapes::PlanCache;
 
 /// Query service settings (serde; every field has a default).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -107,6 +108,8 @@ pub struct QueryService {
     /// Sessions for PostgreSQL clients (see [`QueryService::for_postgres`]): the tables of
     /// `pg_catalog` (read once) and PostgreSQL's catalog functions.
     postgres: Option<Arc<PostgresCatalogs>>,
+    /// Optimized plans of the read-only statements seen, by shape (see [`crate::shapes`]).
+    shapes: Arc<PlanCache>,
 }
 
 /// The `pg_catalog` schemas of PostgreSQL sessions: one per caller, kept for the service's
@@ -204,6 +207,20 @@ pub struct Planned {
     pub(crate) ctx: SessionContext,
     /// The plan.
     pub(crate) df: DataFrame,
+    /// Whether `df`'s plan is optimized already (kept by its shape): only physical
+    /// planning remains.
+    pub(crate) optimized: bool,
+}
+
+impl Planned {
+    /// A plan still to be optimized.
+    pub(crate) fn new(ctx: SessionContext, df: DataFrame) -> Self {
+        Self {
+            ctx,
+            df,
+            optimized: false,
+        }
+    }
 }
 
 /// A run this soon after its statement was checked reuses the plan checked then (ADBC,
@@ -218,15 +235,18 @@ pub const FIRST_RUN_WITHIN: Duration = Duration::from_secs(1);
 pub struct Checked {
     ctx: SessionContext,
     plan: LogicalPlan,
+    /// Whether `plan` is optimized already (see [`Planned::optimized`]).
+    optimized: bool,
     at: std::time::Instant,
 }
 
 impl Checked {
     /// `plan`, checked now in session `ctx`.
-    pub(crate) fn new(ctx: SessionContext, plan: LogicalPlan) -> Self {
+    pub(crate) fn new(ctx: SessionContext, plan: LogicalPlan, optimized: bool) -> Self {
         Self {
             ctx,
             plan,
+            optimized,
             at: std::time::Instant::now(),
         }
     }
@@ -257,6 +277,7 @@ impl QueryService {
             forward: None,
             base: Arc::default(),
             postgres: None,
+            shapes: Arc::default(),
         }
     }
 
@@ -269,6 +290,7 @@ impl QueryService {
         Self {
             base: Arc::default(),
             postgres: Some(Arc::default()),
+            shapes: Arc::default(),
             ..self.clone()
         }
     }
@@ -418,33 +440,53 @@ impl QueryService {
         who: &Principal,
     ) -> Result<Planned, QueryError> {
         let fut = async {
-            let (ctx, plan) = self.checked_plan(sql, params, who).await?;
+            let (ctx, plan, optimized) = self.checked_plan(sql, params, who).await?;
+            if optimized {
+                let df = DataFrame::new(ctx.state(), plan);
+                return Ok(Planned { ctx, df, optimized });
+            }
             if let Some(done) = self.table_ddl(&plan, who).await? {
-                return Ok(Planned {
-                    df: ctx.read_batch(done)?,
-                    ctx,
-                });
+                let df = ctx.read_batch(done)?;
+                return Ok(Planned::new(ctx, df));
             }
             let df = ctx.execute_logical_plan(plan).await?;
-            Ok(Planned { ctx, df })
+            Ok(Planned::new(ctx, df))
         };
         tokio::time::timeout(self.timeout(), fut)
             .await
             .map_err(|_| self.timed_out())?
     }
 
+    /// Statements answered from a plan kept by its shape, and plans made and kept (see
+    /// [`crate::shapes`]), since the service started.
+    pub fn plan_cache_counts(&self) -> (u64, u64) {
+        self.shapes.counts()
+    }
+
     /// A fresh session for `who` and the statement's logical plan, refused if it does what
     /// SQL over Strata must not; CREATE / DROP TABLE pass through for
-    /// [`QueryService::table_ddl`] to check and run.
+    /// [`QueryService::table_ddl`] to check and run. A read-only statement whose shape was
+    /// seen before gets its kept plan, optimized already (true).
     async fn checked_plan(
         &self,
         sql: &str,
         params: &[ScalarValue],
         who: &Principal,
-    ) -> Result<(SessionContext, LogicalPlan), QueryError> {
+    ) -> Result<(SessionContext, LogicalPlan, bool), QueryError> {
         let ctx = self.context_for(who).await?;
         let sql = numbered_placeholders(sql);
+        let failed = match self.shapes.plan(&ctx, &sql, params).await {
+            Ok(plan) => {
+                check_plan(&plan, self.writable, who)?;
+                return Ok((ctx, plan, true));
+            }
+            Err(miss) => miss.failed,
+        };
         let mut plan = ctx.state().create_logical_plan(&sql).await?;
+        if let Some(shape) = failed {
+            // The statement plans where its shape did not: plan it as sent from now on.
+            self.shapes.never(shape);
+        }
         if !params.is_empty() {
             plan = plan.with_param_values(params.to_vec())?;
         }
@@ -457,7 +499,7 @@ impl QueryService {
                 .map_err(forbid)?;
             check_plan(&plan, self.writable, who)?;
         }
-        Ok((ctx, plan))
+        Ok((ctx, plan, false))
     }
 
     /// `CREATE TABLE t (... PRIMARY KEY (...))` and `DROP TABLE t` on Strata tables, where
@@ -597,29 +639,48 @@ impl QueryService {
     ) -> Result<(SchemaRef, Planned, bool), QueryError> {
         let deadline = self.deadline();
         let fut = async {
-            let (ctx, plan) = match checked {
-                Some(Checked { ctx, plan, .. }) if params.is_empty() => (ctx, plan),
-                Some(Checked { ctx, plan, .. }) => (ctx, plan.with_param_values(params.to_vec())?),
+            let kept = match checked {
+                Some(Checked {
+                    ctx,
+                    plan,
+                    optimized: true,
+                    ..
+                }) if params.is_empty() => Some((ctx, plan, true)),
+                Some(Checked {
+                    ctx,
+                    plan,
+                    optimized: true,
+                    ..
+                }) => crate::shapes::bind_clients(plan, params).map(|plan| (ctx, plan, true)),
+                Some(Checked { ctx, plan, .. }) if params.is_empty() => Some((ctx, plan, false)),
+                Some(Checked { ctx, plan, .. }) => {
+                    Some((ctx, plan.with_param_values(params.to_vec())?, false))
+                }
+                None => None,
+            };
+            let (ctx, plan, optimized) = match kept {
+                Some(k) => k,
                 None => self.checked_plan(sql, params, who).await?,
             };
+            let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
+            if optimized {
+                let df = DataFrame::new(ctx.state(), plan);
+                return Ok((schema, Planned { ctx, df, optimized }, false));
+            }
             if let Some(done) = self.table_ddl(&plan, who).await? {
                 let schema = done.schema();
                 let df = ctx.read_batch(done)?;
-                return Ok((schema, Planned { ctx, df }, true));
+                return Ok((schema, Planned::new(ctx, df), true));
             }
-            let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
             let dml = changes_data(&plan);
             let df = ctx.execute_logical_plan(plan).await?;
-            let planned = Planned {
-                ctx: ctx.clone(),
-                df,
-            };
+            let planned = Planned::new(ctx.clone(), df);
             if !dml {
                 return Ok((schema, planned, false));
             }
             let (_, batches) = self.collect_planned(planned, deadline).await?;
             let df = ctx.read_batches(batches)?;
-            Ok((schema, Planned { ctx, df }, true))
+            Ok((schema, Planned::new(ctx, df), true))
         };
         tokio::time::timeout(self.timeout(), fut)
             .await
@@ -648,7 +709,7 @@ impl QueryService {
         who: &Principal,
     ) -> Result<(SchemaRef, SchemaRef, bool, Checked), QueryError> {
         let fut = async {
-            let (ctx, plan) = self.checked_plan(sql, &[], who).await?;
+            let (ctx, plan, optimized) = self.checked_plan(sql, &[], who).await?;
             let changes = changes_data(&plan);
             let results = if is_table_ddl(&plan) {
                 ddl_result_schema()
@@ -682,7 +743,7 @@ impl QueryService {
                 results,
                 Arc::new(Schema::new(fields)),
                 changes,
-                Checked::new(ctx, plan),
+                Checked::new(ctx, plan, optimized),
             ))
         };
         tokio::time::timeout(self.timeout(), fut)
@@ -717,7 +778,19 @@ impl QueryService {
         deadline: tokio::time::Instant,
     ) -> Result<(SchemaRef, SendableRecordBatchStream), QueryError> {
         let task = Arc::new(planned.df.task_ctx().with_runtime(self.query_runtime()?));
-        let plan = tokio::time::timeout_at(deadline, planned.df.create_physical_plan())
+        let physical = async {
+            if planned.optimized {
+                // Kept by its shape: analyzed and optimized when it was first planned.
+                let (state, plan) = planned.df.into_parts();
+                state
+                    .query_planner()
+                    .create_physical_plan(&plan, &state)
+                    .await
+            } else {
+                planned.df.create_physical_plan().await
+            }
+        };
+        let plan = tokio::time::timeout_at(deadline, physical)
             .await
             .map_err(|_| self.timed_out())??;
         let stream = datafusion::physical_plan::execute_stream(plan, task)?;
@@ -1044,7 +1117,7 @@ mod tests {
     async fn a_checked_plan_serves_only_a_run_that_follows_at_once() {
         let ctx = datafusion::prelude::SessionContext::new();
         let plan = ctx.state().create_logical_plan("SELECT 1").await.unwrap();
-        let now = Checked::new(ctx, plan);
+        let now = Checked::new(ctx, plan, false);
         let mut old = now.clone();
         old.at = std::time::Instant::now()
             .checked_sub(FIRST_RUN_WITHIN * 2)
