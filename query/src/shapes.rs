@@ -198,7 +198,7 @@ pub(crate) fn bind_clients(plan: LogicalPlan, values: &[ScalarValue]) -> Option<
 /// The shape of `sql` (see the module doc); None for a statement the cache does not keep
 /// (not a single query, or values given for a statement without parameters).
 fn shape(state: &SessionState, sql: &str, params: &[ScalarValue]) -> Option<Shape> {
-    if sql.len() > TEXT_MAX {
+    if sql.len() > TEXT_MAX || !reads(sql) {
         return None;
     }
     let dialect = state.config().options().sql_parser.dialect;
@@ -233,6 +233,19 @@ fn shape(state: &SessionState, sql: &str, params: &[ScalarValue]) -> Option<Shap
         values,
         clients,
     })
+}
+
+/// Whether `sql` starts as a query does (`SELECT`, `WITH`, `VALUES`, `(`): anything else
+/// (INSERT, UPDATE, DDL, ...) is not parsed twice.
+fn reads(sql: &str) -> bool {
+    let head = sql.trim_start();
+    let word: String = head
+        .chars()
+        .take_while(|c| c.is_ascii_alphabetic())
+        .take(7)
+        .collect::<String>()
+        .to_ascii_uppercase();
+    head.starts_with('(') || matches!(word.as_str(), "SELECT" | "WITH" | "VALUES")
 }
 
 /// Takes the literals `e` compares a column with out as parameters (numbered in the order
@@ -589,6 +602,29 @@ mod tests {
             .map(|i| format!("({i}, {}, 'x{}')", i % 7, i % 5))
             .collect();
         rows(q, &format!("INSERT INTO t VALUES {}", values.join(", "))).await;
+    }
+
+    #[test]
+    fn only_statements_that_start_as_queries_are_shaped() {
+        for q in [
+            "SELECT 1",
+            "  select 1",
+            "WITH x AS (SELECT 1) SELECT * FROM x",
+            "(SELECT 1)",
+            "values (1)",
+        ] {
+            assert!(super::reads(q), "{q}");
+        }
+        for s in [
+            "INSERT INTO t VALUES (1)",
+            "UPDATE t SET a = 1",
+            "DELETE FROM t",
+            "EXPLAIN SELECT 1",
+            "-- c\nSELECT 1",
+            "SELECTED",
+        ] {
+            assert!(!super::reads(s), "{s}");
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
