@@ -90,9 +90,11 @@ impl std::fmt::Debug for ServiceMetrics {
 }
 
 impl ServiceMetrics {
-    /// Metrics of a service over `db`; `/metrics` callers are checked by `auth`.
-    pub fn new(db: Db, auth: Authenticator) -> Self {
+    /// Metrics of a service over `db` (and how its SQL statements were planned);
+    /// `/metrics` callers are checked by `auth`.
+    pub fn new(db: Db, auth: Authenticator, plans: &crate::shapes::PlanCounts) -> Self {
         let mut registry = Registry::default();
+        plans.register(&mut registry);
         let requests = Family::<RequestLabels, Counter>::default();
         let latency: Family<OpLabel, Histogram, fn() -> Histogram> =
             Family::new_with_constructor(latency_histogram);

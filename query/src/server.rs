@@ -212,7 +212,8 @@ pub async fn serve_tls(
         }
         None => None,
     };
-    let metrics = crate::metrics::ServiceMetrics::new(q.db().clone(), auth.clone());
+    let metrics =
+        crate::metrics::ServiceMetrics::new(q.db().clone(), auth.clone(), q.plan_counts());
     let app = crate::http::router(q.clone(), auth.clone())
         .merge(extra)
         .merge(

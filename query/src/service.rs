@@ -34,7 +34,7 @@ use crate::auth::{DEFAULT_NAMESPACE, Principal, Scope, qualified, split_name};
 use crate::catalog::{AsOfFunction, StrataSchema};
 use crate::error::{QueryError, QueryErrorKind};
 use crate::provider::TableOptions;
-use crate::shapes::PlanCache;
+use crate::shapes::{PlanCache, PlanCounts};
 
 /// Query service settings (serde; every field has a default).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -110,6 +110,8 @@ pub struct QueryService {
     postgres: Option<Arc<PostgresCatalogs>>,
     /// Optimized plans of the read-only statements seen, by shape (see [`crate::shapes`]).
     shapes: Arc<PlanCache>,
+    /// How statements' plans were had, this service's and its PostgreSQL sessions'.
+    plan_counts: PlanCounts,
 }
 
 /// The `pg_catalog` schemas of PostgreSQL sessions: one per caller, kept for the service's
@@ -270,6 +272,7 @@ impl QueryService {
     /// A service over `db`. `writable`: INSERT / UPDATE / DELETE go through `db` (only where
     /// this process is the ingest node of the tables, as in `strata serve`).
     pub fn new(db: Db, config: QueryConfig, writable: bool) -> Self {
+        let plan_counts = PlanCounts::default();
         Self {
             db,
             config,
@@ -277,7 +280,8 @@ impl QueryService {
             forward: None,
             base: Arc::default(),
             postgres: None,
-            shapes: Arc::default(),
+            shapes: Arc::new(PlanCache::new(plan_counts.clone())),
+            plan_counts,
         }
     }
 
@@ -290,7 +294,7 @@ impl QueryService {
         Self {
             base: Arc::default(),
             postgres: Some(Arc::default()),
-            shapes: Arc::default(),
+            shapes: Arc::new(PlanCache::new(self.plan_counts.clone())),
             ..self.clone()
         }
     }
@@ -463,6 +467,11 @@ impl QueryService {
         self.shapes.counts()
     }
 
+    /// How statements' plans were had (for `/metrics`).
+    pub fn plan_counts(&self) -> &PlanCounts {
+        &self.plan_counts
+    }
+
     /// A fresh session for `who` and the statement's logical plan, refused if it does what
     /// SQL over Strata must not; CREATE / DROP TABLE pass through for
     /// [`QueryService::table_ddl`] to check and run. A read-only statement whose shape was
@@ -482,6 +491,7 @@ impl QueryService {
             }
             Err(miss) => miss.failed,
         };
+        self.plan_counts.fresh();
         let mut plan = ctx.state().create_logical_plan(&sql).await?;
         if let Some(shape) = failed {
             // The statement plans where its shape did not: plan it as sent from now on.

@@ -31,7 +31,6 @@
 use std::collections::HashMap;
 use std::ops::ControlFlow;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use arrow::datatypes::DataType;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
@@ -48,6 +47,9 @@ use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::{
     self, BinaryOperator, Expr as SqlExpr, Value, visit_expressions, visit_expressions_mut,
 };
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 
 use crate::provider::StrataTable;
 
@@ -83,19 +85,56 @@ struct Shape {
     clients: bool,
 }
 
+/// How a statement's plan was had: from a kept plan (`kept`), made and kept (`made`), or
+/// made for this run only (`fresh`: not a read-only query the cache keeps, or values that
+/// do not bind). Shared by a service and its PostgreSQL sessions; `/metrics` reports it as
+/// `strata_sql_plans_total{plan}`.
+#[derive(Clone, Debug, Default)]
+pub struct PlanCounts {
+    by: Family<PlanLabel, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PlanLabel {
+    plan: &'static str,
+}
+
+impl PlanCounts {
+    fn inc(&self, plan: &'static str) {
+        self.by.get_or_create(&PlanLabel { plan }).inc();
+    }
+
+    fn get(&self, plan: &'static str) -> u64 {
+        self.by.get_or_create(&PlanLabel { plan }).get()
+    }
+
+    /// A statement planned without the cache.
+    pub(crate) fn fresh(&self) {
+        self.inc("fresh");
+    }
+
+    /// Adds the counts to `registry`.
+    pub fn register(&self, registry: &mut prometheus_client::registry::Registry) {
+        registry.register(
+            "strata_sql_plans",
+            "SQL statements by how their plan was had: kept (by the statement's shape), made (and kept), fresh (not kept)",
+            self.by.clone(),
+        );
+    }
+}
+
 /// The plans of one query service's statements, by shape.
 pub(crate) struct PlanCache {
     entries: quick_cache::sync::Cache<String, Entry>,
-    hits: AtomicU64,
-    misses: AtomicU64,
+    counts: PlanCounts,
 }
 
-impl Default for PlanCache {
-    fn default() -> Self {
+impl PlanCache {
+    /// An empty cache counting into `counts`.
+    pub(crate) fn new(counts: PlanCounts) -> Self {
         Self {
             entries: quick_cache::sync::Cache::new(CAPACITY),
-            hits: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
+            counts,
         }
     }
 }
@@ -116,10 +155,7 @@ impl Miss {
 impl PlanCache {
     /// Statements answered from a kept plan, and statements whose plan was made and kept.
     pub(crate) fn counts(&self) -> (u64, u64) {
-        (
-            self.hits.load(Ordering::Relaxed),
-            self.misses.load(Ordering::Relaxed),
-        )
+        (self.counts.get("kept"), self.counts.get("made"))
     }
 
     /// Marks a shape as not kept: its plan failed where the statement's did not.
@@ -140,13 +176,14 @@ impl PlanCache {
         let shape = shape(&state, sql, params).ok_or_else(Miss::skip)?;
         match self.entries.get(&shape.key) {
             Some(Entry::Never) => Err(Miss::skip()),
-            Some(Entry::Plan(kept)) => {
-                let plan = with_tables(ctx, &kept).await.ok_or_else(Miss::skip)?;
+            Some(Entry::Plan(kept)) if let Some(plan) = with_tables(ctx, &kept).await => {
                 let plan = shape.bind(plan).ok_or_else(Miss::skip)?;
-                self.hits.fetch_add(1, Ordering::Relaxed);
+                self.counts.inc("kept");
                 Ok(plan)
             }
-            None => {
+            // No entry, or a plan for tables that have changed since (another key or
+            // other columns): planned again, and kept in its place.
+            _ => {
                 let key = shape.key.clone();
                 let plan = match state
                     .statement_to_plan(DFStatement::Statement(Box::new(shape.statement.clone())))
@@ -171,7 +208,7 @@ impl PlanCache {
                     return Err(Miss::skip());
                 };
                 self.entries.insert(key, Entry::Plan(Arc::new(kept)));
-                self.misses.fetch_add(1, Ordering::Relaxed);
+                self.counts.inc("made");
                 Ok(bound)
             }
         }
@@ -754,12 +791,18 @@ mod tests {
         // The kept plan dropped `id >= ...` above the scan (the key range held it); with
         // `v` the key, the filter must be applied again: the table's columns and the way
         // it takes the filter both tell the plan is not this table's.
-        let (hits0, _) = q.plan_cache_counts();
+        let (hits0, made0) = q.plan_cache_counts();
         assert_eq!(
             rows(&q, "SELECT count(*) FROM k WHERE id >= 3").await,
             one(3)
         );
-        assert_eq!(q.plan_cache_counts().0, hits0);
+        // Planned again for the table as it is now, and kept in the old plan's place.
+        assert_eq!(q.plan_cache_counts(), (hits0, made0 + 1));
+        assert_eq!(
+            rows(&q, "SELECT count(*) FROM k WHERE id >= 4").await,
+            one(2)
+        );
+        assert_eq!(q.plan_cache_counts(), (hits0 + 1, made0 + 1));
         db.close().await;
     }
 

@@ -41,6 +41,14 @@ async fn serve_answers_sql_and_keeps_acknowledged_writes_across_a_kill() {
     let want = r#"[{"k":1,"v":"one","n":10},{"k":2,"v":"two","n":21}]"#;
     let (status, body) = sql(&server, "SELECT k, v, n FROM kv ORDER BY k");
     assert_eq!((status, body.trim()), (200, want));
+    // The same query again: its plan was kept by its shape.
+    let (status, body) = sql(&server, "SELECT k, v, n FROM kv WHERE k < 3 ORDER BY k");
+    assert_eq!((status, body.trim()), (200, want));
+    let (status, body) = sql(&server, "SELECT k, v, n FROM kv WHERE k < 2 ORDER BY k");
+    assert_eq!(
+        (status, body.trim()),
+        (200, r#"[{"k":1,"v":"one","n":10}]"#)
+    );
 
     // Errors are JSON with a stable code.
     let (status, body) = sql(&server, "SELECT * FROM missing");
@@ -52,7 +60,7 @@ async fn serve_answers_sql_and_keeps_acknowledged_writes_across_a_kill() {
     let (status, text) = request(&server.http, "GET", "/metrics", "");
     assert_eq!(status, 200, "{text}");
     for want in [
-        r#"strata_http_requests_total{op="POST /sql",status="200"} 5"#,
+        r#"strata_http_requests_total{op="POST /sql",status="200"} 7"#,
         r#"strata_http_requests_total{op="POST /sql",status="404"} 1"#,
         "strata_http_request_seconds_bucket{",
         r#"strata_object_store_requests_total{op="put",prefix="wal"}"#,
@@ -63,6 +71,12 @@ async fn serve_answers_sql_and_keeps_acknowledged_writes_across_a_kill() {
         r#"strata_wal_segments_total{table="kv",shard="0"}"#,
         r#"strata_point_reads_total{table="kv",shard="0",source="memtable"}"#,
         r#"strata_point_reads_total{table="kv",shard="0",source="s3"}"#,
+        // How the SQL statements were planned: CREATE, INSERT, UPDATE, DELETE and the
+        // query of a missing table afresh; the two shapes of SELECT made once each, and
+        // `k < 2` answered from the plan `k < 3` made.
+        r#"strata_sql_plans_total{plan="fresh"} 5"#,
+        r#"strata_sql_plans_total{plan="made"} 2"#,
+        r#"strata_sql_plans_total{plan="kept"} 1"#,
         "# EOF",
     ] {
         assert!(text.contains(want), "missing {want} in\n{text}");
