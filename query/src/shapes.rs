@@ -13,7 +13,9 @@
 //!   DELETE or DDL, no `EXPLAIN`, no time travel (`as_of`), no catalog tables
 //!   (`information_schema`, `pg_catalog`), no subqueries, and no function whose value may
 //!   change between runs (`now()`, `random()`: DataFusion's optimizer folds them into
-//!   constants). Every parameter must have a type DataFusion inferred from a column.
+//!   constants). Every parameter must have a type DataFusion inferred from a column, and
+//!   sit in a filter, a join condition or a sort key: an expression in the select list or
+//!   an aggregate names its output column after its text.
 //! - The kept plan holds no table, only stand-ins with the tables' columns: each run looks
 //!   its tables up in its own session (the catalog and the caller's namespaces as of then)
 //!   and takes its own snapshot. A table the caller cannot see, or whose columns differ from
@@ -364,6 +366,13 @@ fn keepable(plan: &LogicalPlan) -> bool {
             }),
             _ => false,
         };
+        // Parameters only where their expressions name no output column (filters, join
+        // conditions, sort keys): `SELECT a > 5` names its column `t.a > Int64(5)`, which a
+        // kept plan would name `t.a > $1`.
+        let names_nothing = matches!(
+            node,
+            LogicalPlan::Filter(_) | LogicalPlan::Join(_) | LogicalPlan::Sort(_)
+        );
         let _ = node.apply_expressions(|e| {
             e.apply(|e| {
                 ok &= match e {
@@ -375,7 +384,9 @@ fn keepable(plan: &LogicalPlan) -> bool {
                     Expr::ScalarFunction(f) => {
                         f.func.signature().volatility == Volatility::Immutable
                     }
-                    Expr::Placeholder(Placeholder { field, .. }) => field.is_some(),
+                    Expr::Placeholder(Placeholder { field, .. }) => {
+                        names_nothing && field.is_some()
+                    }
                     _ => true,
                 };
                 Ok(if ok {
@@ -841,6 +852,16 @@ mod tests {
                 "SELECT count(*) FROM information_schema.tables WHERE table_name = 't'",
             )
             .await;
+            // A comparison that names an output column.
+            let (schema, _) = q
+                .collect_as(
+                    "SELECT id, a > 3 FROM t WHERE id = 1",
+                    &Principal::unrestricted(),
+                )
+                .await
+                .unwrap();
+            let name = schema.field(1).name();
+            assert!(!name.contains('$') && name.contains('3'), "{name}");
             // Writes.
             rows(&q, "UPDATE t SET a = 1 WHERE id = 3").await;
         }
