@@ -50,6 +50,16 @@ fn adbc_flight_sql_driver_from_python() {
         .output()
         .expect("run the ADBC client");
     check(out, "the ADBC client", "adbc flight sql: ok");
+    // ADBC prepares each statement it sends; its repeated query shapes were answered from
+    // kept plans (the literal ranges and the bound ones).
+    let (status, text) = common::request(&server.http, "GET", "/metrics", "");
+    assert_eq!(status, 200, "{text}");
+    let kept = text
+        .lines()
+        .find_map(|l| l.strip_prefix(r#"strata_sql_plans_total{plan="kept"} "#))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    assert!(kept >= 5, "kept plans: {kept}\n{text}");
 }
 
 #[test]

@@ -62,6 +62,15 @@ assert cur.adbc_ingest("people", bulk, mode="append") in (n, -1)
 cur.execute("SELECT count(*), max(id) FROM people WHERE id >= 1000")
 assert cur.fetchone() == (n, 1000 + n - 1)
 
+# The same query with other values (its plan kept by its shape after the first), as
+# literals and as a bound parameter: each run answers for its own values.
+for lo in (1000, 20_000, 49_999, 1000 + n):
+    cur.execute(f"SELECT count(*) FROM people WHERE id >= {lo} AND id < {lo + 100}")
+    assert cur.fetchone() == (max(0, min(100, 1000 + n - lo)),), lo
+for lo in (1000, 30_000, 1000 + n - 10):
+    cur.execute("SELECT count(*) FROM people WHERE id >= $1 AND id < $2", parameters=(lo, lo + 50))
+    assert cur.fetchone() == (max(0, min(50, 1000 + n - lo)),), lo
+
 # Errors come back with the reason.
 try:
     cur.execute("SELECT nope FROM people")
