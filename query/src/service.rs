@@ -214,6 +214,23 @@ pub struct Planned {
     pub(crate) optimized: bool,
 }
 
+/// The physical plan of `df`; `optimized`: its logical plan is optimized already (kept by
+/// its shape), so the analyzer and optimizer do not run again.
+pub(crate) async fn physical_plan(
+    df: DataFrame,
+    optimized: bool,
+) -> datafusion::error::Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+    if optimized {
+        let (state, plan) = df.into_parts();
+        state
+            .query_planner()
+            .create_physical_plan(&plan, &state)
+            .await
+    } else {
+        df.create_physical_plan().await
+    }
+}
+
 impl Planned {
     /// A plan still to be optimized.
     pub(crate) fn new(ctx: SessionContext, df: DataFrame) -> Self {
@@ -787,25 +804,13 @@ impl QueryService {
         planned: Planned,
         deadline: tokio::time::Instant,
     ) -> Result<(SchemaRef, SendableRecordBatchStream), QueryError> {
-        let task = Arc::new(planned.df.task_ctx().with_runtime(self.query_runtime()?));
-        let physical = async {
-            if planned.optimized {
-                // Kept by its shape: analyzed and optimized when it was first planned.
-                let (state, plan) = planned.df.into_parts();
-                state
-                    .query_planner()
-                    .create_physical_plan(&plan, &state)
-                    .await
-            } else {
-                planned.df.create_physical_plan().await
-            }
-        };
-        let plan = tokio::time::timeout_at(deadline, physical)
+        let Planned { ctx, df, optimized } = planned;
+        let task = Arc::new(df.task_ctx().with_runtime(self.query_runtime()?));
+        let plan = tokio::time::timeout_at(deadline, physical_plan(df, optimized))
             .await
             .map_err(|_| self.timed_out())??;
         let stream = datafusion::physical_plan::execute_stream(plan, task)?;
         let schema = stream.schema();
-        let ctx = planned.ctx;
         let timeout_ms = self.config.timeout_ms;
         let s = futures::stream::unfold((stream, Some(ctx)), move |(mut stream, ctx)| async move {
             ctx.as_ref()?;

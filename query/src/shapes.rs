@@ -627,16 +627,9 @@ mod tests {
     /// The physical plan of `sql` as this service would run it.
     async fn physical(q: &QueryService, sql: &str) -> String {
         let planned = q.plan(sql).await.unwrap();
-        let plan = if planned.optimized {
-            let (state, plan) = planned.df.into_parts();
-            state
-                .query_planner()
-                .create_physical_plan(&plan, &state)
-                .await
-                .unwrap()
-        } else {
-            planned.df.create_physical_plan().await.unwrap()
-        };
+        let plan = crate::service::physical_plan(planned.df, planned.optimized)
+            .await
+            .unwrap();
         displayable(plan.as_ref()).indent(false).to_string()
     }
 
