@@ -203,15 +203,27 @@ impl PlanCache {
                     self.never(key);
                     return Err(Miss::skip());
                 };
-                let Some(bound) = shape.bind(plan) else {
-                    // Its literals do not bind as they were written (a string compared
+                let kinds_fit = shape.kinds_fit(&plan);
+                match shape.bind(plan) {
+                    Some(bound) => {
+                        self.entries.insert(key, Entry::Plan(Arc::new(kept)));
+                        self.counts.inc("made");
+                        Ok(bound)
+                    }
+                    // Only this run's values do not bind (a NULL key, a number too large
+                    // for its column): the plan is kept for the next run.
+                    None if kinds_fit => {
+                        self.entries.insert(key, Entry::Plan(Arc::new(kept)));
+                        self.counts.inc("made");
+                        Err(Miss::skip())
+                    }
+                    // Its literals never bind as they were written (a string compared
                     // with a number column): the statement is planned as sent, always.
-                    self.never(key);
-                    return Err(Miss::skip());
-                };
-                self.entries.insert(key, Entry::Plan(Arc::new(kept)));
-                self.counts.inc("made");
-                Ok(bound)
+                    None => {
+                        self.never(key);
+                        Err(Miss::skip())
+                    }
+                }
             }
         }
     }
@@ -225,6 +237,24 @@ impl Shape {
             return Some(plan);
         }
         bind(plan, &self.values, self.clients)
+    }
+
+    /// Whether each literal taken out is of a kind its parameter's type takes (see
+    /// [`kind_fits`]); a client's values may differ from run to run, so they always do.
+    fn kinds_fit(&self, plan: &LogicalPlan) -> bool {
+        if self.clients {
+            return true;
+        }
+        let Ok(types) = plan.get_parameter_types() else {
+            return false;
+        };
+        types.iter().all(|(id, t)| {
+            let value = id
+                .strip_prefix('$')
+                .and_then(|i| i.parse::<usize>().ok())
+                .and_then(|i| self.values.get(i.checked_sub(1)?));
+            matches!((value, t), (Some(v), Some(t)) if kind_fits(v, t))
+        })
     }
 }
 
@@ -530,16 +560,11 @@ fn bind(plan: LogicalPlan, values: &[ScalarValue], clients: bool) -> Option<Logi
     out.ok().map(|t| t.data)
 }
 
-/// `v` as a value of a parameter of type `to`, when it binds (see the module doc).
-fn bound(v: &ScalarValue, to: &DataType, clients: bool) -> Option<ScalarValue> {
-    if &v.data_type() == to {
-        return Some(v.clone());
-    }
-    if clients {
-        // A client's value of another type: DataFusion's coercion decides what it means.
-        return None;
-    }
-    let fits = match v {
+/// Whether a literal taken out as `v` means at type `to` what it meant as written: an
+/// integer for a numeric column, a string for a string column.
+fn kind_fits(v: &ScalarValue, to: &DataType) -> bool {
+    match v {
+        _ if &v.data_type() == to => true,
         ScalarValue::Int64(Some(_)) => to.is_numeric(),
         ScalarValue::Utf8(Some(_)) => {
             matches!(
@@ -548,8 +573,17 @@ fn bound(v: &ScalarValue, to: &DataType, clients: bool) -> Option<ScalarValue> {
             )
         }
         _ => false,
-    };
-    if !fits {
+    }
+}
+
+/// `v` as a value of a parameter of type `to`, when it binds (see the module doc).
+fn bound(v: &ScalarValue, to: &DataType, clients: bool) -> Option<ScalarValue> {
+    if &v.data_type() == to {
+        return Some(v.clone());
+    }
+    if clients || !kind_fits(v, to) {
+        // A client's value of another type, or a literal of another kind: DataFusion's
+        // coercion decides what it means.
         return None;
     }
     let cast = v.cast_to(to).ok()?;
@@ -738,6 +772,18 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let (db, q) = service(tmp.path()).await;
         table(&q).await;
+        // A shape whose first run does not bind (too large for the INT column) is still
+        // kept for later runs.
+        let (hits0, made0) = q.plan_cache_counts();
+        assert_eq!(
+            rows(&q, "SELECT count(*) FROM t WHERE a > 5000000000").await,
+            one(0)
+        );
+        assert_eq!(
+            rows(&q, "SELECT count(*) FROM t WHERE a > 5").await,
+            one((0..200).filter(|i| i % 7 > 5).count())
+        );
+        assert_eq!(q.plan_cache_counts(), (hits0 + 1, made0 + 1));
         let sql = "SELECT count(*) FROM t WHERE id = $1";
         assert_eq!(
             rows_bound(&q, sql, &[ScalarValue::Int64(Some(5))]).await,
