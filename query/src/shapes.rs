@@ -26,9 +26,10 @@
 //!   applied above it. Otherwise the run plans afresh.
 //! - A value is bound at the type DataFusion inferred for its parameter, and only when it
 //!   converts without loss and with the meaning the literal had: an integer literal binds
-//!   to a numeric column's type, a string literal to a string column's (`a1 = '05'` on an
-//!   INT column compares strings in DataFusion, so it is not kept); a client's parameter
-//!   value binds when its type is the parameter's. Otherwise the run plans afresh.
+//!   to a numeric column's type, a string literal to a string column's (for `a1 = '05'`
+//!   on an INT column DataFusion's coercion decides the meaning, so it is not kept); a
+//!   client's parameter value binds when its type is the parameter's. Otherwise the run
+//!   plans afresh.
 
 use std::collections::HashMap;
 use std::ops::ControlFlow;
