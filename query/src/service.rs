@@ -478,13 +478,7 @@ impl QueryService {
             .map_err(|_| self.timed_out())?
     }
 
-    /// Statements answered from a plan kept by its shape, and plans made and kept (see
-    /// [`crate::shapes`]), since the service started.
-    pub fn plan_cache_counts(&self) -> (u64, u64) {
-        self.shapes.counts()
-    }
-
-    /// How statements' plans were had (for `/metrics`).
+    /// How statements' plans were had (see [`crate::shapes`]; on `/metrics`).
     pub fn plan_counts(&self) -> &PlanCounts {
         &self.plan_counts
     }
@@ -670,18 +664,18 @@ impl QueryService {
                 Some(Checked {
                     ctx,
                     plan,
-                    optimized: true,
+                    optimized,
                     ..
-                }) if params.is_empty() => Some((ctx, plan, true)),
-                Some(Checked {
-                    ctx,
-                    plan,
-                    optimized: true,
-                    ..
-                }) => crate::shapes::bind_clients(plan, params).map(|plan| (ctx, plan, true)),
-                Some(Checked { ctx, plan, .. }) if params.is_empty() => Some((ctx, plan, false)),
-                Some(Checked { ctx, plan, .. }) => {
-                    Some((ctx, plan.with_param_values(params.to_vec())?, false))
+                }) => {
+                    let plan = if params.is_empty() {
+                        Some(plan)
+                    } else if optimized {
+                        // None: the values do not bind to the kept plan; plan afresh.
+                        crate::shapes::bind_clients(plan, params)
+                    } else {
+                        Some(plan.with_param_values(params.to_vec())?)
+                    };
+                    plan.map(|plan| (ctx, plan, optimized))
                 }
                 None => None,
             };

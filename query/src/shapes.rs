@@ -14,8 +14,9 @@
 //!   (`information_schema`, `pg_catalog`), no subqueries, and no function whose value may
 //!   change between runs (`now()`, `random()`: DataFusion's optimizer folds them into
 //!   constants). Every parameter must have a type DataFusion inferred from a column, and
-//!   sit in a filter, a join condition or a sort key: an expression in the select list or
-//!   an aggregate names its output column after its text.
+//!   sit where it only chooses or orders rows (a filter, a join condition, a sort key): a
+//!   literal in the select list, a grouping or an aggregate is part of what an output
+//!   column computes, and such statements are planned afresh rather than reasoned about.
 //! - The kept plan holds no table, only stand-ins with the tables' columns: each run looks
 //!   its tables up in its own session (the catalog and the caller's namespaces as of then)
 //!   and takes its own snapshot. A table the caller cannot see, or whose columns differ from
@@ -107,8 +108,11 @@ impl PlanCounts {
         self.by.get_or_create(&PlanLabel { plan }).inc();
     }
 
-    fn get(&self, plan: &'static str) -> u64 {
-        self.by.get_or_create(&PlanLabel { plan }).get()
+    /// Statements answered from a kept plan, and statements whose plan was made and
+    /// kept, since the service started.
+    pub fn kept_and_made(&self) -> (u64, u64) {
+        let get = |plan| self.by.get_or_create(&PlanLabel { plan }).get();
+        (get("kept"), get("made"))
     }
 
     /// A statement planned without the cache.
@@ -156,11 +160,6 @@ impl Miss {
 }
 
 impl PlanCache {
-    /// Statements answered from a kept plan, and statements whose plan was made and kept.
-    pub(crate) fn counts(&self) -> (u64, u64) {
-        (self.counts.get("kept"), self.counts.get("made"))
-    }
-
     /// Marks a shape as not kept: its plan failed where the statement's did not.
     pub(crate) fn never(&self, key: String) {
         self.entries.insert(key, Entry::Never);
@@ -397,10 +396,8 @@ fn keepable(plan: &LogicalPlan) -> bool {
             }),
             _ => false,
         };
-        // Parameters only where their expressions name no output column (filters, join
-        // conditions, sort keys): `SELECT a > 5` names its column `t.a > Int64(5)`, which a
-        // kept plan would name `t.a > $1`.
-        let names_nothing = matches!(
+        // Parameters only where they choose or order rows (see the module doc).
+        let chooses_rows = matches!(
             node,
             LogicalPlan::Filter(_) | LogicalPlan::Join(_) | LogicalPlan::Sort(_)
         );
@@ -415,9 +412,7 @@ fn keepable(plan: &LogicalPlan) -> bool {
                     Expr::ScalarFunction(f) => {
                         f.func.signature().volatility == Volatility::Immutable
                     }
-                    Expr::Placeholder(Placeholder { field, .. }) => {
-                        names_nothing && field.is_some()
-                    }
+                    Expr::Placeholder(Placeholder { field, .. }) => chooses_rows && field.is_some(),
                     _ => true,
                 };
                 Ok(if ok {
@@ -708,7 +703,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let (db, q) = service(tmp.path()).await;
         table(&q).await;
-        let (hits0, misses0) = q.plan_cache_counts();
+        let (hits0, misses0) = q.plan_counts().kept_and_made();
         for (lo, hi) in [
             (0, 200),
             (10, 20),
@@ -739,7 +734,7 @@ mod tests {
             let want = (lo..=hi).filter(|i| i % 7 != 1).count();
             assert_eq!(got, one(want));
         }
-        let (hits, misses) = q.plan_cache_counts();
+        let (hits, misses) = q.plan_counts().kept_and_made();
         // Three shapes: planned once each, then answered from the kept plan.
         assert_eq!(misses - misses0, 3);
         assert_eq!(hits - hits0, 5 + 2 + 1);
@@ -752,9 +747,9 @@ mod tests {
         let (db, q) = service(tmp.path()).await;
         table(&q).await;
         let first = physical(&q, "SELECT sum(a) FROM t WHERE id >= 10 AND id < 20").await;
-        let (hits0, _) = q.plan_cache_counts();
+        let (hits0, _) = q.plan_counts().kept_and_made();
         let second = physical(&q, "SELECT sum(a) FROM t WHERE id >= 120 AND id < 180").await;
-        assert_eq!(q.plan_cache_counts().0, hits0 + 1, "{second}");
+        assert_eq!(q.plan_counts().kept_and_made().0, hits0 + 1, "{second}");
         assert!(
             first.contains("key_range=id: [Int(10) .. Int(20))"),
             "{first}"
@@ -775,7 +770,7 @@ mod tests {
         table(&q).await;
         // A shape whose first run does not bind (too large for the INT column) is still
         // kept for later runs.
-        let (hits0, made0) = q.plan_cache_counts();
+        let (hits0, made0) = q.plan_counts().kept_and_made();
         assert_eq!(
             rows(&q, "SELECT count(*) FROM t WHERE a > 5000000000").await,
             one(0)
@@ -784,25 +779,25 @@ mod tests {
             rows(&q, "SELECT count(*) FROM t WHERE a > 5").await,
             one((0..200).filter(|i| i % 7 > 5).count())
         );
-        assert_eq!(q.plan_cache_counts(), (hits0 + 1, made0 + 1));
+        assert_eq!(q.plan_counts().kept_and_made(), (hits0 + 1, made0 + 1));
         let sql = "SELECT count(*) FROM t WHERE id = $1";
         assert_eq!(
             rows_bound(&q, sql, &[ScalarValue::Int64(Some(5))]).await,
             one(1)
         );
         // NULL: the key range of `id = NULL` is no range; the kept plan would read every row.
-        let (hits0, _) = q.plan_cache_counts();
+        let (hits0, _) = q.plan_counts().kept_and_made();
         assert_eq!(
             rows_bound(&q, sql, &[ScalarValue::Int64(None)]).await,
             one(0)
         );
         assert_eq!(rows_bound(&q, sql, &[ScalarValue::Null]).await, one(0));
-        assert_eq!(q.plan_cache_counts().0, hits0);
+        assert_eq!(q.plan_counts().kept_and_made().0, hits0);
         assert_eq!(
             rows_bound(&q, sql, &[ScalarValue::Int64(Some(7))]).await,
             one(1)
         );
-        assert_eq!(q.plan_cache_counts().0, hits0 + 1);
+        assert_eq!(q.plan_counts().kept_and_made().0, hits0 + 1);
         // A literal too large for the INT column's type compares as DataFusion would.
         assert_eq!(
             rows(&q, "SELECT count(*) FROM t WHERE a < 3").await,
@@ -842,18 +837,18 @@ mod tests {
         // The kept plan dropped `id >= ...` above the scan (the key range held it); with
         // `v` the key, the filter must be applied again: the table's columns and the way
         // it takes the filter both tell the plan is not this table's.
-        let (hits0, made0) = q.plan_cache_counts();
+        let (hits0, made0) = q.plan_counts().kept_and_made();
         assert_eq!(
             rows(&q, "SELECT count(*) FROM k WHERE id >= 3").await,
             one(3)
         );
         // Planned again for the table as it is now, and kept in the old plan's place.
-        assert_eq!(q.plan_cache_counts(), (hits0, made0 + 1));
+        assert_eq!(q.plan_counts().kept_and_made(), (hits0, made0 + 1));
         assert_eq!(
             rows(&q, "SELECT count(*) FROM k WHERE id >= 4").await,
             one(2)
         );
-        assert_eq!(q.plan_cache_counts(), (hits0 + 1, made0 + 1));
+        assert_eq!(q.plan_counts().kept_and_made(), (hits0 + 1, made0 + 1));
         db.close().await;
     }
 
@@ -862,7 +857,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let (db, q) = service(tmp.path()).await;
         table(&q).await;
-        let before = q.plan_cache_counts();
+        let before = q.plan_counts().kept_and_made();
         for _ in 0..2 {
             // Folded into a constant by the optimizer.
             rows(
@@ -892,7 +887,8 @@ mod tests {
                 "SELECT count(*) FROM information_schema.tables WHERE table_name = 't'",
             )
             .await;
-            // A comparison that names an output column.
+            // A comparison in the select list (its column keeps the name the statement
+            // gives it).
             let (schema, _) = q
                 .collect_as(
                     "SELECT id, a > 3 FROM t WHERE id = 1",
@@ -905,7 +901,7 @@ mod tests {
             // Writes.
             rows(&q, "UPDATE t SET a = 1 WHERE id = 3").await;
         }
-        assert_eq!(q.plan_cache_counts(), before);
+        assert_eq!(q.plan_counts().kept_and_made(), before);
         db.close().await;
     }
 }
