@@ -3,8 +3,9 @@
 //! Each partition is a key range; a blocking task merges the tiers of every shard overlapping
 //! it (memtables / WAL tail, NVMe-tier SSTs, S3 levels) by primary key, newest version per
 //! column wins and tombstones hide older versions. On a multi-thread runtime the merge runs
-//! on the consuming task's thread (`block_in_place`), one batch per poll; otherwise on a
-//! blocking thread feeding a channel of two batches (bounded memory either way).
+//! on the consuming task's thread (`block_in_place`), a few batches per blocking section (at
+//! most 8 batches or 2 MiB of arrays) handed out one per poll; otherwise on a blocking
+//! thread feeding a channel of two batches (bounded memory either way).
 
 use std::fmt;
 use std::sync::Arc;
@@ -295,11 +296,19 @@ impl ExecutionPlan for StrataScanExec {
             paths: PathMetrics::new(&self.metrics, partition),
         };
         if inline {
-            // Decode on the consumer's thread (the batch is still in its cache when the
-            // operator above reads it), letting the runtime move its other tasks away.
-            let stream = futures::stream::unfold(producer, |mut p| async move {
-                tokio::task::block_in_place(|| p.next()).map(|b| (b, p))
-            });
+            // Decode on the consumer's thread (the batches are still in its cache when the
+            // operator above reads them), letting the runtime move its other tasks away: a
+            // few batches per blocking section, since each section hands the thread's
+            // runtime work to another thread.
+            let stream = futures::stream::unfold(
+                (producer, Section::default()),
+                |(mut p, mut section)| async move {
+                    if section.ready.is_empty() && !section.done {
+                        tokio::task::block_in_place(|| section.fill(&mut p));
+                    }
+                    section.ready.pop_front().map(|b| (b, (p, section)))
+                },
+            );
             return Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)));
         }
         // A current-thread runtime cannot block its only thread: decode on a blocking
@@ -322,6 +331,44 @@ impl ExecutionPlan for StrataScanExec {
 
 pub(crate) fn engine_err(e: strata_engine::Error) -> DataFusionError {
     DataFusionError::External(Box::new(e))
+}
+
+/// The batches one blocking section of a scan produced, handed out one per poll.
+#[derive(Default)]
+struct Section {
+    ready: std::collections::VecDeque<Result<RecordBatch>>,
+    /// The producer ended or failed: no more sections.
+    done: bool,
+}
+
+impl Section {
+    /// Batches one section produces at most.
+    const BATCHES: usize = 8;
+    /// Bytes of Arrow arrays after which a section ends (about what a core's cache holds).
+    const BYTES: usize = 2 << 20;
+
+    /// Runs `p` until it has made [`Section::BATCHES`] batches or [`Section::BYTES`] bytes
+    /// of them, or ended.
+    fn fill(&mut self, p: &mut Producer) {
+        let mut bytes = 0;
+        while self.ready.len() < Self::BATCHES && bytes < Self::BYTES {
+            match p.next() {
+                Some(Ok(b)) => {
+                    bytes += b.get_array_memory_size();
+                    self.ready.push_back(Ok(b));
+                }
+                Some(Err(e)) => {
+                    self.ready.push_back(Err(e));
+                    self.done = true;
+                    return;
+                }
+                None => {
+                    self.done = true;
+                    return;
+                }
+            }
+        }
+    }
 }
 
 /// One partition's batches: the shards overlapping its key range, one after the other.
