@@ -20,7 +20,6 @@ use datafusion::common::ScalarValue;
 use datafusion::error::DataFusionError;
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 use futures::{FutureExt, Sink, SinkExt, StreamExt, future, stream};
-use pgwire::api::DEFAULT_NAME;
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{
     ExtendedQueryHandler, SimpleQueryHandler, send_execution_response, send_query_response,
@@ -28,21 +27,21 @@ use pgwire::api::query::{
 };
 use pgwire::api::results::{FieldInfo, QueryResponse, Response, Tag};
 use pgwire::api::stmt::QueryParser;
-use pgwire::api::store::Entry;
 use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, PgWireConnectionState, Type};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
-use pgwire::messages::data::{DataRow, NoData, ParameterDescription};
-use pgwire::messages::extendedquery::{Describe, TARGET_TYPE_BYTE_STATEMENT};
+use pgwire::messages::data::DataRow;
+use pgwire::messages::extendedquery::{Bind, Close, Describe, Execute, Parse};
 use pgwire::messages::response::EmptyQueryResponse;
 use pgwire::messages::response::TransactionStatus;
 use pgwire::messages::simplequery::Query;
 use pgwire::types::format::FormatOptions;
 use tokio_util::sync::CancellationToken;
 
+use super::extended;
 use super::startup::{Session, server_version};
-use super::statements::{Command, Kind, Sql, parse};
+use super::statements::{Command, Kind, Sql, one_transaction, parse};
 use crate::QueryService;
 use crate::error::{QueryError, QueryErrorKind};
 use crate::service::{Checked, Forwarded, with_literals, writes};
@@ -585,7 +584,9 @@ impl SimpleQueryHandler for Queries {
         let _running = self.start()?;
         client.set_state(PgWireConnectionState::QueryInProgress);
         let mut tx = client.transaction_status();
-        match parse(&self.preparer.sql, &query.query) {
+        let commands =
+            parse(&self.preparer.sql, &query.query).and_then(|c| one_transaction(&c).map(|()| c));
+        match commands {
             Err(e) => {
                 client
                     .feed(PgWireBackendMessage::ErrorResponse(error_info(&e).into()))
@@ -758,10 +759,30 @@ impl ExtendedQueryHandler for Queries {
         self.preparer.clone()
     }
 
-    /// As pgwire's, except that a statement with parameters and no rows (an INSERT with
-    /// `$1`) is described as PostgreSQL does, with NoData: pgwire sends an empty row
-    /// description, which the JDBC driver takes for a result ("A result was returned when
-    /// none was expected").
+    // pgwire's defaults `send` (write and flush) each reply; these feed them, so that the
+    // replies to a driver's Parse, Bind, Describe, Execute and Sync leave in one write.
+    // See [`super::extended`].
+
+    async fn on_parse<C>(&self, client: &mut C, message: Parse) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Prepared>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        extended::parse(self, client, message).await
+    }
+
+    async fn on_bind<C>(&self, client: &mut C, message: Bind) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Prepared>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        extended::bind(client, message).await
+    }
+
     async fn on_describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
@@ -769,25 +790,27 @@ impl ExtendedQueryHandler for Queries {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        if message.target_type == TARGET_TYPE_BYTE_STATEMENT {
-            let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
-            if let Some(Entry::Value(stmt)) = client.portal_store().get_statement(name)
-                && stmt.statement.results.fields().is_empty()
-            {
-                let described = self.do_describe_statement(client, &stmt).await?;
-                let oids = described.parameters.iter().map(|t| t.oid()).collect();
-                client
-                    .feed(PgWireBackendMessage::ParameterDescription(
-                        ParameterDescription::new(oids),
-                    ))
-                    .await?;
-                client
-                    .send(PgWireBackendMessage::NoData(NoData::new()))
-                    .await?;
-                return Ok(());
-            }
-        }
-        self._on_describe(client, message).await
+        extended::describe(self, client, message).await
+    }
+
+    async fn on_execute<C>(&self, client: &mut C, message: Execute) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Prepared>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        extended::execute(self, client, message).await
+    }
+
+    async fn on_close<C>(&self, client: &mut C, message: Close) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Prepared>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        extended::close(client, message).await
     }
 
     async fn do_query<C>(

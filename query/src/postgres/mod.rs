@@ -11,12 +11,17 @@
 //! - [`handler`]: the simple and extended query protocols (parse, bind with parameters,
 //!   describe, execute) over [`QueryService`], results encoded by `arrow-pg`, errors with
 //!   SQLSTATE codes.
+//! - [`extended`]: the extended protocol's replies, queued until the client's Sync or
+//!   Flush, so a driver's round trip is answered in one write.
 //!
 //! Sessions see a `pg_catalog` schema describing the tables the caller may read
 //! ([`QueryService::for_postgres`]). Each statement is its own transaction: reads inside
 //! `BEGIN` ... `COMMIT` take a snapshot per statement (PostgreSQL's READ COMMITTED), and a
 //! statement that changes data inside an explicit transaction is refused (SQLSTATE 0A000),
-//! since a `ROLLBACK` could not undo it.
+//! since a `ROLLBACK` could not undo it. For the same reason a query string in which a
+//! change is followed by a statement that could fail (`INSERT ...; INSERT ...`), which
+//! PostgreSQL runs as one transaction, is refused before any of it runs
+//! ([`statements::one_transaction`]).
 //!
 //! The password travels as the client sends it (PostgreSQL's cleartext password message):
 //! configure TLS (the same certificate as HTTP and Flight SQL) wherever the network is not
@@ -24,6 +29,7 @@
 //! server, is not offered.
 
 pub mod catalog;
+pub mod extended;
 pub mod handler;
 pub mod startup;
 pub mod statements;

@@ -92,6 +92,45 @@ pub fn parse(parser: &PostgresCompatibilityParser, text: &str) -> Result<Vec<Com
     Ok(statements.into_iter().map(classify).collect())
 }
 
+/// Refuses a query string in which a statement that changes data is followed by one that
+/// could fail (a query or another change; `SET`, `COMMIT` and the like cannot), before any
+/// of it runs.
+///
+/// PostgreSQL runs a query string of several statements as one transaction: when a later
+/// statement fails, an earlier INSERT is undone. Strata runs each statement as its own
+/// transaction and could not undo it, so such a string is refused (SQLSTATE 0A000) rather
+/// than half applied. A change that is the string's last statement that could fail keeps
+/// PostgreSQL's outcome: reads before it never need undoing, and if it fails it wrote
+/// nothing.
+pub fn one_transaction(commands: &[Command]) -> Result<(), QueryError> {
+    let may_fail = |c: &Command| matches!(c, Command::Sql(_) | Command::Show(_));
+    let first_change = commands.iter().position(|c| match c {
+        Command::Sql(s) => s.changes,
+        _ => false,
+    });
+    let Some(at) = first_change else {
+        return Ok(());
+    };
+    let Some(Command::Sql(change)) = commands.get(at) else {
+        return Ok(());
+    };
+    if !commands[at + 1..].iter().any(may_fail) {
+        return Ok(());
+    }
+    let what = if change.kind.changes() {
+        change.kind.tag()
+    } else {
+        "EXPLAIN ANALYZE"
+    };
+    Err(QueryError::new(
+        QueryErrorKind::Invalid,
+        format!(
+            "{what} followed by other statements in one query string is not supported: PostgreSQL runs such a string as one transaction, while Strata runs each statement as its own and could not undo the {what} if a later statement failed. Send the statements one at a time"
+        ),
+    )
+    .with_sqlstate("0A000"))
+}
+
 fn classify(statement: Statement) -> Command {
     match &statement {
         Statement::StartTransaction { .. } => return Command::Begin,
@@ -198,6 +237,35 @@ mod tests {
         let mut all = parse(&parser, sql).expect("parses");
         assert_eq!(all.len(), 1, "{sql}");
         all.remove(0)
+    }
+
+    #[test]
+    fn a_change_may_only_end_a_query_string() {
+        let parser = PostgresCompatibilityParser::new();
+        let check = |sql: &str| one_transaction(&parse(&parser, sql).expect("parses"));
+        for ok in [
+            "INSERT INTO t VALUES (1)",
+            "SELECT 1; SELECT 2",
+            "SELECT * FROM t; INSERT INTO t VALUES (1)",
+            "SET application_name = 'x'; UPDATE t SET a = 1",
+            "INSERT INTO t VALUES (1); COMMIT",
+            "DELETE FROM t WHERE a = 1; SET extra_float_digits = 3; DISCARD ALL",
+            "",
+        ] {
+            assert!(check(ok).is_ok(), "{ok}");
+        }
+        for refused in [
+            "INSERT INTO t VALUES (1); INSERT INTO t VALUES (2)",
+            "INSERT INTO t VALUES (1); SELECT 1/0",
+            "CREATE TABLE t (a BIGINT PRIMARY KEY); INSERT INTO t VALUES (1)",
+            "DELETE FROM t; SHOW DateStyle",
+            "EXPLAIN ANALYZE INSERT INTO t VALUES (1); SELECT 1",
+            "SELECT 1; UPDATE t SET a = 2; SELECT 2",
+        ] {
+            let e = check(refused).expect_err(refused);
+            assert_eq!(e.sqlstate, Some("0A000"), "{refused}");
+            assert!(e.message.contains("one at a time"), "{}", e.message);
+        }
     }
 
     #[test]

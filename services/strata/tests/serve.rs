@@ -98,3 +98,150 @@ async fn serve_answers_sql_and_keeps_acknowledged_writes_across_a_kill() {
     let (status, body) = sql(&server, "SELECT count(*) AS c FROM kv");
     assert_eq!((status, body.trim()), (200, r#"[{"c":3}]"#));
 }
+
+/// A PostgreSQL frontend message: its type byte, its length (itself included), `body`.
+fn pg_message(kind: u8, body: &[u8]) -> Vec<u8> {
+    let mut m = vec![kind];
+    m.extend_from_slice(&u32::try_from(body.len() + 4).unwrap().to_be_bytes());
+    m.extend_from_slice(body);
+    m
+}
+
+/// Parse of the unnamed statement `sql` (parameter types left to the server).
+fn pg_parse(sql: &str) -> Vec<u8> {
+    let mut b = vec![0u8];
+    b.extend_from_slice(sql.as_bytes());
+    b.extend_from_slice(&[0, 0, 0]);
+    pg_message(b'P', &b)
+}
+
+/// Bind of the unnamed portal to the unnamed statement, `params` in text.
+fn pg_bind(params: &[&str]) -> Vec<u8> {
+    let mut b = vec![0u8, 0, 0, 0];
+    b.extend_from_slice(&u16::try_from(params.len()).unwrap().to_be_bytes());
+    for p in params {
+        b.extend_from_slice(&u32::try_from(p.len()).unwrap().to_be_bytes());
+        b.extend_from_slice(p.as_bytes());
+    }
+    b.extend_from_slice(&[0, 0]);
+    pg_message(b'B', &b)
+}
+
+/// Execute of the unnamed portal, at most `rows` rows (0: all).
+fn pg_execute(rows: u32) -> Vec<u8> {
+    let mut b = vec![0u8];
+    b.extend_from_slice(&rows.to_be_bytes());
+    pg_message(b'E', &b)
+}
+
+/// The backend's messages (type byte, body) up to and including the first `until`.
+fn pg_read_until(s: &mut std::net::TcpStream, until: u8) -> Vec<(u8, Vec<u8>)> {
+    use std::io::Read;
+    let mut got = Vec::new();
+    loop {
+        let mut head = [0u8; 5];
+        s.read_exact(&mut head).unwrap();
+        let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+        let mut body = vec![0u8; len - 4];
+        s.read_exact(&mut body).unwrap();
+        got.push((head[0], body));
+        if head[0] == until {
+            return got;
+        }
+    }
+}
+
+/// Whether the backend sends anything within `wait`.
+fn pg_sends_within(s: &mut std::net::TcpStream, wait: std::time::Duration) -> bool {
+    s.set_read_timeout(Some(wait)).unwrap();
+    let mut byte = [0u8; 1];
+    let sent = match s.peek(&mut byte) {
+        Ok(n) => n > 0,
+        Err(e) => {
+            assert!(
+                matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ),
+                "{e}"
+            );
+            false
+        }
+    };
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    sent
+}
+
+/// The extended query protocol as PostgreSQL answers it: replies to Parse, Bind, Describe
+/// and Execute are held until the client's Sync (or Flush) and then leave together, rows
+/// of an Execute with a row limit come a limit at a time (PortalSuspended), and a portal
+/// without rows is described with NoData.
+#[test]
+fn postgres_replies_wait_for_the_clients_sync_or_flush() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path());
+    for q in [
+        "CREATE TABLE kv (k BIGINT, v VARCHAR, PRIMARY KEY (k))",
+        "INSERT INTO kv VALUES (1, 'a'), (2, 'b'), (3, 'c')",
+    ] {
+        let (status, body) = sql(&server, q);
+        assert_eq!(status, 200, "{q}: {body}");
+    }
+    let mut pg = common::idle_postgres_connection(&server.postgres);
+    let kinds = |m: &[(u8, Vec<u8>)]| m.iter().map(|(k, _)| *k as char).collect::<String>();
+    let describe_portal = pg_message(b'D', b"P\0");
+    let sync = pg_message(b'S', b"");
+
+    // A driver's round trip: nothing is sent before the Sync, then every reply at once.
+    let round = [
+        pg_parse("SELECT v FROM kv WHERE k = $1"),
+        pg_bind(&["2"]),
+        describe_portal.clone(),
+        pg_execute(0),
+    ]
+    .concat();
+    pg.write_all(&round).unwrap();
+    assert!(
+        !pg_sends_within(&mut pg, std::time::Duration::from_millis(300)),
+        "replies were sent before the client's Sync"
+    );
+    pg.write_all(&sync).unwrap();
+    let got = pg_read_until(&mut pg, b'Z');
+    assert_eq!(kinds(&got), "12TDCZ");
+    assert!(got[3].1.ends_with(b"b"), "{:?}", got[3]);
+    assert!(got[4].1.starts_with(b"SELECT 1"), "{:?}", got[4]);
+
+    // A row limit: one row, PortalSuspended, then the rest; Flush sends what is queued.
+    let limited = [
+        pg_parse("SELECT k FROM kv ORDER BY k"),
+        pg_bind(&[]),
+        pg_execute(1),
+        pg_message(b'H', b""),
+    ]
+    .concat();
+    pg.write_all(&limited).unwrap();
+    assert_eq!(kinds(&pg_read_until(&mut pg, b's')), "12Ds");
+    pg.write_all(&[pg_execute(0), sync.clone()].concat())
+        .unwrap();
+    let rest = pg_read_until(&mut pg, b'Z');
+    assert_eq!(kinds(&rest), "DDCZ");
+    assert!(rest[2].1.starts_with(b"SELECT 2"), "{:?}", rest[2]);
+
+    // A change with a parameter is described with NoData and answers its command tag.
+    pg.write_all(
+        &[
+            pg_parse("INSERT INTO kv VALUES ($1, 'd')"),
+            pg_bind(&["4"]),
+            describe_portal,
+            pg_execute(0),
+            sync,
+        ]
+        .concat(),
+    )
+    .unwrap();
+    let insert = pg_read_until(&mut pg, b'Z');
+    assert_eq!(kinds(&insert), "12nCZ");
+    assert!(insert[3].1.starts_with(b"INSERT 0 1"), "{:?}", insert[3]);
+}

@@ -10,7 +10,10 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{Server, flight_sql, request, request_as, start_with, try_request_with};
+use common::{
+    Server, flight_sql, idle_postgres_connection, postgres_query, request, request_as, start_with,
+    try_request_with,
+};
 
 /// CPU time (user + system) the process has used so far.
 fn cpu(pid: u32) -> Duration {
@@ -225,36 +228,6 @@ async fn idle_after_abuse_and_bounded_exit_on_sigterm() {
     let _ = f.await;
 }
 
-/// A PostgreSQL connection that has started (no API keys: trusted) and is idle: its
-/// startup message sent and the server's answer read up to ReadyForQuery.
-fn idle_postgres_connection(addr: &str) -> TcpStream {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut body = 196_608u32.to_be_bytes().to_vec(); // protocol 3.0
-    for part in ["user", "u", "database", "strata", ""] {
-        body.extend_from_slice(part.as_bytes());
-        body.push(0);
-    }
-    let mut msg = u32::try_from(body.len() + 4)
-        .unwrap()
-        .to_be_bytes()
-        .to_vec();
-    msg.extend_from_slice(&body);
-    s.write_all(&msg).unwrap();
-    // Messages: a type byte, a length (itself included), the body; 'Z' is ReadyForQuery.
-    loop {
-        let mut head = [0u8; 5];
-        s.read_exact(&mut head).unwrap();
-        let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
-        let mut rest = vec![0u8; len - 4];
-        s.read_exact(&mut rest).unwrap();
-        assert_ne!(head[0], b'E', "the connection was refused: {rest:?}");
-        if head[0] == b'Z' {
-            return s;
-        }
-    }
-}
-
 /// Idle PostgreSQL connections do not hold a stopping server for the grace period that
 /// running statements get: with nothing running, SIGTERM closes them and the process exits
 /// at once.
@@ -296,37 +269,6 @@ fn sigterm(server: &Server) {
         .status()
         .unwrap();
     assert!(status.success());
-}
-
-/// Sends one simple-protocol query on a started PostgreSQL connection and reads the
-/// answer up to ReadyForQuery or the end of the stream: the messages' type bytes, and the
-/// fields of the first ErrorResponse (field type byte, value).
-fn postgres_query(s: &mut TcpStream, sql: &str) -> (Vec<u8>, Vec<(u8, String)>) {
-    let mut msg = vec![b'Q'];
-    msg.extend_from_slice(&u32::try_from(sql.len() + 5).unwrap().to_be_bytes());
-    msg.extend_from_slice(sql.as_bytes());
-    msg.push(0);
-    s.write_all(&msg).unwrap();
-    let (mut kinds, mut error) = (Vec::new(), Vec::new());
-    loop {
-        let mut head = [0u8; 5];
-        if s.read_exact(&mut head).is_err() {
-            return (kinds, error);
-        }
-        let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
-        let mut body = vec![0u8; len - 4];
-        s.read_exact(&mut body).unwrap();
-        kinds.push(head[0]);
-        if head[0] == b'E' && error.is_empty() {
-            // Fields: a type byte, a NUL-terminated value; a NUL ends the list.
-            for field in body.split(|b| *b == 0).filter(|f| !f.is_empty()) {
-                error.push((field[0], String::from_utf8_lossy(&field[1..]).into_owned()));
-            }
-        }
-        if head[0] == b'Z' {
-            return (kinds, error);
-        }
-    }
 }
 
 const CROSS: &str = "SELECT count(*) FROM small a, small b, small c, small d, small e, small f";

@@ -75,20 +75,31 @@ with connect(autocommit=True) as conn:
 # runs and answers before the next, so the first count is read before the insert.
 with connect(autocommit=True) as conn:
     cur = conn.cursor()
-    cur.execute(
-        "SELECT count(*) FROM ops.t; INSERT INTO ops.t VALUES (100), (101); SELECT count(*) FROM ops.t"
-    )
+    cur.execute("SELECT count(*) FROM ops.t; SELECT 7; INSERT INTO ops.t VALUES (100), (101)")
     assert cur.fetchone() == (40,)
+    assert cur.nextset() and cur.fetchone() == (7,)
     assert cur.nextset() and cur.rowcount == 2, cur.rowcount
-    assert cur.nextset() and cur.fetchone() == (42,)
     assert not cur.nextset()
-    # An error stops the string there: what ran before it stays (each statement is its own
-    # transaction), what follows does not run.
+    assert conn.execute("SELECT count(*) FROM ops.t").fetchone() == (42,)
+    # A change followed by statements that could fail is one transaction in PostgreSQL
+    # (a failure undoes the change); Strata cannot undo it, so the whole string is
+    # refused before any of it runs.
+    for string in [
+        "INSERT INTO ops.t VALUES (102); SELECT * FROM ops.missing; INSERT INTO ops.t VALUES (103)",
+        "SELECT count(*) FROM ops.t; INSERT INTO ops.t VALUES (102); SELECT count(*) FROM ops.t",
+    ]:
+        try:
+            cur.execute(string)
+            raise AssertionError(f"{string}: answered")
+        except psycopg.errors.FeatureNotSupported as e:
+            assert "one at a time" in str(e), e
+    assert conn.execute("SELECT count(*) FROM ops.t").fetchone() == (42,)
+    # An error stops a string there: what follows does not run.
     try:
-        cur.execute("INSERT INTO ops.t VALUES (102); SELECT * FROM ops.missing; INSERT INTO ops.t VALUES (103)")
+        cur.execute("SELECT * FROM ops.missing; INSERT INTO ops.t VALUES (103)")
         raise AssertionError("a missing table answered")
     except psycopg.errors.UndefinedTable:
         pass
-    assert conn.execute("SELECT count(*) FROM ops.t").fetchone() == (43,)
+    assert conn.execute("SELECT count(*) FROM ops.t").fetchone() == (42,)
 
 print("psycopg operations: ok")

@@ -82,6 +82,21 @@ with connect(root, autocommit=True) as conn:
     assert conn.execute("SHOW transaction_isolation").fetchone() == ("read committed",)
     assert conn.info.server_version >= 160000, conn.info.server_version
 
+    # A query string with a change followed by more statements (one transaction in
+    # PostgreSQL) is refused before any of it runs; one whose change comes last runs.
+    # Without parameters psycopg sends the string as one simple query.
+    message = fails(
+        psycopg.errors.FeatureNotSupported,
+        cur,
+        "INSERT INTO hr.people VALUES (7, 'x'); INSERT INTO hr.people VALUES (8, 'y')",
+    )
+    assert "one at a time" in message, message
+    assert conn.execute("SELECT count(*) FROM hr.people").fetchone() == (2,)
+    cur.execute("SELECT 1; INSERT INTO hr.people VALUES (7, 'x')")
+    assert cur.rowcount == 1, cur.rowcount
+    cur.execute("DELETE FROM hr.people WHERE id = 7")
+    assert cur.rowcount == 1, cur.rowcount
+
     # pandas over the connection.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # pandas prefers SQLAlchemy; a DB-API connection works

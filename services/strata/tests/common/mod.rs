@@ -222,3 +222,65 @@ pub async fn flight_sql(flight: &str, key: Option<&str>, sql: &str) -> Result<St
         .unwrap()
         .to_string())
 }
+
+/// A PostgreSQL connection that has started (no API keys: trusted) and is idle: its
+/// startup message sent and the server's answer read up to ReadyForQuery.
+pub fn idle_postgres_connection(addr: &str) -> TcpStream {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let mut body = 196_608u32.to_be_bytes().to_vec(); // protocol 3.0
+    for part in ["user", "u", "database", "strata", ""] {
+        body.extend_from_slice(part.as_bytes());
+        body.push(0);
+    }
+    let mut msg = u32::try_from(body.len() + 4)
+        .unwrap()
+        .to_be_bytes()
+        .to_vec();
+    msg.extend_from_slice(&body);
+    s.write_all(&msg).unwrap();
+    // Messages: a type byte, a length (itself included), the body; 'Z' is ReadyForQuery.
+    loop {
+        let mut head = [0u8; 5];
+        s.read_exact(&mut head).unwrap();
+        let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+        let mut rest = vec![0u8; len - 4];
+        s.read_exact(&mut rest).unwrap();
+        assert_ne!(head[0], b'E', "the connection was refused: {rest:?}");
+        if head[0] == b'Z' {
+            return s;
+        }
+    }
+}
+
+/// Sends one simple-protocol query on a started PostgreSQL connection and reads the
+/// answer up to ReadyForQuery or the end of the stream: the messages' type bytes, and the
+/// fields of the first ErrorResponse (field type byte, value).
+pub fn postgres_query(s: &mut TcpStream, sql: &str) -> (Vec<u8>, Vec<(u8, String)>) {
+    let mut msg = vec![b'Q'];
+    msg.extend_from_slice(&u32::try_from(sql.len() + 5).unwrap().to_be_bytes());
+    msg.extend_from_slice(sql.as_bytes());
+    msg.push(0);
+    s.write_all(&msg).unwrap();
+    let (mut kinds, mut error) = (Vec::new(), Vec::new());
+    loop {
+        let mut head = [0u8; 5];
+        if s.read_exact(&mut head).is_err() {
+            return (kinds, error);
+        }
+        let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+        let mut body = vec![0u8; len - 4];
+        s.read_exact(&mut body).unwrap();
+        kinds.push(head[0]);
+        if head[0] == b'E' && error.is_empty() {
+            // Fields: a type byte, a NUL-terminated value; a NUL ends the list.
+            for field in body.split(|b| *b == 0).filter(|f| !f.is_empty()) {
+                error.push((field[0], String::from_utf8_lossy(&field[1..]).into_owned()));
+            }
+        }
+        if head[0] == b'Z' {
+            return (kinds, error);
+        }
+    }
+}
