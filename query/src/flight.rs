@@ -184,7 +184,9 @@ impl FlightSql {
     }
 
     /// [`QueryService::prepare_checked_as`], with a statement for another ingest node's table run
-    /// there (see [`FlightSql::forward_or`]) and its count handed on as the result.
+    /// there (see [`FlightSql::forward_or`]) and its count handed on as the result. The
+    /// third value is, for a statement that ran (it changed data or tables), the rows it
+    /// changed: a FlightInfo's `total_records`, which ADBC reports as `rowcount`.
     async fn prepare_or_forward<T>(
         &self,
         sql: &str,
@@ -192,9 +194,16 @@ impl FlightSql {
         params: &[datafusion::common::ScalarValue],
         who: &Principal,
         request: &Request<T>,
-    ) -> Result<(arrow::datatypes::SchemaRef, Planned, bool), Status> {
+    ) -> Result<(arrow::datatypes::SchemaRef, Planned, Option<i64>), Status> {
         match self.q.prepare_checked_as(sql, checked, params, who).await {
-            Ok(p) => Ok(p),
+            Ok((schema, planned, false)) => Ok((schema, planned, None)),
+            Ok((schema, planned, true)) => {
+                // Its result is in memory: read it for the count, keep it for the DoGet.
+                let batches = planned.df.clone().collect().await.map_err(|e| {
+                    status(QueryError::new(QueryErrorKind::Internal, e.to_string()))
+                })?;
+                Ok((schema, planned, Some(update_count(&batches))))
+            }
             Err(e) => {
                 let count = self
                     .forward_or(e, sql, params, authorization(request))
@@ -215,7 +224,7 @@ impl FlightSql {
                 let df = ctx
                     .read_batch(batch)
                     .map_err(|e| Status::internal(e.to_string()))?;
-                Ok((schema, Planned::new(ctx, df), true))
+                Ok((schema, Planned::new(ctx, df), Some(count)))
             }
         }
     }
@@ -475,12 +484,16 @@ impl FlightSqlService for FlightSql {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let who = self.caller(&request)?;
-        let (schema, planned, ran) = self
+        let (schema, planned, changed) = self
             .prepare_or_forward(&query.query, None, &[], &who, &request)
             .await?;
         let plan = self.handoff.put(who, planned);
         // A statement that ran here must not run again: its ticket carries no SQL.
-        let sql = if ran { "" } else { query.query.as_str() };
+        let sql = if changed.is_some() {
+            ""
+        } else {
+            query.query.as_str()
+        };
         let ticket = TicketStatementQuery {
             statement_handle: ticket_handle(Some(plan), sql).into(),
         };
@@ -490,7 +503,8 @@ impl FlightSqlService for FlightSql {
             .try_with_schema(&schema)
             .map_err(|e| Status::internal(format!("encoding the schema: {e}")))?
             .with_endpoint(endpoint)
-            .with_descriptor(request.into_inner());
+            .with_descriptor(request.into_inner())
+            .with_total_records(changed.unwrap_or(-1));
         Ok(Response::new(info))
     }
 
@@ -776,11 +790,11 @@ impl FlightSqlService for FlightSql {
         let checked = self
             .prepared
             .take_first(&cmd.prepared_statement_handle, &who);
-        let (schema, planned, ran) = self
+        let (schema, planned, changed) = self
             .prepare_or_forward(&sql, checked, params, &who, &request)
             .await?;
         let plan = self.handoff.put(who, planned);
-        let mark = if ran { "!" } else { "#" };
+        let mark = if changed.is_some() { "!" } else { "#" };
         let ticket = CommandPreparedStatementQuery {
             prepared_statement_handle: [
                 &cmd.prepared_statement_handle[..],
@@ -795,7 +809,8 @@ impl FlightSqlService for FlightSql {
             .try_with_schema(&schema)
             .map_err(|e| Status::internal(format!("encoding the schema: {e}")))?
             .with_endpoint(endpoint)
-            .with_descriptor(request.into_inner());
+            .with_descriptor(request.into_inner())
+            .with_total_records(changed.unwrap_or(-1));
         Ok(Response::new(info))
     }
 

@@ -39,20 +39,28 @@ fn adbc_flight_sql_driver_from_python() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let server = common::start(dir.path());
+    let server = start_with_keys(dir.path());
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/clients/adbc_flight_sql.py"
     );
     let out = Command::new(&python)
         .arg(script)
-        .arg(&server.flight)
+        .args([server.flight.as_str(), ROOT.0, SALES_READER.0])
         .output()
         .expect("run the ADBC client");
     check(out, "the ADBC client", "adbc flight sql: ok");
     // ADBC prepares each statement it sends; its repeated query shapes were answered from
     // kept plans (the literal ranges and the bound ones).
-    let (status, text) = common::request(&server.http, "GET", "/metrics", "");
+    let bearer = format!("Authorization: Bearer {}", ROOT.0);
+    let (status, text) = common::request_with(
+        &server.http,
+        "GET",
+        "/metrics",
+        "text/plain",
+        b"",
+        &[bearer],
+    );
     assert_eq!(status, 200, "{text}");
     let kept = text
         .lines()
@@ -68,7 +76,7 @@ fn flight_sql_jdbc_driver() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let server = common::start(dir.path());
+    let server = start_with_keys(dir.path());
     let (host, port) = server.flight.rsplit_once(':').unwrap();
     let source = concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -80,7 +88,7 @@ fn flight_sql_jdbc_driver() {
         .arg("-cp")
         .arg(&jar)
         .arg(source)
-        .args([host, port])
+        .args([host, port, ROOT.0, SALES_READER.0])
         .output()
         .expect("run java");
     check(out, "the Flight SQL JDBC client", "flight sql jdbc: ok");

@@ -92,4 +92,36 @@ fn every_readme_command_works_when_pasted() {
     );
     let got = answer("rows/get?key=3");
     assert!(got.contains("7.5") && got.contains("edsger"), "{got}");
+    // The delete took effect.
+    let (status, gone) =
+        common::request(&server.http, "GET", "/v1/tables/players/rows/get?key=3", "");
+    assert!(status == 404 || !gone.contains("edsger"), "{status} {gone}");
+
+    // The query node of the README's SQL section, over the bucket `strata serve` writes,
+    // answers its `curl` line with every acknowledged write.
+    let readme = include_str!("../../../README.md");
+    let line = readme
+        .lines()
+        .find(|l| l.starts_with("curl ") && l.contains(":8090/sql"))
+        .expect("the README's query-node curl line");
+    assert!(
+        readme.contains("query --dir ./query-node --set store.dir=./strata-data/bucket"),
+        "the README's query node reads another bucket than `strata serve --dir ./strata-data` writes"
+    );
+    let query_dir = tempfile::tempdir().unwrap();
+    let bucket = format!("store.dir={}", dir.path().join("bucket").display());
+    let query = common::start_role("query", query_dir.path(), &["--set", &bucket]);
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(line.replace("127.0.0.1:8090", &query.http))
+        .output()
+        .expect("run sh");
+    let csv = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{line}\n{csv}");
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(
+        lines,
+        ["name,score", "grace,9.75", "ada,9.5"],
+        "{line}\n{csv}"
+    );
 }
