@@ -270,6 +270,15 @@ pub async fn serve(
     serve_tls(q, auth, listener, None, None, None, shutdown).await
 }
 
+/// More gRPC services served next to Flight SQL on its port (e.g. the data API of
+/// `strata serve`), and their names as the gRPC health service reports them.
+pub struct ExtraGrpc {
+    /// The services.
+    pub routes: tonic::service::Routes,
+    /// Their full names (`tonic::server::NamedService::NAME`).
+    pub names: Vec<&'static str>,
+}
+
 /// [`serve`] over TLS when `tls` is given, with more gRPC services (`extra`, e.g. the
 /// data API of `strata serve`) on the same port.
 pub async fn serve_tls(
@@ -277,7 +286,7 @@ pub async fn serve_tls(
     auth: Authenticator,
     listener: tokio::net::TcpListener,
     tls: Option<tonic::transport::ServerTlsConfig>,
-    extra: Option<tonic::service::Routes>,
+    extra: Option<ExtraGrpc>,
     metrics: Option<crate::metrics::ServiceMetrics>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
@@ -286,27 +295,48 @@ pub async fn serve_tls(
     if let Some(tls) = tls {
         builder = builder.tls_config(tls)?;
     }
+    let (extra, mut names) = match extra {
+        Some(e) => (e.routes, e.names),
+        None => (tonic::service::Routes::default(), Vec::new()),
+    };
+    names.extend([
+        "",
+        <FlightServiceServer<FlightSql> as tonic::server::NamedService>::NAME,
+    ]);
     // The standard gRPC health service (grpc.health.v1.Health), as load balancers and
-    // `grpc_health_probe` ask it: SERVING for the server ("") and for Flight SQL until the
-    // server starts stopping, NOT_SERVING from then on.
+    // `grpc_health_probe` ask it, for the server ("") and each service: NOT_SERVING until
+    // the node is ready (the tables it writes open: see [`crate::ready`]), SERVING from
+    // then until the server starts stopping, NOT_SERVING after.
     let (reporter, health) = tonic_health::server::health_reporter();
-    reporter
-        .set_serving::<FlightServiceServer<FlightSql>>()
-        .await;
-    reporter
-        .set_service_status("", tonic_health::ServingStatus::Serving)
-        .await;
+    let set_all = move |status: tonic_health::ServingStatus| {
+        let (reporter, names) = (reporter.clone(), names.clone());
+        async move {
+            for name in names {
+                reporter.set_service_status(name, status).await;
+            }
+        }
+    };
+    set_all(tonic_health::ServingStatus::NotServing).await;
+    let stopping = tokio_util::sync::CancellationToken::new();
+    let startup = q.startup().clone();
+    let reporting = tokio::spawn({
+        let stopping = stopping.clone();
+        async move {
+            tokio::select! {
+                () = startup.wait() => {}
+                () = stopping.cancelled() => return,
+            }
+            set_all(tonic_health::ServingStatus::Serving).await;
+            stopping.cancelled().await;
+            set_all(tonic_health::ServingStatus::NotServing).await;
+        }
+    });
     let shutdown = async move {
         shutdown.await;
-        reporter
-            .set_not_serving::<FlightServiceServer<FlightSql>>()
-            .await;
-        reporter
-            .set_service_status("", tonic_health::ServingStatus::NotServing)
-            .await;
+        stopping.cancel();
+        let _ = reporting.await;
     };
     let mut routes = extra
-        .unwrap_or_default()
         .add_service(health)
         .add_service(FlightSql::new(q, auth).into_server());
     if let Some(m) = metrics {

@@ -201,10 +201,13 @@ async fn sql(State(st): State<Arc<SqlState>>, headers: HeaderMap, body: Bytes) -
     }
 }
 
-/// `GET /ready`: 200 `ready` once the service is open (it listens only then) and the
-/// bucket answers; else 503 with the reason. One HEAD request per probe, bounded by
-/// [`READY_PROBE_TIMEOUT`].
+/// `GET /ready`: 200 `ready` once the node has opened the tables it writes (see
+/// [`crate::ready`]) and the bucket answers; else 503 with the reason. One HEAD request per
+/// probe, bounded by [`READY_PROBE_TIMEOUT`].
 async fn ready(State(st): State<Arc<SqlState>>) -> Response {
+    if let Some(why) = st.q.startup().waiting() {
+        return (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}")).into_response();
+    }
     match tokio::time::timeout(READY_PROBE_TIMEOUT, st.q.db().probe_store()).await {
         Ok(Ok(())) => "ready".into_response(),
         Ok(Err(e)) => (

@@ -35,6 +35,7 @@ pub mod postgres;
 pub mod prepared;
 pub mod provider;
 pub mod pushdown;
+pub mod ready;
 pub mod scan;
 pub mod server;
 pub mod service;

@@ -184,7 +184,7 @@ pub async fn serve_tls(
     extra: axum::Router,
     listeners: Listeners,
     tls: Option<TlsIdentity>,
-    grpc: Option<tonic::service::Routes>,
+    grpc: Option<crate::flight::ExtraGrpc>,
     wrap: Option<AppWrap>,
     stop: CancellationToken,
 ) -> Result<(), ServeError> {

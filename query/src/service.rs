@@ -112,6 +112,8 @@ pub struct QueryService {
     shapes: Arc<PlanCache>,
     /// How statements' plans were had, this service's and its PostgreSQL sessions'.
     plan_counts: PlanCounts,
+    /// What the node still has to do before it answers (`/ready`, gRPC health).
+    startup: Arc<crate::ready::Startup>,
 }
 
 /// The `pg_catalog` schemas of PostgreSQL sessions: one per caller, kept for the service's
@@ -299,7 +301,20 @@ impl QueryService {
             postgres: None,
             shapes: Arc::new(PlanCache::new(plan_counts.clone())),
             plan_counts,
+            startup: crate::ready::Startup::ready(),
         }
+    }
+
+    /// This service, not ready (`/ready`, gRPC health) until `startup` says so (see
+    /// [`crate::ready::open_tables`]).
+    pub fn with_startup(mut self, startup: Arc<crate::ready::Startup>) -> Self {
+        self.startup = startup;
+        self
+    }
+
+    /// What the node still has to do before it answers.
+    pub fn startup(&self) -> &Arc<crate::ready::Startup> {
+        &self.startup
     }
 
     /// This service with sessions as PostgreSQL clients expect them: a `pg_catalog` schema

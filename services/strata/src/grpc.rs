@@ -35,6 +35,9 @@ pub struct DataService {
 }
 
 impl DataService {
+    /// The service's full gRPC name (`strata.v1.Data`), as the health service reports it.
+    pub const NAME: &'static str = <DataServer<Self> as tonic::server::NamedService>::NAME;
+
     /// The service, callers authenticated by `auth`, messages up to `message_bytes_max`.
     pub fn new(db: Db, auth: Authenticator, message_bytes_max: usize) -> Self {
         Self {

@@ -389,7 +389,9 @@ async fn writer(c: Config, role: &str) -> anyhow_free::Result<()> {
         engine: c.engine.clone(),
     })
     .await?;
-    let mut q = QueryService::new(db.clone(), c.query.clone(), true);
+    // Not ready (`/ready`, gRPC health) until the tables this node writes are open.
+    let startup = strata_query::ready::Startup::pending("opening tables");
+    let mut q = QueryService::new(db.clone(), c.query.clone(), true).with_startup(startup.clone());
     if tls.is_none() {
         // Flight SQL's writes for another ingest node's tables go there as the HTTP API's do.
         q = q.with_forward(api::sql_forwarder(db.clone()));
@@ -408,6 +410,7 @@ async fn writer(c: Config, role: &str) -> anyhow_free::Result<()> {
         );
         db.join_cluster(cluster).await?;
     }
+    tokio::spawn(strata_query::ready::open_tables(db.clone(), startup));
     tracing::info!(
         role,
         data_dir = %c.data_dir.display(),
@@ -428,9 +431,12 @@ async fn writer(c: Config, role: &str) -> anyhow_free::Result<()> {
         api::router(db.clone(), auth.clone(), c.query.message_bytes_max),
         listeners,
         tls,
-        Some(tonic::service::Routes::new(
-            grpc::DataService::new(db.clone(), auth, c.query.message_bytes_max).into_server(),
-        )),
+        Some(strata_query::flight::ExtraGrpc {
+            routes: tonic::service::Routes::new(
+                grpc::DataService::new(db.clone(), auth, c.query.message_bytes_max).into_server(),
+            ),
+            names: vec![grpc::DataService::NAME],
+        }),
         Some(Box::new(move |app| {
             api::forwarding(app, forward_db, forward, body_bytes_max)
         })),

@@ -73,6 +73,16 @@ pub fn start_role(role: &str, dir: &std::path::Path, args: &[&str]) -> Server {
     let http = addr("http listening on ");
     let flight = addr("flight listening on ");
     let postgres = addr("postgres listening on ");
+    // A writer answers `/ready` 503 until it has opened its tables: wait for that, as a
+    // load balancer would (a server over TLS answers no plain request: not waited for).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while let Ok((503, body)) = try_request_with(&http, "GET", "/ready", "text/plain", b"", &[]) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "strata {role} not ready after 60 s: {body}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     Server {
         child,
         http,
