@@ -466,6 +466,7 @@ fn ingest_request(cmd: &CommandStatementIngest) -> Result<IngestRequest, Status>
         if_missing,
         if_exists,
         primary_key,
+        authorization: None,
     })
 }
 
@@ -575,7 +576,8 @@ impl FlightSqlService for FlightSql {
         request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
         let who = self.caller(&request)?;
-        let req = ingest_request(&cmd)?;
+        let mut req = ingest_request(&cmd)?;
+        req.authorization = authorization(&request);
         let data = request
             .into_inner()
             .map_err(|s| FlightError::Tonic(Box::new(s)));

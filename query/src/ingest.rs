@@ -6,6 +6,11 @@
 //! failure written, and loading the same rows again is harmless (upserts by key). While
 //! the engine refuses writes as overloaded (compaction debt), the stream waits and retries
 //! the batch instead of failing, so a bulk load slows down to what compaction sustains.
+//!
+//! In a cluster, an ingest for a table another ingest node owns is sent there (as HTTP
+//! and SQL writes are) when the service forwards writes
+//! ([`QueryService::with_forward_rows`]): the stream goes on in slices of about
+//! [`FORWARD_SLICE_BYTES`], each one upsert on the owner.
 
 use std::time::{Duration, Instant};
 
@@ -50,7 +55,13 @@ pub struct IngestRequest {
     pub if_exists: IfExists,
     /// Primary key columns for [`IfMissing::Create`].
     pub primary_key: Vec<String>,
+    /// The caller's `Authorization` value, passed on when another ingest node owns the
+    /// table and the rows are sent there.
+    pub authorization: Option<String>,
 }
+
+/// The most Arrow memory a slice of a forwarded ingest holds (one request to the owner).
+pub const FORWARD_SLICE_BYTES: usize = 16 << 20;
 
 /// How long one batch may wait for an overloaded engine before the ingest fails.
 const OVERLOAD_WAIT: Duration = Duration::from_secs(120);
@@ -119,6 +130,12 @@ impl QueryService {
                 tracing::info!(table = %name, who = %who.name, "table created by bulk ingest");
                 db.table(&name).await?
             }
+            Err(strata_engine::Error::NotOwner { owner: Some(o), .. })
+                if self.forward_rows().is_some() =>
+            {
+                let owner = o.http.clone();
+                return self.forward_ingest(&name, owner, first, batches, req).await;
+            }
             Err(e) => return Err(e.into()),
         };
         let mut rows = 0u64;
@@ -154,5 +171,61 @@ impl QueryService {
             next = batches.next().await.transpose()?;
         }
         Ok(rows)
+    }
+
+    /// Sends `first` and the rest of `batches` to `owner`, the ingest node that owns
+    /// table `name`, in slices of about [`FORWARD_SLICE_BYTES`]: the rows written there.
+    async fn forward_ingest<S>(
+        &self,
+        name: &str,
+        owner: String,
+        first: Option<RecordBatch>,
+        mut batches: std::pin::Pin<&mut S>,
+        req: &IngestRequest,
+    ) -> Result<u64, QueryError>
+    where
+        S: Stream<Item = Result<RecordBatch, QueryError>> + Send,
+    {
+        let Some(forward) = self.forward_rows().cloned() else {
+            return Err(QueryError::new(
+                QueryErrorKind::NotOwner,
+                format!("table {name} is written by the ingest node at {owner}"),
+            ));
+        };
+        let mut rows = 0u64;
+        let mut slice: Vec<RecordBatch> = Vec::new();
+        let mut bytes = 0usize;
+        let mut next = first;
+        loop {
+            let done = next.is_none();
+            if let Some(b) = next.take().filter(|b| b.num_rows() > 0) {
+                bytes += b.get_array_memory_size();
+                slice.push(b);
+            }
+            if !slice.is_empty() && (done || bytes >= FORWARD_SLICE_BYTES) {
+                let sent = forward(crate::service::ForwardedRows {
+                    owner: owner.clone(),
+                    table: name.to_string(),
+                    batches: std::mem::take(&mut slice),
+                    authorization: req.authorization.clone(),
+                })
+                .await
+                .map_err(|e| {
+                    QueryError::new(
+                        e.kind,
+                        format!(
+                            "{} ({rows} rows were written to {name} on its owner {owner} before)",
+                            e.message
+                        ),
+                    )
+                })?;
+                rows += sent;
+                bytes = 0;
+            }
+            if done {
+                return Ok(rows);
+            }
+            next = batches.next().await.transpose()?;
+        }
     }
 }

@@ -91,6 +91,27 @@ pub type Forward = Arc<
     dyn Fn(Forwarded) -> futures::future::BoxFuture<'static, Result<i64, QueryError>> + Send + Sync,
 >;
 
+/// Rows of a bulk ingest for a table another ingest node owns, sent on to it: `owner` (an
+/// HTTP address), the table, the rows, and the caller's `Authorization` header value.
+#[derive(Debug, Clone)]
+pub struct ForwardedRows {
+    /// The owning ingest node's HTTP address.
+    pub owner: String,
+    /// The table's full name.
+    pub table: String,
+    /// The rows (at least one batch, all of one schema).
+    pub batches: Vec<RecordBatch>,
+    /// The caller's credentials, passed on as they came.
+    pub authorization: Option<String>,
+}
+
+/// Upserts [`ForwardedRows`] on their owner: the rows it wrote.
+pub type ForwardRows = Arc<
+    dyn Fn(ForwardedRows) -> futures::future::BoxFuture<'static, Result<u64, QueryError>>
+        + Send
+        + Sync,
+>;
+
 /// Answers SQL over every table of a Strata database.
 #[derive(Clone)]
 pub struct QueryService {
@@ -100,6 +121,9 @@ pub struct QueryService {
     /// Where Flight SQL's writes for another ingest node's tables go (see
     /// [`QueryService::with_forward`]).
     forward: Option<Forward>,
+    /// Where bulk ingests for another ingest node's tables go (see
+    /// [`QueryService::with_forward_rows`]).
+    forward_rows: Option<ForwardRows>,
     /// The session every query's session is cloned from: settings, built-in functions,
     /// planners and rules, built once (building them took about a twentieth of the server's
     /// CPU under LASER's HTAP mix). Each query adds its own catalog, `as_of` and, at
@@ -297,12 +321,26 @@ impl QueryService {
             config,
             writable,
             forward: None,
+            forward_rows: None,
             base: Arc::default(),
             postgres: None,
             shapes: Arc::new(PlanCache::new(plan_counts.clone())),
             plan_counts,
             startup: crate::ready::Startup::ready(),
         }
+    }
+
+    /// This service with bulk ingests (Flight SQL's `CommandStatementIngest`) for a table
+    /// another ingest node owns sent there by `forward`, instead of failing with
+    /// `not_owner`.
+    pub fn with_forward_rows(mut self, forward: ForwardRows) -> Self {
+        self.forward_rows = Some(forward);
+        self
+    }
+
+    /// Where bulk ingests for another ingest node's tables go, if anywhere.
+    pub(crate) fn forward_rows(&self) -> Option<&ForwardRows> {
+        self.forward_rows.as_ref()
     }
 
     /// This service, not ready (`/ready`, gRPC health) until `startup` says so (see

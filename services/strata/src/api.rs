@@ -274,6 +274,73 @@ pub fn sql_forwarder(db: Db) -> strata_query::service::Forward {
     })
 }
 
+/// Sends a bulk ingest's rows for another ingest node's table to that node's data API
+/// (`POST /v1/tables/{table}/rows`, one Arrow IPC stream per slice), for Flight SQL's
+/// `CommandStatementIngest` ([`strata_query::QueryService::with_forward_rows`]).
+pub fn rows_forwarder(db: Db) -> strata_query::service::ForwardRows {
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(300))
+        .build()
+        .expect("an HTTP client with default settings");
+    Arc::new(move |f: strata_query::service::ForwardedRows| {
+        let (client, node) = (client.clone(), db.cluster_node().unwrap_or_default());
+        Box::pin(async move {
+            use strata_query::{QueryError, QueryErrorKind};
+            let unavailable = |m: String| {
+                let mut e = QueryError::new(QueryErrorKind::NotOwner, m);
+                e.owner = Some(f.owner.clone());
+                e
+            };
+            let mut body = Vec::new();
+            {
+                let schema = f.batches.first().map(|b| b.schema()).ok_or_else(|| {
+                    QueryError::new(QueryErrorKind::Internal, "a forwarded slice without rows")
+                })?;
+                let encode = |e: arrow::error::ArrowError| {
+                    QueryError::new(QueryErrorKind::Internal, format!("encoding rows: {e}"))
+                };
+                let mut w = arrow::ipc::writer::StreamWriter::try_new(&mut body, &schema)
+                    .map_err(encode)?;
+                for b in &f.batches {
+                    w.write(b).map_err(encode)?;
+                }
+                w.finish().map_err(encode)?;
+            }
+            let mut req = client
+                .post(format!("http://{}/v1/tables/{}/rows", f.owner, f.table))
+                .header(FORWARDED_HEADER, node)
+                .header(header::CONTENT_TYPE, "application/vnd.apache.arrow.stream")
+                .header(header::ACCEPT, "application/json")
+                .body(body);
+            if let Some(a) = &f.authorization {
+                req = req.header(header::AUTHORIZATION, a);
+            }
+            let resp = req.send().await.map_err(|e| {
+                unavailable(format!("forwarding to the shard owner {}: {e}", f.owner))
+            })?;
+            let status = resp.status();
+            let body: serde_json::Value = resp
+                .json()
+                .await
+                .map_err(|e| unavailable(format!("reading the shard owner's answer: {e}")))?;
+            if !status.is_success() {
+                let message = body["error"]["message"]
+                    .as_str()
+                    .unwrap_or("the shard owner refused the rows")
+                    .to_string();
+                let kind = body["error"]["code"]
+                    .as_str()
+                    .and_then(QueryError::kind_of_code)
+                    .unwrap_or(QueryErrorKind::NotOwner);
+                let mut e = QueryError::new(kind, message);
+                e.owner = Some(f.owner.clone());
+                return Err(e);
+            }
+            Ok(body["rows"].as_u64().unwrap_or(0))
+        })
+    })
+}
+
 /// In a cluster, a request the handler answers `not_owner` is sent on to the owning node
 /// (once: a forwarded request is never forwarded again) and its answer returned. The body
 /// is buffered for that (it is at most `query.message_bytes_max`, and the handlers buffer it

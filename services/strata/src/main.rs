@@ -394,7 +394,9 @@ async fn writer(c: Config, role: &str) -> anyhow_free::Result<()> {
     let mut q = QueryService::new(db.clone(), c.query.clone(), true).with_startup(startup.clone());
     if tls.is_none() {
         // Flight SQL's writes for another ingest node's tables go there as the HTTP API's do.
-        q = q.with_forward(api::sql_forwarder(db.clone()));
+        q = q
+            .with_forward(api::sql_forwarder(db.clone()))
+            .with_forward_rows(api::rows_forwarder(db.clone()));
     }
     let listeners = listen(&c).await?;
     if role == "ingest" && c.cluster.enabled {

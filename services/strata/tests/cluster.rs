@@ -196,6 +196,54 @@ fn ingest_nodes_share_shards_and_survive_a_killed_node() {
         ))
         .unwrap();
     assert!(found.contains("| 2 "), "{found}");
+    // A bulk ingest (ADBC's `adbc_ingest`, `strata load`) through the node that does not own
+    // the table is sent on to its owner, and counted.
+    let ingested = rt
+        .block_on(async {
+            use arrow::array::{Int64Array, RecordBatch};
+            use arrow::datatypes::{DataType, Field, Schema};
+            let schema = std::sync::Arc::new(Schema::new(vec![
+                Field::new("id", DataType::Int64, false),
+                Field::new("v", DataType::Int64, true),
+            ]));
+            let rows = RecordBatch::try_new(
+                schema,
+                vec![
+                    std::sync::Arc::new(Int64Array::from(vec![999_990, 999_991, 999_992])),
+                    std::sync::Arc::new(Int64Array::from(vec![1, 2, 3])),
+                ],
+            )
+            .unwrap();
+            let channel =
+                tonic::transport::Channel::from_shared(format!("http://{}", other.flight))
+                    .unwrap()
+                    .connect()
+                    .await
+                    .unwrap();
+            let mut client = arrow_flight::sql::client::FlightSqlServiceClient::new(channel);
+            let command = arrow_flight::sql::CommandStatementIngest {
+                table: first.clone(),
+                ..Default::default()
+            };
+            client
+                .execute_ingest(command, futures::stream::iter([Ok(rows)]))
+                .await
+        })
+        .unwrap();
+    assert_eq!(ingested, 3);
+    // And an INSERT over the PostgreSQL protocol.
+    let mut pg = common::idle_postgres_connection(&other.postgres);
+    let (kinds, error) =
+        common::postgres_query(&mut pg, &format!("INSERT INTO {first} VALUES (999997, 0)"));
+    assert!(error.is_empty() && kinds.contains(&b'C'), "{error:?}");
+    let found = rt
+        .block_on(common::flight_sql(
+            &query.flight,
+            None,
+            &format!("SELECT count(*) AS n FROM {first} WHERE id >= 999990"),
+        ))
+        .unwrap();
+    assert!(found.contains("| 6 "), "{found}");
     drop(rt);
     let sql_table = first.clone();
 
@@ -281,8 +329,13 @@ fn ingest_nodes_share_shards_and_survive_a_killed_node() {
             .or_else(|| rows["rows"].as_array().and_then(|r| r.first()))
             .unwrap_or_else(|| panic!("{body}"))
             .clone();
-        // Plus the rows inserted through SQL above (HTTP and Flight SQL).
-        let rows_written = if *t == sql_table { n + 2 } else { n };
+        // Plus the rows written through the other node above (SQL over HTTP, Flight SQL
+        // and PostgreSQL, all with v = 0; a bulk ingest of three with v = 1, 2, 3).
+        let (rows_written, sum) = if *t == sql_table {
+            (n + 6, sum + 6)
+        } else {
+            (n, sum)
+        };
         assert_eq!(row["n"].as_i64(), Some(rows_written), "{t}: {body}");
         assert_eq!(row["s"].as_i64(), Some(sum), "{t}: {body}");
     }
