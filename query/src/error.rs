@@ -182,6 +182,13 @@ impl From<DataFusionError> for QueryError {
             return engine_error(engine);
         }
         let kind = match root {
+            // A pattern that does not compile (`regexp_like(s, '(')`, `~ '['`): the user's.
+            DataFusionError::External(inner) if is_regex_error(inner.as_ref()) => {
+                QueryErrorKind::Invalid
+            }
+            DataFusionError::ArrowError(a, _) if matches!(&**a, arrow::error::ArrowError::ExternalError(inner) if is_regex_error(inner.as_ref())) => {
+                QueryErrorKind::Invalid
+            }
             DataFusionError::Plan(m) if m.starts_with("table '") && m.ends_with("not found") => {
                 QueryErrorKind::NotFound
             }
@@ -198,6 +205,10 @@ impl From<DataFusionError> for QueryError {
                         | arrow::error::ArrowError::CastError(_)
                         | arrow::error::ArrowError::ComputeError(_)
                         | arrow::error::ArrowError::InvalidArgumentError(_)
+                        | arrow::error::ArrowError::ParseError(_)
+                        | arrow::error::ArrowError::ArithmeticOverflow(_)
+                        | arrow::error::ArrowError::SchemaError(_)
+                        | arrow::error::ArrowError::NotYetImplemented(_)
                 ) =>
             {
                 QueryErrorKind::Invalid
@@ -215,6 +226,11 @@ impl From<DataFusionError> for QueryError {
         };
         Self::new(kind, message)
     }
+}
+
+/// Whether `e` is a regular expression that did not compile.
+fn is_regex_error(e: &(dyn std::error::Error + Send + Sync + 'static)) -> bool {
+    e.downcast_ref::<regex::Error>().is_some() || e.downcast_ref::<regex_syntax::Error>().is_some()
 }
 
 #[cfg(test)]

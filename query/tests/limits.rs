@@ -73,3 +73,51 @@ async fn memory_limit_and_timeout() {
     );
     db.close().await;
 }
+
+/// A user's mistakes in SQL come back with the code of a mistake (`invalid_query`,
+/// `not_found`, `already_exists`), never `internal`: bad literals, casts that fail,
+/// division by zero, wrong types in a write, unknown tables and columns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn user_mistakes_are_never_internal() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = common::local_store(&dir.path().join("bucket"));
+    let db = common::open(&store, &dir.path().join("nvme"), common::small_config()).await;
+    let q = common::service(&db, true);
+    q.collect("CREATE TABLE t (k BIGINT, v INT, ts TIMESTAMP, PRIMARY KEY (k))")
+        .await
+        .unwrap();
+    q.collect("INSERT INTO t VALUES (1, 2, TIMESTAMP '2026-01-01 00:00:00')")
+        .await
+        .unwrap();
+    for (sql, kind) in [
+        ("SELECT CAST('abc' AS INT)", QueryErrorKind::Invalid),
+        ("SELECT TIMESTAMP 'not a time'", QueryErrorKind::Invalid),
+        ("SELECT CAST('2026-13-45' AS DATE)", QueryErrorKind::Invalid),
+        ("SELECT 1 / 0", QueryErrorKind::Invalid),
+        ("SELECT v / 0 FROM t", QueryErrorKind::Invalid),
+        ("SELECT CAST(300 AS TINYINT)", QueryErrorKind::Invalid),
+        (
+            "INSERT INTO t VALUES (2, 'x', NULL)",
+            QueryErrorKind::Invalid,
+        ),
+        (
+            "INSERT INTO t VALUES (3, 1, 'yesterday')",
+            QueryErrorKind::Invalid,
+        ),
+        ("INSERT INTO t (v) VALUES (1)", QueryErrorKind::Invalid),
+        ("SELECT nope FROM t", QueryErrorKind::Invalid),
+        ("SELECT * FROM missing", QueryErrorKind::NotFound),
+        (
+            "CREATE TABLE t (k BIGINT, PRIMARY KEY (k))",
+            QueryErrorKind::AlreadyExists,
+        ),
+        ("SELEC 1", QueryErrorKind::Invalid),
+        (
+            "SELECT regexp_like(CAST(k AS VARCHAR), '(') FROM t",
+            QueryErrorKind::Invalid,
+        ),
+    ] {
+        let e = q.collect(sql).await.map(|_| ()).expect_err(sql);
+        assert_eq!(e.kind, kind, "{sql}: {}", e.message);
+    }
+}
