@@ -119,6 +119,56 @@ with connect(root) as conn:
     assert cur.fetchone() == (2,)
     conn.commit()
 
+# Grafana's PostgreSQL data source: the query builder's table list (tables outside the
+# search path come back qualified) and column list, as Grafana sends them.
+GRAFANA_TABLES = """SELECT
+        CASE WHEN
+              quote_ident(table_schema) IN (
+              SELECT
+                CASE WHEN trim(s[i]) = '"$user"' THEN user ELSE trim(s[i]) END
+              FROM
+                generate_series(
+                  array_lower(string_to_array(current_setting('search_path'),','),1),
+                  array_upper(string_to_array(current_setting('search_path'),','),1)
+                ) as i,
+                string_to_array(current_setting('search_path'),',') s
+              )
+          THEN quote_ident(table_name)
+          ELSE quote_ident(table_schema) || '.' || quote_ident(table_name)
+        END AS "table"
+        FROM information_schema.tables
+        WHERE quote_ident(table_schema) NOT IN ('information_schema',
+                                 'pg_catalog',
+                                 '_timescaledb_cache',
+                                 '_timescaledb_catalog',
+                                 '_timescaledb_internal',
+                                 '_timescaledb_config',
+                                 'timescaledb_information',
+                                 'timescaledb_experimental')
+        ORDER BY CASE WHEN
+              quote_ident(table_schema) IN (
+              SELECT
+                CASE WHEN trim(s[i]) = '"$user"' THEN user ELSE trim(s[i]) END
+              FROM
+                generate_series(
+                  array_lower(string_to_array(current_setting('search_path'),','),1),
+                  array_upper(string_to_array(current_setting('search_path'),','),1)
+                ) as i,
+                string_to_array(current_setting('search_path'),',') s
+              ) THEN 0 ELSE 1 END, 1"""
+GRAFANA_COLUMNS = (
+    'SELECT quote_ident(column_name) AS "column", data_type AS "type" FROM information_schema.columns '
+    "WHERE quote_ident(table_schema) = 'sales' AND quote_ident(table_name) = 'orders'"
+)
+with connect(root, autocommit=True) as conn:
+    tables = [r[0] for r in conn.execute(GRAFANA_TABLES).fetchall()]
+    assert tables == ["hr.people", "sales.orders"], tables
+    columns = [r[0] for r in conn.execute(GRAFANA_COLUMNS).fetchall()]
+    assert columns == ["id", "qty", "price", "item", "paid", "day", "at"], columns
+with connect(sales_reader, autocommit=True) as conn:
+    tables = [r[0] for r in conn.execute(GRAFANA_TABLES).fetchall()]
+    assert tables == ["sales.orders"], tables
+
 # A key for one namespace sees and reads only that namespace, in tables and catalogs.
 with connect(sales_reader, autocommit=True) as conn:
     tables = conn.execute(
