@@ -198,18 +198,54 @@ async fn metadata_commands_list_what_the_key_may_read() {
     assert_eq!(column(&keys, "key_sequence"), ["1", "2"]);
     let info = sales.get_primary_keys(pk("hr", "people")).await.unwrap();
     assert!(column(&fetch(&mut sales, info).await, "column_name").is_empty());
-    // SQL info: the server's name, and that it takes writes.
+    // SQL info: the server's name and version, that it takes writes, and SQL dialect facts
+    // (the identifier quote, no transactions).
     let info = root
         .get_sql_info(vec![
             SqlInfo::FlightSqlServerName,
+            SqlInfo::FlightSqlServerVersion,
             SqlInfo::FlightSqlServerReadOnly,
+            SqlInfo::SqlIdentifierQuoteChar,
+            SqlInfo::SqlTransactionsSupported,
         ])
         .await
         .unwrap();
     let got = fetch(&mut root, info).await;
-    assert_eq!(got[0].num_rows(), 2, "{got:?}");
-    let values = format!("{:?}", got[0].column(1));
-    assert!(values.contains("Strata"), "{values}");
+    assert_eq!(got[0].num_rows(), 5, "{got:?}");
+    let names: Vec<u32> = got[0]
+        .column(0)
+        .as_any()
+        .downcast_ref::<arrow::array::UInt32Array>()
+        .expect("info_name")
+        .values()
+        .to_vec();
+    let union = got[0]
+        .column(1)
+        .as_any()
+        .downcast_ref::<arrow::array::UnionArray>()
+        .expect("value");
+    let value = |info: SqlInfo| -> String {
+        let row = names
+            .iter()
+            .position(|n| *n == info as u32)
+            .unwrap_or_else(|| panic!("{info:?} not answered"));
+        let v = union.value(row);
+        if let Some(s) = v.as_any().downcast_ref::<StringArray>() {
+            s.value(0).to_string()
+        } else if let Some(b) = v.as_any().downcast_ref::<arrow::array::BooleanArray>() {
+            b.value(0).to_string()
+        } else {
+            format!("{v:?}")
+        }
+    };
+    assert_eq!(value(SqlInfo::FlightSqlServerName), "Strata");
+    assert_eq!(
+        value(SqlInfo::FlightSqlServerVersion),
+        env!("CARGO_PKG_VERSION")
+    );
+    assert_eq!(value(SqlInfo::FlightSqlServerReadOnly), "false");
+    assert_eq!(value(SqlInfo::SqlIdentifierQuoteChar), "\"");
+    assert_eq!(value(SqlInfo::SqlTransactionsSupported), "false");
     // XDBC types: the types tables store, BIGINT among them.
     let info = root.get_xdbc_type_info(Default::default()).await.unwrap();
     let types = column(&fetch(&mut root, info).await, "type_name");

@@ -127,6 +127,14 @@ fn ingest_compactor_and_query_share_a_bucket() {
         r#"{"sql": "INSERT INTO t VALUES (1, 1, 'no')"}"#,
     );
     assert_eq!(st, 403, "{body}");
+    // The query service's PostgreSQL port answers the same: a row for the query, and the
+    // write refused as forbidden (42501).
+    let mut pg = common::idle_postgres_connection(&query.postgres);
+    let (kinds, error) = common::postgres_query(&mut pg, "SELECT count(*) AS n FROM t");
+    assert!(error.is_empty(), "{error:?}");
+    assert_eq!(kinds, b"TDCZ", "{:?}", String::from_utf8_lossy(&kinds));
+    let (_, error) = common::postgres_query(&mut pg, "INSERT INTO t VALUES (1, 1, 'no')");
+    assert!(error.contains(&(b'C', "42501".to_string())), "{error:?}");
     // The writer answers the same.
     let (st, body) = request(
         &h,
