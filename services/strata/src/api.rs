@@ -232,46 +232,60 @@ pub fn sql_forwarder(db: Db) -> strata_query::service::Forward {
     Arc::new(move |f: strata_query::service::Forwarded| {
         let (client, node) = (client.clone(), db.cluster_node().unwrap_or_default());
         Box::pin(async move {
-            use strata_query::{QueryError, QueryErrorKind};
-            let unavailable = |m: String| {
-                let mut e = QueryError::new(QueryErrorKind::NotOwner, m);
-                e.owner = Some(f.owner.clone());
-                e
-            };
-            let mut req = client
+            let req = client
                 .post(format!("http://{}/sql", f.owner))
                 .header(FORWARDED_HEADER, node)
                 .header(header::ACCEPT, "application/json")
                 .json(&serde_json::json!({ "sql": f.sql }));
-            if let Some(a) = &f.authorization {
-                req = req.header(header::AUTHORIZATION, a);
-            }
-            let resp = req.send().await.map_err(|e| {
-                unavailable(format!("forwarding to the shard owner {}: {e}", f.owner))
-            })?;
-            let status = resp.status();
-            let body: serde_json::Value = resp
-                .json()
-                .await
-                .map_err(|e| unavailable(format!("reading the shard owner's answer: {e}")))?;
-            if !status.is_success() {
-                let message = body["error"]["message"]
-                    .as_str()
-                    .unwrap_or("the shard owner refused the statement")
-                    .to_string();
-                // The owner's own verdict (a missing table, a refused key, ...); an answer
-                // without one means the owner could not take it now.
-                let kind = body["error"]["code"]
-                    .as_str()
-                    .and_then(QueryError::kind_of_code)
-                    .unwrap_or(QueryErrorKind::NotOwner);
-                let mut e = QueryError::new(kind, message);
-                e.owner = Some(f.owner.clone());
-                return Err(e);
-            }
+            let body = owner_answer(req, &f.owner, f.authorization.as_deref(), "statement").await?;
             Ok(body[0]["count"].as_i64().unwrap_or(0))
         })
     })
+}
+
+/// Sends `req` (a write forwarded to the shard owner `owner`) with the caller's
+/// `authorization`, and reads the owner's JSON answer. An owner that cannot be reached, or
+/// answers without a verdict of its own, gives `not_owner` (the caller may retry); the
+/// owner's own error (a missing table, a refused key, ...) comes back as it gave it.
+async fn owner_answer(
+    req: reqwest::RequestBuilder,
+    owner: &str,
+    authorization: Option<&str>,
+    what: &str,
+) -> Result<serde_json::Value, strata_query::QueryError> {
+    use strata_query::{QueryError, QueryErrorKind};
+    let unavailable = |m: String| {
+        let mut e = QueryError::new(QueryErrorKind::NotOwner, m);
+        e.owner = Some(owner.to_string());
+        e
+    };
+    let req = match authorization {
+        Some(a) => req.header(header::AUTHORIZATION, a),
+        None => req,
+    };
+    let resp = req
+        .send()
+        .await
+        .map_err(|e| unavailable(format!("forwarding to the shard owner {owner}: {e}")))?;
+    let status = resp.status();
+    let body: serde_json::Value = resp
+        .json()
+        .await
+        .map_err(|e| unavailable(format!("reading the shard owner's answer: {e}")))?;
+    if status.is_success() {
+        return Ok(body);
+    }
+    let message = body["error"]["message"].as_str().map_or_else(
+        || format!("the shard owner refused the {what}"),
+        str::to_string,
+    );
+    let kind = body["error"]["code"]
+        .as_str()
+        .and_then(QueryError::kind_of_code)
+        .unwrap_or(QueryErrorKind::NotOwner);
+    let mut e = QueryError::new(kind, message);
+    e.owner = Some(owner.to_string());
+    Err(e)
 }
 
 /// Sends a bulk ingest's rows for another ingest node's table to that node's data API
@@ -286,11 +300,6 @@ pub fn rows_forwarder(db: Db) -> strata_query::service::ForwardRows {
         let (client, node) = (client.clone(), db.cluster_node().unwrap_or_default());
         Box::pin(async move {
             use strata_query::{QueryError, QueryErrorKind};
-            let unavailable = |m: String| {
-                let mut e = QueryError::new(QueryErrorKind::NotOwner, m);
-                e.owner = Some(f.owner.clone());
-                e
-            };
             let mut body = Vec::new();
             {
                 let schema = f.batches.first().map(|b| b.schema()).ok_or_else(|| {
@@ -306,36 +315,13 @@ pub fn rows_forwarder(db: Db) -> strata_query::service::ForwardRows {
                 }
                 w.finish().map_err(encode)?;
             }
-            let mut req = client
+            let req = client
                 .post(format!("http://{}/v1/tables/{}/rows", f.owner, f.table))
                 .header(FORWARDED_HEADER, node)
                 .header(header::CONTENT_TYPE, "application/vnd.apache.arrow.stream")
                 .header(header::ACCEPT, "application/json")
                 .body(body);
-            if let Some(a) = &f.authorization {
-                req = req.header(header::AUTHORIZATION, a);
-            }
-            let resp = req.send().await.map_err(|e| {
-                unavailable(format!("forwarding to the shard owner {}: {e}", f.owner))
-            })?;
-            let status = resp.status();
-            let body: serde_json::Value = resp
-                .json()
-                .await
-                .map_err(|e| unavailable(format!("reading the shard owner's answer: {e}")))?;
-            if !status.is_success() {
-                let message = body["error"]["message"]
-                    .as_str()
-                    .unwrap_or("the shard owner refused the rows")
-                    .to_string();
-                let kind = body["error"]["code"]
-                    .as_str()
-                    .and_then(QueryError::kind_of_code)
-                    .unwrap_or(QueryErrorKind::NotOwner);
-                let mut e = QueryError::new(kind, message);
-                e.owner = Some(f.owner.clone());
-                return Err(e);
-            }
+            let body = owner_answer(req, &f.owner, f.authorization.as_deref(), "rows").await?;
             Ok(body["rows"].as_u64().unwrap_or(0))
         })
     })
