@@ -4,10 +4,10 @@
 # at them (ci/test.sh evals the output):
 #   - Python: pyarrow and the ADBC Flight SQL driver (ci/clients-requirements.txt), in a
 #     virtualenv under $STRATA_CACHE: STRATA_CLIENT_PYTHON;
-#   - Python: psycopg 3 and pandas for the PostgreSQL port (same virtualenv);
+#   - Python: psycopg 3, SQLAlchemy and pandas for the PostgreSQL port (same virtualenv);
 #   - Java: the Arrow Flight SQL JDBC driver from Maven Central (one shaded jar):
 #     STRATA_CLIENT_FLIGHT_JDBC; the PostgreSQL JDBC driver: STRATA_CLIENT_PG_JDBC;
-#   - psql, Debian's PostgreSQL client (postgresql-client): STRATA_CLIENT_PSQL.
+#   - psql, Debian's PostgreSQL client (postgresql-client-15): STRATA_CLIENT_PSQL.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source ci/env.sh
@@ -33,10 +33,14 @@ if [ ! -f "$pg_jar" ]; then
 fi
 echo "export STRATA_CLIENT_PG_JDBC='$pg_jar'"
 
-if ! command -v psql >/dev/null 2>&1; then
+# psql pinned to its major version (Debian's package name carries it; the minor follows
+# Debian's security updates, which the mirror keeps only the latest of).
+psql_major=15
+psql_bin="/usr/lib/postgresql/$psql_major/bin/psql"
+if [ ! -x "$psql_bin" ]; then
   sudo=""
   if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
   $sudo apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq postgresql-client >&2
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "postgresql-client-$psql_major" >&2
 fi
-echo "export STRATA_CLIENT_PSQL='$(command -v psql)'"
+echo "export STRATA_CLIENT_PSQL='$psql_bin'"

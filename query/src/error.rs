@@ -181,6 +181,12 @@ impl From<DataFusionError> for QueryError {
         {
             return engine_error(engine);
         }
+        // The service's own error, raised inside a query (a timeout, a session function's).
+        if let DataFusionError::External(inner) = root
+            && let Some(q) = inner.downcast_ref::<QueryError>()
+        {
+            return q.clone();
+        }
         let kind = match root {
             // A pattern that does not compile (`regexp_like(s, '(')`, `~ '['`): the user's.
             DataFusionError::External(inner) if is_regex_error(inner.as_ref()) => {

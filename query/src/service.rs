@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
+use datafusion::catalog::information_schema::{INFORMATION_SCHEMA, InformationSchemaProvider};
 use datafusion::catalog::{
     CatalogProvider, CatalogProviderList, MemoryCatalogProvider, MemoryCatalogProviderList,
     MemorySchemaProvider, SchemaProvider,
@@ -33,6 +34,7 @@ use datafusion_pg_catalog::pg_catalog::{
 use crate::auth::{DEFAULT_NAMESPACE, Principal, Scope, qualified, split_name};
 use crate::catalog::{AsOfFunction, StrataSchema};
 use crate::error::{QueryError, QueryErrorKind};
+use crate::postgres::information_schema::PgInformationSchema;
 use crate::provider::TableOptions;
 use crate::shapes::{PlanCache, PlanCounts};
 
@@ -432,10 +434,19 @@ impl QueryService {
         }
         let catalogs = Arc::new(MemoryCatalogProviderList::new());
         catalogs.register_catalog(CATALOG.to_string(), catalog.clone());
-        state.register_catalog_list(catalogs);
+        state.register_catalog_list(catalogs.clone());
         state.register_udtf("as_of", Arc::new(AsOfFunction { namespaces }));
         if let Some(pg) = &self.postgres {
             catalog.register_schema("pg_catalog", pg.for_caller(&self.db, who)?)?;
+            // `information_schema` the PostgreSQL way (type names, 1-based positions), in
+            // place of DataFusion's, which the session then no longer intercepts.
+            let inner = InformationSchemaProvider::new(catalogs.clone())
+                .with_table_functions(state.table_functions().clone());
+            catalog.register_schema(
+                INFORMATION_SCHEMA,
+                Arc::new(PgInformationSchema::new(catalogs.clone(), inner)),
+            )?;
+            state.config_mut().options_mut().catalog.information_schema = false;
         }
         Ok(SessionContext::new_with_state(state))
     }
@@ -483,6 +494,9 @@ impl QueryService {
             let ctx = SessionContext::new_with_state(built);
             ctx.register_catalog(CATALOG, Arc::new(MemoryCatalogProvider::new()));
             setup_pg_catalog(&ctx, CATALOG, EmptyContextProvider).map_err(|e| *e)?;
+            for f in crate::postgres::functions::udfs() {
+                ctx.register_udf(f);
+            }
             built = ctx.state();
         }
         Ok(self.base.get_or_init(|| built).clone())

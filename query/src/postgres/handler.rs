@@ -40,7 +40,7 @@ use pgwire::types::format::FormatOptions;
 use tokio_util::sync::CancellationToken;
 
 use super::extended;
-use super::startup::{Session, server_version};
+use super::startup::Session;
 use super::statements::{Command, Kind, Sql, one_transaction, parse};
 use crate::QueryService;
 use crate::error::{QueryError, QueryErrorKind};
@@ -156,6 +156,19 @@ impl Queries {
                 *tx = TransactionStatus::Idle;
                 return Ok(Response::TransactionEnd(Tag::new(tag)));
             }
+            Command::Savepoint(_) | Command::RollbackToSavepoint
+                if matches!(tx, TransactionStatus::Idle) =>
+            {
+                return Err(QueryError::new(
+                    QueryErrorKind::Invalid,
+                    "savepoints can only be used in transaction blocks",
+                )
+                .with_sqlstate("25P01"));
+            }
+            Command::RollbackToSavepoint => {
+                *tx = TransactionStatus::Transaction;
+                return Ok(Response::Execution(Tag::new("ROLLBACK")));
+            }
             _ if aborted => {
                 return Err(QueryError::new(
                     QueryErrorKind::Invalid,
@@ -171,7 +184,9 @@ impl Queries {
                 client.metadata_mut().insert(name.clone(), value.clone());
                 return Ok(Response::Execution(Tag::new("SET")));
             }
-            Command::Done(tag) => return Ok(Response::Execution(Tag::new(tag))),
+            Command::Done(tag) | Command::Savepoint(tag) => {
+                return Ok(Response::Execution(Tag::new(tag)));
+            }
             Command::Show(name) => {
                 let value = show(client, name)?;
                 let schema = show_schema(name);
@@ -471,39 +486,7 @@ fn show<C: ClientInfo>(client: &C, name: &str) -> Result<String, QueryError> {
     if let Some(v) = client.metadata().get(name) {
         return Ok(v.clone());
     }
-    let defaults = FormatOptions::default();
-    let value = match name {
-        "server_version" => server_version(),
-        "server_version_num" => "160006".to_string(),
-        "server_encoding" | "client_encoding" => "UTF8".to_string(),
-        "datestyle" => defaults.date_style,
-        "intervalstyle" => defaults.interval_style,
-        "timezone" | "time zone" => defaults.time_zone,
-        "extra_float_digits" => defaults.extra_float_digits.to_string(),
-        "bytea_output" => defaults.bytea_output,
-        "standard_conforming_strings" | "integer_datetimes" => "on".to_string(),
-        "transaction_isolation"
-        | "transaction isolation level"
-        | "default_transaction_isolation" => "read committed".to_string(),
-        "transaction_read_only" | "default_transaction_read_only" | "is_superuser" => {
-            "off".to_string()
-        }
-        "search_path" => crate::auth::DEFAULT_NAMESPACE.to_string(),
-        "max_identifier_length" => "63".to_string(),
-        "lc_collate" | "lc_ctype" => "C".to_string(),
-        "statement_timeout" | "lock_timeout" | "idle_in_transaction_session_timeout" => {
-            "0".to_string()
-        }
-        "application_name" => String::new(),
-        _ => {
-            return Err(QueryError::new(
-                QueryErrorKind::NotFound,
-                format!("unrecognized configuration parameter \"{name}\""),
-            )
-            .with_sqlstate("42704"));
-        }
-    };
-    Ok(value)
+    super::functions::server_setting(name).ok_or_else(|| super::functions::unknown_setting(name))
 }
 
 /// A DataFusion error from a running query, with the service's error inside it if it
@@ -720,9 +703,21 @@ impl QueryParser for Preparer {
 }
 
 /// The values bound to a portal, as the statement's parameter types.
+///
+/// A value the client declared a type for in its Parse (psycopg and JDBC do) is read as
+/// that type and then cast to the statement's: the planner knows no type for `$1` in
+/// `$1::BIGINT` and takes it as text, while the client sends an `int8`.
 fn parameters(portal: &Portal<Prepared>) -> Result<Vec<ScalarValue>, QueryError> {
     let types = &portal.statement.statement.params;
-    let inferred: Vec<Option<&DataType>> = types.iter().map(Some).collect();
+    let declared = &portal.statement.parameter_types;
+    let inferred: Vec<Option<&DataType>> = types
+        .iter()
+        .enumerate()
+        .map(|(i, t)| match declared.get(i) {
+            Some(Some(d)) if *d != Type::UNKNOWN => None,
+            _ => Some(t),
+        })
+        .collect();
     let values = arrow_pg::datatypes::df::deserialize_parameters(portal, &inferred)
         .map_err(|e| QueryError::new(QueryErrorKind::Invalid, format!("parameters: {e}")))?;
     let datafusion::common::ParamValues::List(values) = values else {

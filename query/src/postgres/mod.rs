@@ -30,7 +30,9 @@
 
 pub mod catalog;
 pub mod extended;
+pub mod functions;
 pub mod handler;
+pub mod information_schema;
 pub mod startup;
 pub mod statements;
 

@@ -17,6 +17,13 @@ pub enum Command {
     Commit,
     /// `ROLLBACK` / `ABORT`.
     Rollback,
+    /// `SAVEPOINT name` / `RELEASE [SAVEPOINT] name` (their command tag), as drivers
+    /// nest transactions (psycopg's `conn.transaction()` inside one, SQLAlchemy's
+    /// `begin_nested`). Nothing inside a transaction changes data, so a savepoint has
+    /// nothing to keep.
+    Savepoint(&'static str),
+    /// `ROLLBACK TO [SAVEPOINT] name`: the transaction goes on, out of an error.
+    RollbackToSavepoint,
     /// `SET name = value` (also `TO`, `SESSION`, `LOCAL`, `SET TIME ZONE`): kept with the
     /// connection, where `SHOW` and the result encoding (`DateStyle`,
     /// `extra_float_digits`, `bytea_output`) read it.
@@ -89,7 +96,66 @@ pub fn parse(parser: &PostgresCompatibilityParser, text: &str) -> Result<Vec<Com
     let statements = parser
         .parse(text)
         .map_err(|e| QueryError::new(QueryErrorKind::Invalid, format!("SQL syntax error: {e}")))?;
-    Ok(statements.into_iter().map(classify).collect())
+    Ok(statements
+        .into_iter()
+        .map(|mut s| {
+            like_escapes(&mut s);
+            classify(s)
+        })
+        .collect())
+}
+
+/// Rewrites `LIKE pattern ESCAPE 'c'` with an escape character other than the backslash
+/// (SQLAlchemy escapes with `/`), which DataFusion refuses, into the backslash form:
+/// `LIKE pg_like_escape(pattern, 'c') ESCAPE '\'` (see
+/// [`super::functions::like_escape`]), for literal and bound patterns alike.
+fn like_escapes(statement: &mut Statement) {
+    use datafusion::sql::sqlparser::ast::{
+        Expr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments,
+        Ident, ObjectName, Value, visit_expressions_mut,
+    };
+    let _ = visit_expressions_mut(statement, |expr| {
+        if let Expr::Like {
+            pattern,
+            escape_char: Some(escape),
+            ..
+        }
+        | Expr::ILike {
+            pattern,
+            escape_char: Some(escape),
+            ..
+        } = expr
+        {
+            let given = match &escape.value {
+                Value::SingleQuotedString(c) | Value::EscapedStringLiteral(c) => c.clone(),
+                _ => return std::ops::ControlFlow::<()>::Continue(()),
+            };
+            if given == "\\" {
+                return std::ops::ControlFlow::Continue(());
+            }
+            let arg = |e: Expr| FunctionArg::Unnamed(FunctionArgExpr::Expr(e));
+            let inner = std::mem::replace(pattern.as_mut(), Expr::value(Value::Null));
+            **pattern = Expr::Function(Function {
+                name: ObjectName::from(vec![Ident::new(super::functions::LIKE_ESCAPE)]),
+                uses_odbc_syntax: false,
+                parameters: FunctionArguments::None,
+                args: FunctionArguments::List(FunctionArgumentList {
+                    duplicate_treatment: None,
+                    args: vec![
+                        arg(inner),
+                        arg(Expr::value(Value::SingleQuotedString(given))),
+                    ],
+                    clauses: vec![],
+                }),
+                filter: None,
+                null_treatment: None,
+                over: None,
+                within_group: vec![],
+            });
+            *escape = Value::SingleQuotedString("\\".to_string()).with_empty_span();
+        }
+        std::ops::ControlFlow::Continue(())
+    });
 }
 
 /// Refuses a query string in which a statement that changes data is followed by one that
@@ -135,7 +201,12 @@ fn classify(statement: Statement) -> Command {
     match &statement {
         Statement::StartTransaction { .. } => return Command::Begin,
         Statement::Commit { .. } => return Command::Commit,
+        Statement::Rollback {
+            savepoint: Some(_), ..
+        } => return Command::RollbackToSavepoint,
         Statement::Rollback { .. } => return Command::Rollback,
+        Statement::Savepoint { .. } => return Command::Savepoint("SAVEPOINT"),
+        Statement::ReleaseSavepoint { .. } => return Command::Savepoint("RELEASE"),
         Statement::Discard { .. } => return Command::Done("DISCARD ALL"),
         Statement::Deallocate { .. } => return Command::Done("DEALLOCATE"),
         Statement::Set { .. } => return set(&statement.to_string()),
@@ -279,6 +350,11 @@ mod tests {
             ("START TRANSACTION", Command::Begin),
             ("COMMIT", Command::Commit),
             ("ROLLBACK", Command::Rollback),
+            ("SAVEPOINT \"_pg3_1\"", Command::Savepoint("SAVEPOINT")),
+            ("RELEASE SAVEPOINT sa_1", Command::Savepoint("RELEASE")),
+            ("RELEASE sa_1", Command::Savepoint("RELEASE")),
+            ("ROLLBACK TO SAVEPOINT sa_1", Command::RollbackToSavepoint),
+            ("ROLLBACK TO sa_1", Command::RollbackToSavepoint),
             ("SET extra_float_digits = 3", set("extra_float_digits", "3")),
             (
                 "SET application_name = 'PostgreSQL JDBC Driver'",
@@ -357,6 +433,25 @@ mod tests {
         };
         assert!(!s.text.contains("OPERATOR"), "{}", s.text);
         assert!(!s.text.contains("COLLATE"), "{}", s.text);
+    }
+
+    #[test]
+    fn like_escapes_other_than_the_backslash_are_rewritten() {
+        let Command::Sql(s) = one(
+            "SELECT nspname FROM pg_namespace WHERE nspname NOT LIKE $1::VARCHAR || '%' ESCAPE '/'",
+        ) else {
+            panic!("not SQL")
+        };
+        assert!(
+            s.text.contains("pg_like_escape($1::VARCHAR || '%', '/')"),
+            "{}",
+            s.text
+        );
+        assert!(s.text.contains("ESCAPE '\\'"), "{}", s.text);
+        let Command::Sql(s) = one("SELECT 1 WHERE 'a' LIKE 'a' ESCAPE '\\'") else {
+            panic!("not SQL")
+        };
+        assert!(!s.text.contains("pg_like_escape"), "{}", s.text);
     }
 
     #[test]

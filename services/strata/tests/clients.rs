@@ -142,6 +142,26 @@ fn psycopg_over_the_postgres_protocol() {
     check(out, "the psycopg client", "psycopg: ok");
 }
 
+#[test]
+fn sqlalchemy_and_pandas_over_the_postgres_protocol() {
+    let Some(python) = client("STRATA_CLIENT_PYTHON") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let server = start_with_keys(dir.path());
+    let (host, port) = server.postgres.rsplit_once(':').unwrap();
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/clients/sqlalchemy_postgres.py"
+    );
+    let out = Command::new(&python)
+        .arg(script)
+        .args([host, port, ROOT.0, SALES_READER.0])
+        .output()
+        .expect("run the SQLAlchemy client");
+    check(out, "the SQLAlchemy client", "sqlalchemy: ok");
+}
+
 /// A connection cap and cancel requests, as psycopg meets them (`query.postgres_connections_max`
 /// set low, no API keys).
 #[test]

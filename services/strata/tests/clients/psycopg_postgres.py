@@ -81,6 +81,15 @@ with connect(root, autocommit=True) as conn:
     assert conn.execute("SHOW application_name").fetchone() == ("strata-test",)
     assert conn.execute("SHOW transaction_isolation").fetchone() == ("read committed",)
     assert conn.info.server_version >= 160000, conn.info.server_version
+    # What drivers and ORMs read the server's version and settings from.
+    (version,) = conn.execute("SELECT pg_catalog.version()").fetchone()
+    assert version.startswith("PostgreSQL 16.6 (Strata "), version
+    settings = conn.execute(
+        "SELECT current_setting('server_version_num'), current_setting('standard_conforming_strings')"
+    ).fetchone()
+    assert settings == ("160006", "on"), settings
+    fails(psycopg.errors.UndefinedObject, cur, "SELECT current_setting('no_such_setting')")
+    assert conn.execute("SELECT current_setting('no_such_setting', true)").fetchone() == (None,)
 
     # A query string with a change followed by more statements (one transaction in
     # PostgreSQL) is refused before any of it runs; one whose change comes last runs.
@@ -163,8 +172,22 @@ GRAFANA_COLUMNS = (
 with connect(root, autocommit=True) as conn:
     tables = [r[0] for r in conn.execute(GRAFANA_TABLES).fetchall()]
     assert tables == ["hr.people", "sales.orders"], tables
-    columns = [r[0] for r in conn.execute(GRAFANA_COLUMNS).fetchall()]
-    assert columns == ["id", "qty", "price", "item", "paid", "day", "at"], columns
+    # Grafana picks time and numeric columns by their PostgreSQL type names.
+    columns = conn.execute(GRAFANA_COLUMNS).fetchall()
+    assert columns == [
+        ("id", "bigint"),
+        ("qty", "integer"),
+        ("price", "double precision"),
+        ("item", "text"),
+        ("paid", "boolean"),
+        ("day", "date"),
+        ("at", "timestamp without time zone"),
+    ], columns
+    positions = conn.execute(
+        "SELECT column_name, ordinal_position, udt_name, is_nullable FROM information_schema.columns "
+        "WHERE table_schema = 'hr' AND table_name = 'people' ORDER BY ordinal_position"
+    ).fetchall()
+    assert positions == [("id", 1, "int8", "NO"), ("name", 2, "text", "YES")], positions
 with connect(sales_reader, autocommit=True) as conn:
     tables = [r[0] for r in conn.execute(GRAFANA_TABLES).fetchall()]
     assert tables == ["sales.orders"], tables
