@@ -126,11 +126,14 @@ async fn a_writer_is_ready_once_its_tables_are_open() {
     tokio::spawn(async move { axum::serve(listener, app).await });
     let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let grpc_addr = format!("http://{}", grpc.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(strata_query::flight::serve(
         q,
         Authenticator::open(),
         grpc,
-        std::future::pending(),
+        async move {
+            let _ = stopped.await;
+        },
     ));
     let channel = tonic::transport::Channel::from_shared(grpc_addr)
         .unwrap()
@@ -194,5 +197,25 @@ async fn a_writer_is_ready_once_its_tables_are_open() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
+
+    // A client watching health (as gRPC load balancers do) sees NOT_SERVING as soon as
+    // the server starts stopping, before its connections drain.
+    let mut watch = health
+        .clone()
+        .watch(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let first = watch.message().await.unwrap().unwrap();
+    assert_eq!(first.status, ServingStatus::Serving as i32);
+    stop.send(()).unwrap();
+    let next = tokio::time::timeout(std::time::Duration::from_secs(10), watch.message())
+        .await
+        .expect("a status within 10 s of the stop")
+        .unwrap()
+        .unwrap();
+    assert_eq!(next.status, ServingStatus::NotServing as i32);
     drop(health);
 }

@@ -449,3 +449,77 @@ async fn warm_point_gets_and_writes_make_no_catalog_requests() {
         after.0 - before.0
     );
 }
+
+/// The data service takes messages as large as `query.message_bytes_max` (tonic's own
+/// default is 4 MiB): a 6 MB write goes through, one over the limit is refused with a
+/// message naming the size and the limit, and the server goes on answering.
+#[tokio::test(flavor = "multi_thread")]
+async fn writes_larger_than_grpcs_default_message_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let limit = 8 << 20;
+    let server = common::start_with(
+        dir.path(),
+        &["--set", &format!("query.message_bytes_max={limit}")],
+    );
+    let mut c = DataClient::connect(format!("http://{}", server.flight))
+        .await
+        .unwrap();
+    c.create_table(pb::CreateTableRequest {
+        name: "wide".into(),
+        columns: vec![
+            pb::Column {
+                name: "id".into(),
+                r#type: "int64".into(),
+                nullable: false,
+            },
+            pb::Column {
+                name: "body".into(),
+                r#type: "string".into(),
+                nullable: true,
+            },
+        ],
+        primary_key: vec!["id".into()],
+    })
+    .await
+    .unwrap();
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("body", DataType::Utf8, true),
+    ]));
+    let batch = |rows: i64| {
+        RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(Int64Array::from((0..rows).collect::<Vec<_>>())) as ArrayRef,
+                Arc::new(StringArray::from(
+                    (0..rows).map(|i| format!("{i:0>120}")).collect::<Vec<_>>(),
+                )),
+            ],
+        )
+        .unwrap()
+    };
+
+    // 50,000 rows, about 6.4 MB of Arrow IPC: over 4 MiB, under the limit.
+    let fits = write("wide", pb::WriteKind::Upsert, &batch(50_000));
+    assert!(fits.arrow_ipc.len() > 6_000_000, "{}", fits.arrow_ipc.len());
+    c.write(fits).await.unwrap();
+
+    // Over the limit: refused, with the sizes in the message.
+    let too_big = write("wide", pb::WriteKind::Upsert, &batch(70_000));
+    assert!(too_big.arrow_ipc.len() > limit);
+    let e = c.write(too_big).await.unwrap_err();
+    assert!(
+        e.message().contains("too large") && e.message().contains(&limit.to_string()),
+        "{e:?}"
+    );
+
+    // The server answers on: the first write is whole, the refused one left nothing.
+    let (status, body) = common::request_as(
+        &server.http,
+        "POST",
+        "/sql",
+        "text/plain",
+        b"SELECT count(*) AS n FROM wide",
+    );
+    assert_eq!((status, body.as_str()), (200, r#"[{"n":50000}]"#));
+}

@@ -245,3 +245,87 @@ fn postgres_replies_wait_for_the_clients_sync_or_flush() {
     assert_eq!(kinds(&insert), "12nCZ");
     assert!(insert[3].1.starts_with(b"INSERT 0 1"), "{:?}", insert[3]);
 }
+
+/// The TCP ports process `pid` listens on, from Linux's `/proc` (its socket inodes matched
+/// against the listening sockets in `/proc/net/tcp`).
+fn listening_ports(pid: u32) -> std::collections::BTreeSet<u16> {
+    let inodes: std::collections::BTreeSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter_map(|l| {
+            let l = l.to_string_lossy().into_owned();
+            Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
+        })
+        .collect();
+    let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).unwrap();
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // local_address, state (0A: LISTEN), ..., inode
+            let listening = f.get(3) == Some(&"0A") && inodes.contains(*f.get(9)?);
+            let port = f.get(1)?.rsplit_once(':')?.1;
+            listening.then(|| u16::from_str_radix(port, 16).ok())?
+        })
+        .collect()
+}
+
+fn port(addr: &str) -> u16 {
+    addr.rsplit_once(':').unwrap().1.parse().unwrap()
+}
+
+/// The PostgreSQL port is on by default and off with `postgres = ""` in the configuration
+/// file: the node then listens on HTTP and Flight SQL only and answers SQL there.
+#[test]
+fn the_postgres_port_is_off_when_configured_empty() {
+    use std::io::BufRead;
+
+    let dir = tempfile::tempdir().unwrap();
+    let on = start(&dir.path().join("on"));
+    assert_eq!(
+        listening_ports(on.pid()),
+        [port(&on.http), port(&on.flight), port(&on.postgres)]
+            .into_iter()
+            .collect()
+    );
+    drop(on);
+
+    let config = dir.path().join("strata.toml");
+    std::fs::write(&config, "postgres = \"\"\n").unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_strata"))
+        .arg("serve")
+        .arg("--dir")
+        .arg(dir.path().join("off"))
+        .args(["--http", "127.0.0.1:0", "--flight", "127.0.0.1:0"])
+        .arg("--config")
+        .arg(&config)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    let mut next = |prefix: &str| {
+        let line = lines.next().unwrap().unwrap();
+        line.strip_prefix(prefix)
+            .unwrap_or_else(|| panic!("{line}"))
+            .to_string()
+    };
+    let http = next("http listening on ");
+    let flight = next("flight listening on ");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while request(&http, "GET", "/ready", "").0 != 200 {
+        assert!(std::time::Instant::now() < deadline, "not ready");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let (status, body) = request_as(&http, "POST", "/sql", "text/plain", b"SELECT 41 + 1 AS n");
+    assert_eq!((status, body.as_str()), (200, r#"[{"n":42}]"#));
+    assert_eq!(
+        listening_ports(child.id()),
+        [port(&http), port(&flight)].into_iter().collect()
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    // Nothing more was printed: no PostgreSQL listener line.
+    assert!(lines.next().is_none());
+}

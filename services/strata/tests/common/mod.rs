@@ -50,14 +50,22 @@ pub fn start_with(dir: &std::path::Path, args: &[&str]) -> Server {
     start_role("serve", dir, args)
 }
 
-/// Starts `strata <role>` (serve, ingest or query) over `dir` on free ports.
+/// Starts `strata <role>` (serve, ingest or query) over `dir` on free ports. With
+/// `--postgres ""` among `args` the PostgreSQL port is off ([`Server::postgres`] empty);
+/// with a `--config` file that turns it off, pass `--postgres ""` as well.
 pub fn start_role(role: &str, dir: &std::path::Path, args: &[&str]) -> Server {
+    let postgres_arg = args.iter().position(|a| *a == "--postgres");
+    let postgres_off = postgres_arg.is_some_and(|i| args.get(i + 1) == Some(&""));
+    let default_postgres: &[&str] = match postgres_arg {
+        Some(_) => &[],
+        None => &["--postgres", "127.0.0.1:0"],
+    };
     let mut child = Command::new(env!("CARGO_BIN_EXE_strata"))
         .arg(role)
         .arg("--dir")
         .arg(dir)
         .args(["--http", "127.0.0.1:0", "--flight", "127.0.0.1:0"])
-        .args(["--postgres", "127.0.0.1:0"])
+        .args(default_postgres)
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -72,7 +80,11 @@ pub fn start_role(role: &str, dir: &std::path::Path, args: &[&str]) -> Server {
     };
     let http = addr("http listening on ");
     let flight = addr("flight listening on ");
-    let postgres = addr("postgres listening on ");
+    let postgres = if postgres_off {
+        String::new()
+    } else {
+        addr("postgres listening on ")
+    };
     // A writer answers `/ready` 503 until it has opened its tables: wait for that, as a
     // load balancer would (a server over TLS answers no plain request: not waited for).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
