@@ -32,7 +32,109 @@ pub fn udfs() -> Vec<ScalarUDF> {
         ScalarUDF::new_from_impl(CurrentSetting::new()),
         to_regtype_udf(),
         like_escape_udf(),
+        pg_size_pretty_udf(),
+        nothing("obj_description", 1, ScalarValue::Utf8(None)),
+        nothing("obj_description", 2, ScalarValue::Utf8(None)),
+        nothing("col_description", 2, ScalarValue::Utf8(None)),
+        nothing("shobj_description", 2, ScalarValue::Utf8(None)),
+        nothing("pg_table_size", 1, ScalarValue::Int64(None)),
+        nothing("pg_indexes_size", 1, ScalarValue::Int64(None)),
+        always_true("pg_function_is_visible"),
+        always_true("pg_type_is_visible"),
     ]
+}
+
+/// `name(any, ...)` of `arity` arguments answering NULL (`null`, of the function's type):
+/// comments (`obj_description`, `col_description`; Strata keeps none) and sizes it does
+/// not know (`pg_table_size`), which `psql`'s `\d+` and `\dt+` read.
+fn nothing(name: &'static str, arity: usize, null: ScalarValue) -> ScalarUDF {
+    ScalarUDF::new_from_impl(Constant {
+        name,
+        signature: Signature::any(arity, Volatility::Stable),
+        value: null,
+    })
+}
+
+/// `name(oid)` answering true: every object Strata describes is visible on the search path
+/// (`psql`'s `\df` and `\dT` filter with these).
+fn always_true(name: &'static str) -> ScalarUDF {
+    ScalarUDF::new_from_impl(Constant {
+        name,
+        signature: Signature::any(1, Volatility::Stable),
+        value: ScalarValue::Boolean(Some(true)),
+    })
+}
+
+/// A function of any arguments with one answer.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Constant {
+    name: &'static str,
+    signature: Signature,
+    value: ScalarValue,
+}
+
+impl ScalarUDFImpl for Constant {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _: &[DataType]) -> Result<DataType, DataFusionError> {
+        Ok(self.value.data_type())
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue, DataFusionError> {
+        if args
+            .args
+            .iter()
+            .all(|a| matches!(a, ColumnarValue::Scalar(_)))
+        {
+            return Ok(ColumnarValue::Scalar(self.value.clone()));
+        }
+        Ok(ColumnarValue::Array(
+            self.value.to_array_of_size(args.number_rows)?,
+        ))
+    }
+}
+
+/// PostgreSQL's `pg_size_pretty(bigint)`: `512 bytes`, `10 kB`, `3 MB`, ... (units of 1024,
+/// rounded half up, a unit taken once the size reaches 10240 of the one below).
+pub fn size_pretty(bytes: i64) -> String {
+    const UNITS: [&str; 5] = ["kB", "MB", "GB", "TB", "PB"];
+    let mut size = bytes;
+    if size.abs() < 10 * 1024 {
+        return format!("{size} bytes");
+    }
+    let mut unit = 0;
+    // PostgreSQL halves, rounds, and keeps going while the rounded value is 10240 or more.
+    size /= 512;
+    let half_round = |s: i64| (s + s.signum()) / 2;
+    while half_round(size).abs() >= 10 * 1024 && unit + 1 < UNITS.len() {
+        size /= 1024;
+        unit += 1;
+    }
+    format!("{} {}", half_round(size), UNITS[unit])
+}
+
+fn pg_size_pretty_udf() -> ScalarUDF {
+    create_udf(
+        "pg_size_pretty",
+        vec![DataType::Int64],
+        DataType::Utf8,
+        Volatility::Immutable,
+        Arc::new(|args: &[ColumnarValue]| {
+            let arrays = ColumnarValue::values_to_arrays(args)?;
+            let sizes = arrays[0].as_primitive::<arrow::datatypes::Int64Type>();
+            let out: arrow::array::StringArray = sizes.iter().map(|s| s.map(size_pretty)).collect();
+            if let [ColumnarValue::Scalar(_)] = args {
+                return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?));
+            }
+            Ok(ColumnarValue::Array(Arc::new(out)))
+        }),
+    )
 }
 
 /// The name of the function [`like_escape`] is called by in rewritten statements.
@@ -359,6 +461,21 @@ mod tests {
         let batches = ctx.sql(sql).await?.collect().await?;
         let column = batches[0].column(0).as_string::<i32>().clone();
         Ok((!column.is_null(0)).then(|| column.value(0).to_string()))
+    }
+
+    #[test]
+    fn sizes_print_as_postgresql_prints_them() {
+        for (bytes, text) in [
+            (0, "0 bytes"),
+            (10239, "10239 bytes"),
+            (10240, "10 kB"),
+            (1_000_000, "977 kB"),
+            (10_485_760, "10 MB"),
+            (123_456_789_012, "115 GB"),
+            (-20_480, "-20 kB"),
+        ] {
+            assert_eq!(size_pretty(bytes), text, "{bytes}");
+        }
     }
 
     #[test]

@@ -93,13 +93,20 @@ impl Kind {
 
 /// Splits and classifies a query string (one or more statements separated by `;`).
 pub fn parse(parser: &PostgresCompatibilityParser, text: &str) -> Result<Vec<Command>, QueryError> {
+    let mut text = std::borrow::Cow::Borrowed(text);
+    for (from, to) in CLIENT_FRAGMENTS {
+        if text.contains(from) {
+            text = std::borrow::Cow::Owned(text.replace(from, to));
+        }
+    }
     let statements = parser
-        .parse(text)
+        .parse(&text)
         .map_err(|e| QueryError::new(QueryErrorKind::Invalid, format!("SQL syntax error: {e}")))?;
     Ok(statements
         .into_iter()
         .map(|mut s| {
             like_escapes(&mut s);
+            array_subqueries(&mut s);
             classify(s)
         })
         .collect())
@@ -110,10 +117,7 @@ pub fn parse(parser: &PostgresCompatibilityParser, text: &str) -> Result<Vec<Com
 /// `LIKE pg_like_escape(pattern, 'c') ESCAPE '\'` (see
 /// [`super::functions::like_escape`]), for literal and bound patterns alike.
 fn like_escapes(statement: &mut Statement) {
-    use datafusion::sql::sqlparser::ast::{
-        Expr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments,
-        Ident, ObjectName, Value, visit_expressions_mut,
-    };
+    use datafusion::sql::sqlparser::ast::{Expr, Value, visit_expressions_mut};
     let _ = visit_expressions_mut(statement, |expr| {
         if let Expr::Like {
             pattern,
@@ -133,27 +137,92 @@ fn like_escapes(statement: &mut Statement) {
             if given == "\\" {
                 return std::ops::ControlFlow::Continue(());
             }
-            let arg = |e: Expr| FunctionArg::Unnamed(FunctionArgExpr::Expr(e));
             let inner = std::mem::replace(pattern.as_mut(), Expr::value(Value::Null));
-            **pattern = Expr::Function(Function {
-                name: ObjectName::from(vec![Ident::new(super::functions::LIKE_ESCAPE)]),
-                uses_odbc_syntax: false,
-                parameters: FunctionArguments::None,
-                args: FunctionArguments::List(FunctionArgumentList {
-                    duplicate_treatment: None,
-                    args: vec![
-                        arg(inner),
-                        arg(Expr::value(Value::SingleQuotedString(given))),
-                    ],
-                    clauses: vec![],
-                }),
-                filter: None,
-                null_treatment: None,
-                over: None,
-                within_group: vec![],
-            });
+            **pattern = call(
+                super::functions::LIKE_ESCAPE,
+                vec![inner, Expr::value(Value::SingleQuotedString(given))],
+            );
             *escape = Value::SingleQuotedString("\\".to_string()).with_empty_span();
         }
+        std::ops::ControlFlow::Continue(())
+    });
+}
+
+/// Fragments of clients' catalog queries that read what Strata's `pg_catalog` does not
+/// have, and what they read instead.
+const CLIENT_FRAGMENTS: &[(&str, &str)] = &[
+    // psql's `\d+`: a table's storage options (`pg_class.reloptions`, and its TOAST
+    // table's). Strata's tables have none.
+    (
+        "pg_catalog.array_to_string(c.reloptions || array(select 'toast.' || x from pg_catalog.unnest(tc.reloptions) x), ', ')",
+        "''",
+    ),
+];
+
+/// The call `name(args...)`.
+fn call(
+    name: &str,
+    args: Vec<datafusion::sql::sqlparser::ast::Expr>,
+) -> datafusion::sql::sqlparser::ast::Expr {
+    use datafusion::sql::sqlparser::ast::{
+        Expr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments,
+        Ident, ObjectName,
+    };
+    Expr::Function(Function {
+        name: ObjectName::from(vec![Ident::new(name)]),
+        uses_odbc_syntax: false,
+        parameters: FunctionArguments::None,
+        args: FunctionArguments::List(FunctionArgumentList {
+            duplicate_treatment: None,
+            args: args
+                .into_iter()
+                .map(|e| FunctionArg::Unnamed(FunctionArgExpr::Expr(e)))
+                .collect(),
+            clauses: vec![],
+        }),
+        filter: None,
+        null_treatment: None,
+        over: None,
+        within_group: vec![],
+    })
+}
+
+/// Rewrites PostgreSQL's array constructor over a subquery, `ARRAY(SELECT e FROM ...)`,
+/// which DataFusion does not have, into the aggregate it means,
+/// `(SELECT array_agg(e) FROM ...)` (a correlated one too: `psql`'s `\du` lists each role's
+/// memberships so).
+fn array_subqueries(statement: &mut Statement) {
+    use datafusion::sql::sqlparser::ast::{
+        Expr, FunctionArguments, SelectItem, SetExpr, Value, visit_expressions_mut,
+    };
+    let _ = visit_expressions_mut(statement, |expr| {
+        let Expr::Function(f) = expr else {
+            return std::ops::ControlFlow::<()>::Continue(());
+        };
+        let FunctionArguments::Subquery(query) = &f.args else {
+            return std::ops::ControlFlow::Continue(());
+        };
+        if !f.name.to_string().eq_ignore_ascii_case("array")
+            || query.order_by.is_some()
+            || query.limit_clause.is_some()
+            || query.with.is_some()
+        {
+            return std::ops::ControlFlow::Continue(());
+        }
+        let mut query = query.clone();
+        let SetExpr::Select(select) = query.body.as_mut() else {
+            return std::ops::ControlFlow::Continue(());
+        };
+        let [item] = select.projection.as_mut_slice() else {
+            return std::ops::ControlFlow::Continue(());
+        };
+        let element = match item {
+            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e,
+            _ => return std::ops::ControlFlow::Continue(()),
+        };
+        let inner = std::mem::replace(element, Expr::value(Value::Null));
+        *item = SelectItem::UnnamedExpr(call("array_agg", vec![inner]));
+        *expr = Expr::Subquery(query);
         std::ops::ControlFlow::Continue(())
     });
 }
@@ -452,6 +521,35 @@ mod tests {
             panic!("not SQL")
         };
         assert!(!s.text.contains("pg_like_escape"), "{}", s.text);
+    }
+
+    #[test]
+    fn array_constructors_over_subqueries_become_aggregates() {
+        let Command::Sql(s) = one(
+            "SELECT r.rolname, ARRAY(SELECT b.rolname FROM pg_catalog.pg_auth_members m JOIN pg_catalog.pg_roles b ON (m.roleid = b.oid) WHERE m.member = r.oid) AS memberof FROM pg_catalog.pg_roles r",
+        ) else {
+            panic!("not SQL")
+        };
+        assert!(
+            s.text.contains("(SELECT array_agg(b.rolname) FROM"),
+            "{}",
+            s.text
+        );
+        let Command::Sql(s) = one(
+            "SELECT c.relkind, pg_catalog.array_to_string(c.reloptions || array(select 'toast.' || x from pg_catalog.unnest(tc.reloptions) x), ', ')\n, c.reltablespace FROM pg_catalog.pg_class c LEFT JOIN pg_catalog.pg_class tc ON (c.reltoastrelid = tc.oid)",
+        ) else {
+            panic!("not SQL")
+        };
+        assert!(
+            s.text.contains("c.relkind, '', c.reltablespace"),
+            "{}",
+            s.text
+        );
+        // An array literal is left alone.
+        let Command::Sql(s) = one("SELECT ARRAY[1, 2]") else {
+            panic!("not SQL")
+        };
+        assert!(!s.text.contains("array_agg"), "{}", s.text);
     }
 
     #[test]

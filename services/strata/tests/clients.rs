@@ -278,6 +278,20 @@ fn psql_lists_describes_queries_and_reports_errors() {
         "{out}"
     );
     assert!(out.contains("price  | double precision |"), "{out}");
+    // The `+` forms, the database and role lists.
+    let (ok, out, err) = psql(&server, &bin, ROOT.0, &["\\d+ sales.orders"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("id     | bigint           |           | not null |         | plain"),
+        "{out}"
+    );
+    let (ok, out, err) = psql(&server, &bin, ROOT.0, &["\\dt+ sales.*"]);
+    assert!(ok, "{err}");
+    assert!(out.contains(" sales  | orders | table |"), "{out}");
+    let (ok, out, err) = psql(&server, &bin, ROOT.0, &["\\l", "\\dn", "\\du"]);
+    assert!(ok, "{err}");
+    assert!(out.contains(" strata "), "{out}");
+    assert!(out.contains("List of roles"), "{out}");
 
     // The sales reader sees only sales.
     let (ok, out, err) = psql(&server, &bin, SALES_READER.0, &["\\dt *.*"]);
