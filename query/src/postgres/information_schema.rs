@@ -8,7 +8,10 @@
 //! other view (`tables`, `schemata`, `views`, ...) is DataFusion's.
 //!
 //! `columns` describes the caller's tables (the namespaces its key may read), not
-//! `pg_catalog`'s own.
+//! `pg_catalog`'s own. `table_constraints` and `key_column_usage` (which DataFusion does not
+//! have) list each table's primary key, constraint `<table>_pkey` as PostgreSQL names it;
+//! the PostgreSQL JDBC driver's `getPrimaryKeys` is answered from them (see
+//! [`super::statements`]).
 
 use std::sync::Arc;
 
@@ -29,13 +32,95 @@ pub struct PgInformationSchema {
     catalogs: Arc<dyn CatalogProviderList>,
     /// DataFusion's views, for every view but `columns`.
     inner: InformationSchemaProvider,
+    /// The caller's tables' primary keys, as (namespace, table, key columns) in order.
+    keys: Vec<(String, String, Vec<String>)>,
 }
+
+/// The views `information_schema` has here besides DataFusion's.
+const KEY_VIEWS: [&str; 2] = ["table_constraints", "key_column_usage"];
 
 impl PgInformationSchema {
     /// The views over the catalogs in `catalogs`; `inner` is DataFusion's provider over
-    /// the same list.
-    pub fn new(catalogs: Arc<dyn CatalogProviderList>, inner: InformationSchemaProvider) -> Self {
-        Self { catalogs, inner }
+    /// the same list; `keys` the primary keys of the tables in them, as (namespace, table,
+    /// key columns).
+    pub fn new(
+        catalogs: Arc<dyn CatalogProviderList>,
+        inner: InformationSchemaProvider,
+        mut keys: Vec<(String, String, Vec<String>)>,
+    ) -> Self {
+        keys.sort();
+        Self {
+            catalogs,
+            inner,
+            keys,
+        }
+    }
+
+    /// `table_constraints` (one PRIMARY KEY row per table) or `key_column_usage` (one row
+    /// per key column, `ordinal_position` from 1).
+    fn key_view(&self, name: &str) -> Result<MemTable, DataFusionError> {
+        let constraints = name == "table_constraints";
+        let text = |n: &str| Field::new(n, DataType::Utf8, false);
+        let mut fields = vec![
+            text("constraint_catalog"),
+            text("constraint_schema"),
+            text("constraint_name"),
+            text("table_catalog"),
+            text("table_schema"),
+            text("table_name"),
+        ];
+        if constraints {
+            fields.extend([
+                text("constraint_type"),
+                text("is_deferrable"),
+                text("initially_deferred"),
+                text("enforced"),
+            ]);
+        } else {
+            fields.extend([
+                text("column_name"),
+                Field::new("ordinal_position", DataType::Int32, false),
+            ]);
+        }
+        // Every field but `key_column_usage`'s last (`ordinal_position`) is text.
+        let texts = if constraints {
+            fields.len()
+        } else {
+            fields.len() - 1
+        };
+        let mut columns: Vec<StringBuilder> = (0..texts).map(|_| StringBuilder::new()).collect();
+        let mut positions = Int32Builder::new();
+        let catalog = crate::service::CATALOG;
+        for (ns, table, key) in &self.keys {
+            let pkey = format!("{table}_pkey");
+            let rows: Vec<(Option<&String>, i32)> = if constraints {
+                vec![(None, 0)]
+            } else {
+                key.iter().zip(1..).map(|(c, i)| (Some(c), i)).collect()
+            };
+            for (column, position) in rows {
+                let mut values = vec![catalog, ns, &pkey, catalog, ns, table];
+                match column {
+                    None => values.extend(["PRIMARY KEY", "NO", "NO", "YES"]),
+                    Some(c) => {
+                        values.push(c);
+                        positions.append_value(position);
+                    }
+                }
+                for (b, v) in columns.iter_mut().zip(values) {
+                    b.append_value(v);
+                }
+            }
+        }
+        let mut arrays: Vec<ArrayRef> = columns
+            .iter_mut()
+            .map(|b| Arc::new(b.finish()) as ArrayRef)
+            .collect();
+        if !constraints {
+            arrays.push(Arc::new(positions.finish()));
+        }
+        let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?;
+        MemTable::try_new(batch.schema(), vec![vec![batch]])
     }
 
     /// `information_schema.columns`: one row per column of each described table.
@@ -74,18 +159,24 @@ impl PgInformationSchema {
 #[async_trait]
 impl SchemaProvider for PgInformationSchema {
     fn table_names(&self) -> Vec<String> {
-        self.inner.table_names()
+        let mut names = self.inner.table_names();
+        names.extend(KEY_VIEWS.iter().map(|v| v.to_string()));
+        names
     }
 
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>, DataFusionError> {
-        if name.eq_ignore_ascii_case("columns") {
+        let name = name.to_ascii_lowercase();
+        if name == "columns" {
             return Ok(Some(Arc::new(self.columns().await?)));
         }
-        self.inner.table(name).await
+        if KEY_VIEWS.contains(&name.as_str()) {
+            return Ok(Some(Arc::new(self.key_view(&name)?)));
+        }
+        self.inner.table(&name).await
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.inner.table_exist(name)
+        KEY_VIEWS.contains(&name.to_ascii_lowercase().as_str()) || self.inner.table_exist(name)
     }
 }
 

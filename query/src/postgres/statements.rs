@@ -93,7 +93,10 @@ impl Kind {
 
 /// Splits and classifies a query string (one or more statements separated by `;`).
 pub fn parse(parser: &PostgresCompatibilityParser, text: &str) -> Result<Vec<Command>, QueryError> {
-    let mut text = std::borrow::Cow::Borrowed(text);
+    let mut text = match jdbc_primary_keys(text) {
+        Some(sql) => std::borrow::Cow::Owned(sql),
+        None => std::borrow::Cow::Borrowed(text),
+    };
     for (from, to) in CLIENT_FRAGMENTS {
         if text.contains(from) {
             text = std::borrow::Cow::Owned(text.replace(from, to));
@@ -158,6 +161,41 @@ const CLIENT_FRAGMENTS: &[(&str, &str)] = &[
         "''",
     ),
 ];
+
+/// The PostgreSQL JDBC driver's `DatabaseMetaData.getPrimaryKeys` query, which expands
+/// `pg_constraint.conkey` (`pg_index.indkey` in older drivers) with
+/// `information_schema._pg_expandarray` (a set-returning function of a composite type
+/// DataFusion cannot express), as the same question asked of
+/// `information_schema.key_column_usage`, with the driver's schema and table filters
+/// (bound parameters or literals) and its columns and order. `None`: not that query.
+fn jdbc_primary_keys(text: &str) -> Option<String> {
+    let primary = text.contains("i.indisprimary") || text.contains("con.contype = 'p'");
+    if !(text.contains("information_schema._pg_expandarray(")
+        && primary
+        && text.contains("result.A_ATTNUM = (result.KEYS).x")
+        && !text.contains("IS_NOT_NULL"))
+    {
+        return None;
+    }
+    let filter = |column: &str| {
+        let pattern = format!(r"{} = (E?'(?:[^']|'')*'|\$\d+)", regex::escape(column));
+        let re = regex::Regex::new(&pattern).ok()?;
+        Some(re.captures(text)?.get(1)?.as_str().to_string())
+    };
+    let mut sql = String::from(
+        "SELECT current_database() AS table_cat, table_schema AS table_schem, table_name, \
+         column_name, ordinal_position AS key_seq, constraint_name AS pk_name \
+         FROM information_schema.key_column_usage WHERE true",
+    );
+    if let Some(schema) = filter("n.nspname") {
+        sql.push_str(&format!(" AND table_schema = {schema}"));
+    }
+    if let Some(table) = filter("ct.relname") {
+        sql.push_str(&format!(" AND table_name = {table}"));
+    }
+    sql.push_str(" ORDER BY table_name, pk_name, key_seq");
+    Some(sql)
+}
 
 /// The call `name(args...)`.
 fn call(
@@ -550,6 +588,33 @@ mod tests {
             panic!("not SQL")
         };
         assert!(!s.text.contains("array_agg"), "{}", s.text);
+    }
+
+    #[test]
+    fn the_jdbc_primary_keys_query_reads_key_column_usage() {
+        // As pgjdbc 42.7 builds it for getPrimaryKeys(null, "sales", "it's").
+        let jdbc = "SELECT result.TABLE_CAT, result.TABLE_SCHEM, result.TABLE_NAME, result.COLUMN_NAME, result.KEY_SEQ, result.PK_NAME FROM (SELECT NULL AS TABLE_CAT, n.nspname AS TABLE_SCHEM,   ct.relname AS TABLE_NAME, a.attname AS COLUMN_NAME,   (information_schema._pg_expandarray(i.indkey)).n AS KEY_SEQ, ci.relname AS PK_NAME,   information_schema._pg_expandarray(i.indkey) AS KEYS, a.attnum AS A_ATTNUM FROM pg_catalog.pg_class ct   JOIN pg_catalog.pg_attribute a ON (ct.oid = a.attrelid)   JOIN pg_catalog.pg_namespace n ON (ct.relnamespace = n.oid)   JOIN pg_catalog.pg_index i ON ( a.attrelid = i.indrelid)   JOIN pg_catalog.pg_class ci ON (ci.oid = i.indexrelid) WHERE true  AND n.nspname = E'sales' AND ct.relname = E'it''s' AND i.indisprimary  ) result where  result.A_ATTNUM = (result.KEYS).x  ORDER BY result.table_name, result.pk_name, result.key_seq";
+        let sql = jdbc_primary_keys(jdbc).expect("recognized");
+        assert!(
+            sql.contains("FROM information_schema.key_column_usage"),
+            "{sql}"
+        );
+        assert!(
+            sql.contains("AND table_schema = E'sales' AND table_name = E'it''s'"),
+            "{sql}"
+        );
+        let Command::Sql(s) = one(jdbc) else {
+            panic!("not SQL")
+        };
+        assert!(s.text.contains("key_column_usage"), "{}", s.text);
+        assert_eq!(jdbc_primary_keys("SELECT 1"), None);
+        // As pgjdbc 42.7.14 prepares it, the filters bound.
+        let jdbc = "SELECT        result.TABLE_CAT AS \"TABLE_CAT\",        result.TABLE_SCHEM AS \"TABLE_SCHEM\",        result.TABLE_NAME AS \"TABLE_NAME\",        result.COLUMN_NAME AS \"COLUMN_NAME\",        result.KEY_SEQ AS \"KEY_SEQ\",        result.PK_NAME AS \"PK_NAME\"FROM      (SELECT current_database() AS TABLE_CAT, n.nspname AS TABLE_SCHEM,   ct.relname AS TABLE_NAME, a.attname AS COLUMN_NAME,   (information_schema._pg_expandarray(con.conkey)).n AS KEY_SEQ, con.conname AS PK_NAME,   information_schema._pg_expandarray(con.conkey) AS KEYS, a.attnum AS A_ATTNUM FROM pg_catalog.pg_constraint con   JOIN pg_catalog.pg_class ct ON (con.conrelid = ct.oid)   JOIN pg_catalog.pg_namespace n ON (ct.relnamespace = n.oid)   JOIN pg_catalog.pg_attribute a ON (a.attrelid = ct.oid) WHERE con.contype = 'p'  AND n.nspname = $1 AND ct.relname = $2 ) result where  result.A_ATTNUM = (result.KEYS).x  ORDER BY result.table_name, result.pk_name, result.key_seq";
+        let sql = jdbc_primary_keys(jdbc).expect("recognized");
+        assert!(
+            sql.contains("AND table_schema = $1 AND table_name = $2"),
+            "{sql}"
+        );
     }
 
     #[test]

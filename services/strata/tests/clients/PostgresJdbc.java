@@ -111,6 +111,15 @@ public class PostgresJdbc {
                 }
             }
             check(cols.equals(List.of("id", "qty", "price", "name", "ok", "day", "at")), "getColumns " + cols);
+            // The primary key, as DBeaver's Keys tab and ORMs read it.
+            List<String> keys = new ArrayList<>();
+            try (ResultSet r = md.getPrimaryKeys(null, "sales", "items")) {
+                while (r.next()) {
+                    keys.add(r.getString("TABLE_SCHEM") + "." + r.getString("TABLE_NAME") + ":"
+                            + r.getString("COLUMN_NAME") + ":" + r.getShort("KEY_SEQ") + ":" + r.getString("PK_NAME"));
+                }
+            }
+            check(keys.equals(List.of("sales.items:id:1:items_pkey")), "getPrimaryKeys " + keys);
             check(md.getDatabaseProductVersion().startsWith("16"), "version " + md.getDatabaseProductVersion());
             // A query timeout: the driver sends a cancel request when it passes, and the
             // statement (a cross join of 8^12 rows, minutes of work) stops with 57014.

@@ -188,6 +188,16 @@ with connect(root, autocommit=True) as conn:
         "WHERE table_schema = 'hr' AND table_name = 'people' ORDER BY ordinal_position"
     ).fetchall()
     assert positions == [("id", 1, "int8", "NO"), ("name", 2, "text", "YES")], positions
+    keys = conn.execute(
+        "SELECT k.table_schema, k.table_name, k.column_name, k.ordinal_position, c.constraint_type "
+        "FROM information_schema.key_column_usage k JOIN information_schema.table_constraints c "
+        "ON c.constraint_name = k.constraint_name AND c.table_schema = k.table_schema "
+        "ORDER BY 1, 2, 4"
+    ).fetchall()
+    assert keys == [
+        ("hr", "people", "id", 1, "PRIMARY KEY"),
+        ("sales", "orders", "id", 1, "PRIMARY KEY"),
+    ], keys
 with connect(sales_reader, autocommit=True) as conn:
     tables = [r[0] for r in conn.execute(GRAFANA_TABLES).fetchall()]
     assert tables == ["sales.orders"], tables
@@ -207,6 +217,7 @@ with connect(sales_reader, autocommit=True) as conn:
     assert classes == [("sales", "orders")], classes
     cur = conn.cursor()
     fails(psycopg.errors.UndefinedTable, cur, "SELECT * FROM hr.people")
+    assert conn.execute("SELECT table_name FROM information_schema.key_column_usage").fetchall() == [("orders",)]
     fails(psycopg.errors.InsufficientPrivilege, cur, "DELETE FROM sales.orders WHERE id = %s", (1,))
     assert conn.execute("SELECT count(*) FROM sales.orders").fetchone() == (3,)
 
