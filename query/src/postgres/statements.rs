@@ -93,7 +93,10 @@ impl Kind {
 
 /// Splits and classifies a query string (one or more statements separated by `;`).
 pub fn parse(parser: &PostgresCompatibilityParser, text: &str) -> Result<Vec<Command>, QueryError> {
-    let mut text = match jdbc_primary_keys(text) {
+    let jdbc = jdbc_primary_keys(text)
+        .or_else(|| jdbc_index_info(text))
+        .or_else(|| jdbc_foreign_keys(text));
+    let mut text = match jdbc {
         Some(sql) => std::borrow::Cow::Owned(sql),
         None => std::borrow::Cow::Borrowed(text),
     };
@@ -160,6 +163,11 @@ const CLIENT_FRAGMENTS: &[(&str, &str)] = &[
         "pg_catalog.array_to_string(c.reloptions || array(select 'toast.' || x from pg_catalog.unnest(tc.reloptions) x), ', ')",
         "''",
     ),
+    // The PostgreSQL JDBC driver's `getMaxIndexKeys`, read before its foreign-key queries.
+    (
+        "SELECT setting FROM pg_catalog.pg_settings WHERE name='max_index_keys'",
+        "SELECT '32' AS setting",
+    ),
 ];
 
 /// The PostgreSQL JDBC driver's `DatabaseMetaData.getPrimaryKeys` query, which expands
@@ -177,24 +185,95 @@ fn jdbc_primary_keys(text: &str) -> Option<String> {
     {
         return None;
     }
-    let filter = |column: &str| {
-        let pattern = format!(r"{} = (E?'(?:[^']|'')*'|\$\d+)", regex::escape(column));
-        let re = regex::Regex::new(&pattern).ok()?;
-        Some(re.captures(text)?.get(1)?.as_str().to_string())
-    };
     let mut sql = String::from(
         "SELECT current_database() AS table_cat, table_schema AS table_schem, table_name, \
          column_name, ordinal_position AS key_seq, constraint_name AS pk_name \
          FROM information_schema.key_column_usage WHERE true",
     );
+    push_filters(text, &mut sql);
+    sql.push_str(" ORDER BY table_name, pk_name, key_seq");
+    Some(sql)
+}
+
+/// The PostgreSQL JDBC driver's `DatabaseMetaData.getIndexInfo` query (also through
+/// `_pg_expandarray` over `pg_index`), answered from `information_schema.key_column_usage`:
+/// a table's one index is its primary key's, unique, in key order. `None`: not that query.
+fn jdbc_index_info(text: &str) -> Option<String> {
+    if !(text.contains("(information_schema._pg_expandarray(i.indkey)).n AS ORDINAL_POSITION")
+        && text.contains(") AS tmp"))
+    {
+        return None;
+    }
+    let mut sql = String::from(
+        "SELECT current_database() AS \"TABLE_CAT\", table_schema AS \"TABLE_SCHEM\", \
+         table_name AS \"TABLE_NAME\", false AS \"NON_UNIQUE\", \
+         CAST(NULL AS TEXT) AS \"INDEX_QUALIFIER\", constraint_name AS \"INDEX_NAME\", \
+         CAST(3 AS SMALLINT) AS \"TYPE\", CAST(ordinal_position AS SMALLINT) AS \"ORDINAL_POSITION\", \
+         column_name AS \"COLUMN_NAME\", 'A' AS \"ASC_OR_DESC\", CAST(0 AS BIGINT) AS \"CARDINALITY\", \
+         CAST(0 AS BIGINT) AS \"PAGES\", CAST(NULL AS TEXT) AS \"FILTER_CONDITION\", \
+         CAST(NULL AS TEXT) AS \"REMARKS\" \
+         FROM information_schema.key_column_usage WHERE true",
+    );
+    push_filters(text, &mut sql);
+    sql.push_str(" ORDER BY \"NON_UNIQUE\", \"TYPE\", \"INDEX_NAME\", \"ORDINAL_POSITION\"");
+    Some(sql)
+}
+
+/// The PostgreSQL JDBC driver's foreign-key query (`getImportedKeys`, `getExportedKeys`,
+/// `getCrossReference`): Strata has no foreign keys, so it answers no rows, with the
+/// driver's columns, its bound filters kept as parameters. `None`: not that query.
+fn jdbc_foreign_keys(text: &str) -> Option<String> {
+    if !(text.contains("AS \"FKTABLE_SCHEM\"") && text.contains("AS \"PKTABLE_SCHEM\"")) {
+        return None;
+    }
+    let mut sql = String::from("SELECT ");
+    let text_columns = [
+        "PKTABLE_CAT",
+        "PKTABLE_SCHEM",
+        "PKTABLE_NAME",
+        "PKCOLUMN_NAME",
+        "FKTABLE_CAT",
+        "FKTABLE_SCHEM",
+        "FKTABLE_NAME",
+        "FKCOLUMN_NAME",
+    ];
+    for c in text_columns {
+        sql.push_str(&format!("CAST(NULL AS TEXT) AS \"{c}\", "));
+    }
+    for c in ["KEY_SEQ", "UPDATE_RULE", "DELETE_RULE"] {
+        sql.push_str(&format!("CAST(NULL AS SMALLINT) AS \"{c}\", "));
+    }
+    sql.push_str(
+        "CAST(NULL AS TEXT) AS \"FK_NAME\", CAST(NULL AS TEXT) AS \"PK_NAME\", \
+         CAST(NULL AS SMALLINT) AS \"DEFERRABILITY\" WHERE false",
+    );
+    // The statement keeps the parameters the driver binds.
+    let params = regex::Regex::new(r"\$(\d+)").ok()?;
+    let count = params
+        .captures_iter(text)
+        .filter_map(|c| c.get(1)?.as_str().parse::<usize>().ok())
+        .max()
+        .unwrap_or(0);
+    for i in 1..=count {
+        sql.push_str(&format!(" AND CAST(${i} AS TEXT) IS NULL"));
+    }
+    Some(sql)
+}
+
+/// The driver's schema and table filters (`n.nspname = ...`, `ct.relname = ...`, a bound
+/// parameter or a literal) as filters of `key_column_usage`, appended to `sql`.
+fn push_filters(text: &str, sql: &mut String) {
+    let filter = |column: &str| {
+        let pattern = format!(r"{} = (E?'(?:[^']|'')*'|\$\d+)", regex::escape(column));
+        let re = regex::Regex::new(&pattern).ok()?;
+        Some(re.captures(text)?.get(1)?.as_str().to_string())
+    };
     if let Some(schema) = filter("n.nspname") {
         sql.push_str(&format!(" AND table_schema = {schema}"));
     }
     if let Some(table) = filter("ct.relname") {
         sql.push_str(&format!(" AND table_name = {table}"));
     }
-    sql.push_str(" ORDER BY table_name, pk_name, key_seq");
-    Some(sql)
 }
 
 /// The call `name(args...)`.
@@ -615,6 +694,19 @@ mod tests {
             sql.contains("AND table_schema = $1 AND table_name = $2"),
             "{sql}"
         );
+    }
+
+    #[test]
+    fn the_jdbc_foreign_key_query_answers_nothing_with_its_parameters() {
+        let jdbc = "SELECT current_database() AS \"PKTABLE_CAT\", pkn.nspname AS \"PKTABLE_SCHEM\", fkn.nspname AS \"FKTABLE_SCHEM\" FROM pg_catalog.pg_namespace pkn WHERE true AND fkn.nspname = $1 AND fkc.relname = $2 ORDER BY 1";
+        let sql = jdbc_foreign_keys(jdbc).expect("recognized");
+        assert!(sql.contains("WHERE false"), "{sql}");
+        assert!(
+            sql.ends_with("AND CAST($1 AS TEXT) IS NULL AND CAST($2 AS TEXT) IS NULL"),
+            "{sql}"
+        );
+        assert_eq!(jdbc_foreign_keys("SELECT 1"), None);
+        assert_eq!(jdbc_index_info("SELECT 1"), None);
     }
 
     #[test]

@@ -120,6 +120,22 @@ public class PostgresJdbc {
                 }
             }
             check(keys.equals(List.of("sales.items:id:1:items_pkey")), "getPrimaryKeys " + keys);
+            // Its index (the key's, unique), as DBeaver's Indexes tab reads it.
+            List<String> indexes = new ArrayList<>();
+            try (ResultSet r = md.getIndexInfo(null, "sales", "items", false, true)) {
+                while (r.next()) {
+                    indexes.add(r.getString("INDEX_NAME") + ":" + r.getString("COLUMN_NAME") + ":"
+                            + r.getShort("ORDINAL_POSITION") + ":" + r.getBoolean("NON_UNIQUE"));
+                }
+            }
+            check(indexes.equals(List.of("items_pkey:id:1:false")), "getIndexInfo " + indexes);
+            // No foreign keys: empty, not an error.
+            try (ResultSet r = md.getImportedKeys(null, "sales", "items")) {
+                check(!r.next(), "getImportedKeys");
+            }
+            try (ResultSet r = md.getExportedKeys(null, "sales", "items")) {
+                check(!r.next(), "getExportedKeys");
+            }
             check(md.getDatabaseProductVersion().startsWith("16"), "version " + md.getDatabaseProductVersion());
             // A query timeout: the driver sends a cancel request when it passes, and the
             // statement (a cross join of 8^12 rows, minutes of work) stops with 57014.
