@@ -104,14 +104,15 @@ impl ScalarUDFImpl for Constant {
 /// rounded half up, a unit taken once the size reaches 10240 of the one below).
 pub fn size_pretty(bytes: i64) -> String {
     const UNITS: [&str; 5] = ["kB", "MB", "GB", "TB", "PB"];
-    let mut size = bytes;
+    // Wide enough for `i64::MIN`'s magnitude.
+    let mut size = i128::from(bytes);
     if size.abs() < 10 * 1024 {
         return format!("{size} bytes");
     }
     let mut unit = 0;
     // PostgreSQL halves, rounds, and keeps going while the rounded value is 10240 or more.
     size /= 512;
-    let half_round = |s: i64| (s + s.signum()) / 2;
+    let half_round = |s: i128| (s + s.signum()) / 2;
     while half_round(size).abs() >= 10 * 1024 && unit + 1 < UNITS.len() {
         size /= 1024;
         unit += 1;
@@ -420,7 +421,7 @@ impl ScalarUDFImpl for CurrentSetting {
         let names = arrays[0].as_string::<i32>();
         let missing_ok = arrays.get(1).map(|a| a.as_boolean().clone());
         let mut out = StringBuilder::new();
-        for i in 0..rows {
+        for i in 0..names.len() {
             if names.is_null(i) {
                 out.append_null();
                 continue;
@@ -473,6 +474,7 @@ mod tests {
             (10_485_760, "10 MB"),
             (123_456_789_012, "115 GB"),
             (-20_480, "-20 kB"),
+            (i64::MIN, "-8192 PB"),
         ] {
             assert_eq!(size_pretty(bytes), text, "{bytes}");
         }

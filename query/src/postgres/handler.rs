@@ -704,9 +704,11 @@ impl QueryParser for Preparer {
 
 /// The values bound to a portal, as the statement's parameter types.
 ///
-/// A value the client declared a type for in its Parse (psycopg and JDBC do) is read as
-/// that type and then cast to the statement's: the planner knows no type for `$1` in
-/// `$1::BIGINT` and takes it as text, while the client sends an `int8`.
+/// Where the planner knows no type for a parameter and took it as text (`$1` in
+/// `$1::BIGINT`), a value the client declared another type for in its Parse (psycopg and
+/// JDBC do: an `int8`) is read as that type and then cast to text, which the statement
+/// casts on; `numeric` excepted, which arrow-pg reads exactly only into a known decimal
+/// type. Every other value is read as the statement's type.
 fn parameters(portal: &Portal<Prepared>) -> Result<Vec<ScalarValue>, QueryError> {
     let types = &portal.statement.statement.params;
     let declared = &portal.statement.parameter_types;
@@ -714,7 +716,19 @@ fn parameters(portal: &Portal<Prepared>) -> Result<Vec<ScalarValue>, QueryError>
         .iter()
         .enumerate()
         .map(|(i, t)| match declared.get(i) {
-            Some(Some(d)) if *d != Type::UNKNOWN => None,
+            Some(Some(d))
+                if *t == DataType::Utf8
+                    && ![
+                        Type::UNKNOWN,
+                        Type::TEXT,
+                        Type::VARCHAR,
+                        Type::NUMERIC,
+                        Type::NUMERIC_ARRAY,
+                    ]
+                    .contains(d) =>
+            {
+                None
+            }
             _ => Some(t),
         })
         .collect();

@@ -177,6 +177,9 @@ const CLIENT_FRAGMENTS: &[(&str, &str)] = &[
 /// `information_schema.key_column_usage`, with the driver's schema and table filters
 /// (bound parameters or literals) and its columns and order. `None`: not that query.
 fn jdbc_primary_keys(text: &str) -> Option<String> {
+    if !one_select(text) {
+        return None;
+    }
     let primary = text.contains("i.indisprimary") || text.contains("con.contype = 'p'");
     if !(text.contains("information_schema._pg_expandarray(")
         && primary
@@ -199,6 +202,9 @@ fn jdbc_primary_keys(text: &str) -> Option<String> {
 /// `_pg_expandarray` over `pg_index`), answered from `information_schema.key_column_usage`:
 /// a table's one index is its primary key's, unique, in key order. `None`: not that query.
 fn jdbc_index_info(text: &str) -> Option<String> {
+    if !one_select(text) {
+        return None;
+    }
     if !(text.contains("(information_schema._pg_expandarray(i.indkey)).n AS ORDINAL_POSITION")
         && text.contains(") AS tmp"))
     {
@@ -223,6 +229,9 @@ fn jdbc_index_info(text: &str) -> Option<String> {
 /// `getCrossReference`): Strata has no foreign keys, so it answers no rows, with the
 /// driver's columns, its bound filters kept as parameters. `None`: not that query.
 fn jdbc_foreign_keys(text: &str) -> Option<String> {
+    if !one_select(text) {
+        return None;
+    }
     if !(text.contains("AS \"FKTABLE_SCHEM\"") && text.contains("AS \"PKTABLE_SCHEM\"")) {
         return None;
     }
@@ -258,6 +267,14 @@ fn jdbc_foreign_keys(text: &str) -> Option<String> {
         sql.push_str(&format!(" AND CAST(${i} AS TEXT) IS NULL"));
     }
     Some(sql)
+}
+
+/// Whether `text` is one SELECT statement, as the JDBC driver prepares its metadata
+/// queries (a change that merely quotes their text is never taken for one).
+fn one_select(text: &str) -> bool {
+    let t = text.trim_start();
+    t.get(..6).is_some_and(|w| w.eq_ignore_ascii_case("select"))
+        && !text.trim_end().trim_end_matches(';').contains(';')
 }
 
 /// The driver's schema and table filters (`n.nspname = ...`, `ct.relname = ...`, a bound
@@ -310,7 +327,7 @@ fn call(
 /// memberships so).
 fn array_subqueries(statement: &mut Statement) {
     use datafusion::sql::sqlparser::ast::{
-        Expr, FunctionArguments, SelectItem, SetExpr, Value, visit_expressions_mut,
+        Expr, FunctionArguments, GroupByExpr, SelectItem, SetExpr, Value, visit_expressions_mut,
     };
     let _ = visit_expressions_mut(statement, |expr| {
         let Expr::Function(f) = expr else {
@@ -330,6 +347,15 @@ fn array_subqueries(statement: &mut Statement) {
         let SetExpr::Select(select) = query.body.as_mut() else {
             return std::ops::ControlFlow::Continue(());
         };
+        // DISTINCT, grouping and HAVING do not carry over into one aggregate: left as they
+        // are (and refused by DataFusion, as before).
+        let grouped = match &select.group_by {
+            GroupByExpr::Expressions(e, _) => !e.is_empty(),
+            GroupByExpr::All(_) => true,
+        };
+        if select.distinct.is_some() || select.having.is_some() || grouped {
+            return std::ops::ControlFlow::Continue(());
+        }
         let [item] = select.projection.as_mut_slice() else {
             return std::ops::ControlFlow::Continue(());
         };
@@ -662,6 +688,15 @@ mod tests {
             "{}",
             s.text
         );
+        // DISTINCT and grouping are left alone.
+        let Command::Sql(s) = one("SELECT ARRAY(SELECT DISTINCT x FROM t)") else {
+            panic!("not SQL")
+        };
+        assert!(!s.text.contains("array_agg"), "{}", s.text);
+        let Command::Sql(s) = one("SELECT ARRAY(SELECT x FROM t GROUP BY x)") else {
+            panic!("not SQL")
+        };
+        assert!(!s.text.contains("array_agg"), "{}", s.text);
         // An array literal is left alone.
         let Command::Sql(s) = one("SELECT ARRAY[1, 2]") else {
             panic!("not SQL")
@@ -706,6 +741,9 @@ mod tests {
             "{sql}"
         );
         assert_eq!(jdbc_foreign_keys("SELECT 1"), None);
+        // A statement that only quotes the text is not taken for it.
+        let quoted = format!("INSERT INTO log VALUES ('{}')", jdbc.replace('\'', "''"));
+        assert_eq!(jdbc_foreign_keys(&quoted), None);
         assert_eq!(jdbc_index_info("SELECT 1"), None);
     }
 

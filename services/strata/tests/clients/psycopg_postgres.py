@@ -8,6 +8,7 @@ Prints "psycopg: ok" when every check passed.
 """
 
 import datetime
+import decimal
 import sys
 import warnings
 
@@ -59,6 +60,12 @@ with connect(root, autocommit=True) as conn:
         ("apple", 1.0, datetime.date(2026, 1, 2)),
     )
     assert cur.fetchall() == [(1,)]
+    # Decimals (sent as numeric) compare with a DOUBLE column, fractions kept.
+    cur.execute("SELECT id FROM sales.orders WHERE price > %s ORDER BY id", (decimal.Decimal("0.05"),))
+    assert cur.fetchall() == [(1,), (2,)]
+    # A parameter the server knows no type for (`%s::BIGINT`) takes the client's.
+    cur.execute("SELECT %s::BIGINT + 1, %s::TIMESTAMP", (41, datetime.datetime(2026, 1, 2, 3, 4, 5)))
+    assert cur.fetchone() == (42, datetime.datetime(2026, 1, 2, 3, 4, 5))
     # Binary results too.
     bcur = conn.cursor(binary=True)
     bcur.execute("SELECT id, qty, price, item, paid FROM sales.orders WHERE id = %s", (2,))
