@@ -442,23 +442,14 @@ impl QueryService {
             // place of DataFusion's, which the session then no longer intercepts.
             let inner = InformationSchemaProvider::new(catalogs.clone())
                 .with_table_functions(state.table_functions().clone());
-            let keys = self
-                .db
-                .catalog()
-                .await
-                .map_err(QueryError::from)?
-                .catalog
-                .tables
-                .values()
-                .filter_map(|t| {
-                    let (ns, table) = crate::auth::split_name(&t.name);
-                    who.can_read(ns)
-                        .then(|| (ns.to_string(), table.to_string(), t.primary_key.clone()))
-                })
-                .collect();
             catalog.register_schema(
                 INFORMATION_SCHEMA,
-                Arc::new(PgInformationSchema::new(catalogs.clone(), inner, keys)),
+                Arc::new(PgInformationSchema::new(
+                    catalogs.clone(),
+                    inner,
+                    self.db.clone(),
+                    who.clone(),
+                )),
             )?;
             state.config_mut().options_mut().catalog.information_schema = false;
         }

@@ -130,12 +130,20 @@ fn pg_size_pretty_udf() -> ScalarUDF {
             let arrays = ColumnarValue::values_to_arrays(args)?;
             let sizes = arrays[0].as_primitive::<arrow::datatypes::Int64Type>();
             let out: arrow::array::StringArray = sizes.iter().map(|s| s.map(size_pretty)).collect();
-            if let [ColumnarValue::Scalar(_)] = args {
-                return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?));
-            }
-            Ok(ColumnarValue::Array(Arc::new(out)))
+            answer(args, Arc::new(out))
         }),
     )
+}
+
+/// A function's answer: a scalar when every argument was one (`SELECT f('x')`), else
+/// the array of one value per row.
+fn answer(args: &[ColumnarValue], array: ArrayRef) -> Result<ColumnarValue, DataFusionError> {
+    if args.iter().all(|a| matches!(a, ColumnarValue::Scalar(_))) && array.len() == 1 {
+        return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(
+            &array, 0,
+        )?));
+    }
+    Ok(ColumnarValue::Array(array))
 }
 
 /// The name of the function [`like_escape`] is called by in rewritten statements.
@@ -199,13 +207,7 @@ fn like_escape_udf() -> ScalarUDF {
                     .map_err(|e| DataFusionError::External(Box::new(e)))?;
                 out.append_value(p);
             }
-            let array: ArrayRef = Arc::new(out.finish());
-            if args.iter().all(|a| matches!(a, ColumnarValue::Scalar(_))) {
-                return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(
-                    &array, 0,
-                )?));
-            }
-            Ok(ColumnarValue::Array(array))
+            answer(args, Arc::new(out.finish()))
         }),
     )
 }
@@ -308,12 +310,7 @@ fn to_regtype_udf() -> ScalarUDF {
                 .iter()
                 .map(|n| n.and_then(type_oid).and_then(|o| i32::try_from(o).ok()))
                 .collect();
-            if let [ColumnarValue::Scalar(_)] = args {
-                return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(
-                    &oids, 0,
-                )?));
-            }
-            Ok(ColumnarValue::Array(Arc::new(oids)))
+            answer(args, Arc::new(oids))
         }),
     )
 }
@@ -416,7 +413,6 @@ impl ScalarUDFImpl for CurrentSetting {
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue, DataFusionError> {
-        let rows = args.number_rows;
         let arrays = ColumnarValue::values_to_arrays(&args.args)?;
         let names = arrays[0].as_string::<i32>();
         let missing_ok = arrays.get(1).map(|a| a.as_boolean().clone());
@@ -438,18 +434,7 @@ impl ScalarUDFImpl for CurrentSetting {
                 None => return Err(DataFusionError::External(Box::new(unknown_setting(name)))),
             }
         }
-        let array: ArrayRef = Arc::new(out.finish());
-        if rows == 1
-            && args
-                .args
-                .iter()
-                .all(|a| matches!(a, ColumnarValue::Scalar(_)))
-        {
-            return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(
-                &array, 0,
-            )?));
-        }
-        Ok(ColumnarValue::Array(array))
+        answer(&args.args, Arc::new(out.finish()))
     }
 }
 

@@ -22,6 +22,9 @@ use datafusion::catalog::information_schema::{INFORMATION_SCHEMA, InformationSch
 use datafusion::catalog::{CatalogProviderList, MemTable, SchemaProvider, TableProvider};
 use datafusion::error::DataFusionError;
 use pgwire::api::Type;
+use strata_engine::Db;
+
+use crate::auth::{Principal, split_name};
 
 /// The schema `pg_catalog` is served in: its tables are not described in `columns`.
 const PG_CATALOG: &str = "pg_catalog";
@@ -32,8 +35,10 @@ pub struct PgInformationSchema {
     catalogs: Arc<dyn CatalogProviderList>,
     /// DataFusion's views, for every view but `columns`.
     inner: InformationSchemaProvider,
-    /// The caller's tables' primary keys, as (namespace, table, key columns) in order.
-    keys: Vec<(String, String, Vec<String>)>,
+    /// The database and caller whose tables' primary keys the key views list (read when
+    /// one of them is queried, not for every statement).
+    db: Db,
+    who: Principal,
 }
 
 /// The views `information_schema` has here besides DataFusion's.
@@ -41,24 +46,47 @@ const KEY_VIEWS: [&str; 2] = ["table_constraints", "key_column_usage"];
 
 impl PgInformationSchema {
     /// The views over the catalogs in `catalogs`; `inner` is DataFusion's provider over
-    /// the same list; `keys` the primary keys of the tables in them, as (namespace, table,
-    /// key columns).
+    /// the same list; the key views list the primary keys of the tables `who` may read
+    /// in `db`.
     pub fn new(
         catalogs: Arc<dyn CatalogProviderList>,
         inner: InformationSchemaProvider,
-        mut keys: Vec<(String, String, Vec<String>)>,
+        db: Db,
+        who: Principal,
     ) -> Self {
-        keys.sort();
         Self {
             catalogs,
             inner,
-            keys,
+            db,
+            who,
         }
+    }
+
+    /// The caller's tables' primary keys, as (namespace, table, key columns) in order.
+    async fn keys(&self) -> Result<Vec<(String, String, Vec<String>)>, DataFusionError> {
+        let catalog = self
+            .db
+            .catalog()
+            .await
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        let mut keys: Vec<_> = catalog
+            .catalog
+            .tables
+            .values()
+            .filter_map(|t| {
+                let (ns, table) = split_name(&t.name);
+                self.who
+                    .can_read(ns)
+                    .then(|| (ns.to_string(), table.to_string(), t.primary_key.clone()))
+            })
+            .collect();
+        keys.sort();
+        Ok(keys)
     }
 
     /// `table_constraints` (one PRIMARY KEY row per table) or `key_column_usage` (one row
     /// per key column, `ordinal_position` from 1).
-    fn key_view(&self, name: &str) -> Result<MemTable, DataFusionError> {
+    async fn key_view(&self, name: &str) -> Result<MemTable, DataFusionError> {
         let constraints = name == "table_constraints";
         let text = |n: &str| Field::new(n, DataType::Utf8, false);
         let mut fields = vec![
@@ -91,7 +119,7 @@ impl PgInformationSchema {
         let mut columns: Vec<StringBuilder> = (0..texts).map(|_| StringBuilder::new()).collect();
         let mut positions = Int32Builder::new();
         let catalog = crate::service::CATALOG;
-        for (ns, table, key) in &self.keys {
+        for (ns, table, key) in &self.keys().await? {
             let pkey = format!("{table}_pkey");
             let rows: Vec<(Option<&String>, i32)> = if constraints {
                 vec![(None, 0)]
@@ -170,7 +198,7 @@ impl SchemaProvider for PgInformationSchema {
             return Ok(Some(Arc::new(self.columns().await?)));
         }
         if KEY_VIEWS.contains(&name.as_str()) {
-            return Ok(Some(Arc::new(self.key_view(&name)?)));
+            return Ok(Some(Arc::new(self.key_view(&name).await?)));
         }
         self.inner.table(&name).await
     }
