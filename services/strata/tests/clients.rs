@@ -122,44 +122,37 @@ fn start_with_keys(dir: &std::path::Path) -> common::Server {
     )
 }
 
-#[test]
-fn psycopg_over_the_postgres_protocol() {
+/// Runs the Python client `script` (under `tests/clients/`) against the PostgreSQL port
+/// of a `strata serve` with API keys, with host, port, the root key and the sales reader's
+/// key as arguments, and checks it printed `ok`.
+fn python_over_postgres(script: &str, what: &str, ok: &str) {
     let Some(python) = client("STRATA_CLIENT_PYTHON") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
     let server = start_with_keys(dir.path());
     let (host, port) = server.postgres.rsplit_once(':').unwrap();
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/clients/psycopg_postgres.py"
-    );
+    let script = format!("{}/tests/clients/{script}", env!("CARGO_MANIFEST_DIR"));
     let out = Command::new(&python)
         .arg(script)
         .args([host, port, ROOT.0, SALES_READER.0])
         .output()
-        .expect("run the psycopg client");
-    check(out, "the psycopg client", "psycopg: ok");
+        .unwrap_or_else(|e| panic!("run the {what}: {e}"));
+    check(out, &format!("the {what}"), ok);
+}
+
+#[test]
+fn psycopg_over_the_postgres_protocol() {
+    python_over_postgres("psycopg_postgres.py", "psycopg client", "psycopg: ok");
 }
 
 #[test]
 fn sqlalchemy_and_pandas_over_the_postgres_protocol() {
-    let Some(python) = client("STRATA_CLIENT_PYTHON") else {
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let server = start_with_keys(dir.path());
-    let (host, port) = server.postgres.rsplit_once(':').unwrap();
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/clients/sqlalchemy_postgres.py"
+    python_over_postgres(
+        "sqlalchemy_postgres.py",
+        "SQLAlchemy client",
+        "sqlalchemy: ok",
     );
-    let out = Command::new(&python)
-        .arg(script)
-        .args([host, port, ROOT.0, SALES_READER.0])
-        .output()
-        .expect("run the SQLAlchemy client");
-    check(out, "the SQLAlchemy client", "sqlalchemy: ok");
 }
 
 /// A connection cap and cancel requests, as psycopg meets them (`query.postgres_connections_max`
