@@ -502,6 +502,7 @@ impl QueryService {
             for f in crate::postgres::functions::udfs() {
                 ctx.register_udf(f);
             }
+            ctx.register_udaf(crate::postgres::scalar_subquery::udaf());
             built = ctx.state();
         }
         Ok(self.base.get_or_init(|| built).clone())

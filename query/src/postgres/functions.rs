@@ -41,6 +41,11 @@ pub fn udfs() -> Vec<ScalarUDF> {
         nothing("pg_indexes_size", 1, ScalarValue::Int64(None)),
         always_true("pg_function_is_visible"),
         always_true("pg_type_is_visible"),
+        // Strata's tables have no sequences (SQLAlchemy's column reflection asks).
+        nothing("pg_get_serial_sequence", 2, ScalarValue::Utf8(None)),
+        ScalarUDF::new_from_impl(JsonBuildObject {
+            signature: Signature::variadic_any(Volatility::Immutable),
+        }),
     ]
 }
 
@@ -97,6 +102,82 @@ impl ScalarUDFImpl for Constant {
         Ok(ColumnarValue::Array(
             self.value.to_array_of_size(args.number_rows)?,
         ))
+    }
+}
+
+/// PostgreSQL's `json_build_object(key, value, ...)`: the JSON object of the pairs, as
+/// PostgreSQL writes it (`{"a" : 1, "b" : "x"}`). Numbers and booleans stay JSON numbers
+/// and booleans, NULL is `null`, anything else is its text as a JSON string.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct JsonBuildObject {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for JsonBuildObject {
+    fn name(&self) -> &str {
+        "json_build_object"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _: &[DataType]) -> Result<DataType, DataFusionError> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue, DataFusionError> {
+        if !args.args.len().is_multiple_of(2) {
+            return Err(DataFusionError::External(Box::new(
+                QueryError::new(
+                    QueryErrorKind::Invalid,
+                    "argument list must have even number of elements",
+                )
+                .with_sqlstate("22023"),
+            )));
+        }
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        let rows = arrays.first().map_or(args.number_rows, |a| a.len());
+        let text: Vec<ArrayRef> = arrays
+            .iter()
+            .map(|a| arrow::compute::cast(a, &DataType::Utf8))
+            .collect::<Result<_, _>>()?;
+        let mut out = StringBuilder::new();
+        for row in 0..rows {
+            let mut object = String::from("{");
+            for (i, (text, given)) in text.chunks(2).zip(arrays.chunks(2)).enumerate() {
+                let (key, value, given) = (
+                    text[0].as_string::<i32>(),
+                    text[1].as_string::<i32>(),
+                    &given[1],
+                );
+                if key.is_null(row) {
+                    return Err(DataFusionError::External(Box::new(
+                        QueryError::new(
+                            QueryErrorKind::Invalid,
+                            "null value not allowed for object key",
+                        )
+                        .with_sqlstate("22004"),
+                    )));
+                }
+                if i > 0 {
+                    object.push_str(", ");
+                }
+                object.push_str(&serde_json::Value::from(key.value(row)).to_string());
+                object.push_str(" : ");
+                if given.logical_nulls().is_some_and(|n| n.is_null(row)) {
+                    object.push_str("null");
+                } else if given.data_type().is_numeric() || *given.data_type() == DataType::Boolean
+                {
+                    object.push_str(value.value(row));
+                } else {
+                    object.push_str(&serde_json::Value::from(value.value(row)).to_string());
+                }
+            }
+            object.push('}');
+            out.append_value(object);
+        }
+        answer(&args.args, Arc::new(out.finish()))
     }
 }
 

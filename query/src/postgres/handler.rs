@@ -41,7 +41,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::extended;
 use super::startup::Session;
-use super::statements::{Command, Kind, Sql, one_transaction, parse};
+use super::statements::{Command, Kind, Sql, one_transaction, parse, parse_declared};
 use crate::QueryService;
 use crate::error::{QueryError, QueryErrorKind};
 use crate::service::{Checked, Forwarded, with_literals, writes};
@@ -643,12 +643,12 @@ impl QueryParser for Preparer {
         &self,
         client: &C,
         sql: &str,
-        _types: &[Option<Type>],
+        types: &[Option<Type>],
     ) -> PgWireResult<Option<Prepared>>
     where
         C: ClientInfo + Unpin + Send + Sync,
     {
-        let mut commands = parse(&self.sql, sql).map_err(|e| pg_error(&e))?;
+        let mut commands = parse_declared(&self.sql, sql, types).map_err(|e| pg_error(&e))?;
         if commands.len() > 1 {
             return Err(pg_error(
                 &QueryError::new(

@@ -29,10 +29,12 @@
 //! server, is not offered.
 
 pub mod catalog;
+pub mod client_queries;
 pub mod extended;
 pub mod functions;
 pub mod handler;
 pub mod information_schema;
+pub mod scalar_subquery;
 pub mod startup;
 pub mod statements;
 

@@ -93,18 +93,22 @@ impl Kind {
 
 /// Splits and classifies a query string (one or more statements separated by `;`).
 pub fn parse(parser: &PostgresCompatibilityParser, text: &str) -> Result<Vec<Command>, QueryError> {
-    let jdbc = jdbc_primary_keys(text)
-        .or_else(|| jdbc_index_info(text))
-        .or_else(|| jdbc_foreign_keys(text));
-    let mut text = match jdbc {
-        Some(sql) => std::borrow::Cow::Owned(sql),
-        None => std::borrow::Cow::Borrowed(text),
+    parse_declared(parser, text, &[])
+}
+
+/// [`parse`] for a statement the client prepares with the types of some of its
+/// parameters declared (`declared[i]` for `$i+1`; `None`: left to the server), as
+/// PostgreSQL's Parse message does.
+pub fn parse_declared(
+    parser: &PostgresCompatibilityParser,
+    text: &str,
+    declared: &[Option<pgwire::api::Type>],
+) -> Result<Vec<Command>, QueryError> {
+    let text = super::client_queries::rewrite(text);
+    let text = match scalar_subqueries(&text) {
+        Some(rewritten) => std::borrow::Cow::Owned(rewritten),
+        None => text,
     };
-    for (from, to) in CLIENT_FRAGMENTS {
-        if text.contains(from) {
-            text = std::borrow::Cow::Owned(text.replace(from, to));
-        }
-    }
     let statements = parser
         .parse(&text)
         .map_err(|e| QueryError::new(QueryErrorKind::Invalid, format!("SQL syntax error: {e}")))?;
@@ -113,6 +117,7 @@ pub fn parse(parser: &PostgresCompatibilityParser, text: &str) -> Result<Vec<Com
         .map(|mut s| {
             like_escapes(&mut s);
             array_subqueries(&mut s);
+            declared_arguments(&mut s, declared);
             classify(s)
         })
         .collect())
@@ -152,145 +157,6 @@ fn like_escapes(statement: &mut Statement) {
         }
         std::ops::ControlFlow::Continue(())
     });
-}
-
-/// Fragments of clients' catalog queries that read what Strata's `pg_catalog` does not
-/// have, and what they read instead.
-const CLIENT_FRAGMENTS: &[(&str, &str)] = &[
-    // psql's `\d+`: a table's storage options (`pg_class.reloptions`, and its TOAST
-    // table's). Strata's tables have none.
-    (
-        "pg_catalog.array_to_string(c.reloptions || array(select 'toast.' || x from pg_catalog.unnest(tc.reloptions) x), ', ')",
-        "''",
-    ),
-    // The PostgreSQL JDBC driver's `getMaxIndexKeys`, read before its foreign-key queries.
-    (
-        "SELECT setting FROM pg_catalog.pg_settings WHERE name='max_index_keys'",
-        "SELECT '32' AS setting",
-    ),
-];
-
-/// The PostgreSQL JDBC driver's `DatabaseMetaData.getPrimaryKeys` query, which expands
-/// `pg_constraint.conkey` (`pg_index.indkey` in older drivers) with
-/// `information_schema._pg_expandarray` (a set-returning function of a composite type
-/// DataFusion cannot express), as the same question asked of
-/// `information_schema.key_column_usage`, with the driver's schema and table filters
-/// (bound parameters or literals) and its columns and order. `None`: not that query.
-fn jdbc_primary_keys(text: &str) -> Option<String> {
-    if !one_select(text) {
-        return None;
-    }
-    let primary = text.contains("i.indisprimary") || text.contains("con.contype = 'p'");
-    if !(text.contains("information_schema._pg_expandarray(")
-        && primary
-        && text.contains("result.A_ATTNUM = (result.KEYS).x")
-        && !text.contains("IS_NOT_NULL"))
-    {
-        return None;
-    }
-    let mut sql = String::from(
-        "SELECT current_database() AS table_cat, table_schema AS table_schem, table_name, \
-         column_name, ordinal_position AS key_seq, constraint_name AS pk_name \
-         FROM information_schema.key_column_usage WHERE true",
-    );
-    push_filters(text, &mut sql);
-    sql.push_str(" ORDER BY table_name, pk_name, key_seq");
-    Some(sql)
-}
-
-/// The PostgreSQL JDBC driver's `DatabaseMetaData.getIndexInfo` query (also through
-/// `_pg_expandarray` over `pg_index`), answered from `information_schema.key_column_usage`:
-/// a table's one index is its primary key's, unique, in key order. `None`: not that query.
-fn jdbc_index_info(text: &str) -> Option<String> {
-    if !one_select(text) {
-        return None;
-    }
-    if !(text.contains("(information_schema._pg_expandarray(i.indkey)).n AS ORDINAL_POSITION")
-        && text.contains(") AS tmp"))
-    {
-        return None;
-    }
-    let mut sql = String::from(
-        "SELECT current_database() AS \"TABLE_CAT\", table_schema AS \"TABLE_SCHEM\", \
-         table_name AS \"TABLE_NAME\", false AS \"NON_UNIQUE\", \
-         CAST(NULL AS TEXT) AS \"INDEX_QUALIFIER\", constraint_name AS \"INDEX_NAME\", \
-         CAST(3 AS SMALLINT) AS \"TYPE\", CAST(ordinal_position AS SMALLINT) AS \"ORDINAL_POSITION\", \
-         column_name AS \"COLUMN_NAME\", 'A' AS \"ASC_OR_DESC\", CAST(0 AS BIGINT) AS \"CARDINALITY\", \
-         CAST(0 AS BIGINT) AS \"PAGES\", CAST(NULL AS TEXT) AS \"FILTER_CONDITION\", \
-         CAST(NULL AS TEXT) AS \"REMARKS\" \
-         FROM information_schema.key_column_usage WHERE true",
-    );
-    push_filters(text, &mut sql);
-    sql.push_str(" ORDER BY \"NON_UNIQUE\", \"TYPE\", \"INDEX_NAME\", \"ORDINAL_POSITION\"");
-    Some(sql)
-}
-
-/// The PostgreSQL JDBC driver's foreign-key query (`getImportedKeys`, `getExportedKeys`,
-/// `getCrossReference`): Strata has no foreign keys, so it answers no rows, with the
-/// driver's columns, its bound filters kept as parameters. `None`: not that query.
-fn jdbc_foreign_keys(text: &str) -> Option<String> {
-    if !one_select(text) {
-        return None;
-    }
-    if !(text.contains("AS \"FKTABLE_SCHEM\"") && text.contains("AS \"PKTABLE_SCHEM\"")) {
-        return None;
-    }
-    let mut sql = String::from("SELECT ");
-    let text_columns = [
-        "PKTABLE_CAT",
-        "PKTABLE_SCHEM",
-        "PKTABLE_NAME",
-        "PKCOLUMN_NAME",
-        "FKTABLE_CAT",
-        "FKTABLE_SCHEM",
-        "FKTABLE_NAME",
-        "FKCOLUMN_NAME",
-    ];
-    for c in text_columns {
-        sql.push_str(&format!("CAST(NULL AS TEXT) AS \"{c}\", "));
-    }
-    for c in ["KEY_SEQ", "UPDATE_RULE", "DELETE_RULE"] {
-        sql.push_str(&format!("CAST(NULL AS SMALLINT) AS \"{c}\", "));
-    }
-    sql.push_str(
-        "CAST(NULL AS TEXT) AS \"FK_NAME\", CAST(NULL AS TEXT) AS \"PK_NAME\", \
-         CAST(NULL AS SMALLINT) AS \"DEFERRABILITY\" WHERE false",
-    );
-    // The statement keeps the parameters the driver binds.
-    let params = regex::Regex::new(r"\$(\d+)").ok()?;
-    let count = params
-        .captures_iter(text)
-        .filter_map(|c| c.get(1)?.as_str().parse::<usize>().ok())
-        .max()
-        .unwrap_or(0);
-    for i in 1..=count {
-        sql.push_str(&format!(" AND CAST(${i} AS TEXT) IS NULL"));
-    }
-    Some(sql)
-}
-
-/// Whether `text` is one SELECT statement, as the JDBC driver prepares its metadata
-/// queries (a change that merely quotes their text is never taken for one).
-fn one_select(text: &str) -> bool {
-    let t = text.trim_start();
-    t.get(..6).is_some_and(|w| w.eq_ignore_ascii_case("select"))
-        && !text.trim_end().trim_end_matches(';').contains(';')
-}
-
-/// The driver's schema and table filters (`n.nspname = ...`, `ct.relname = ...`, a bound
-/// parameter or a literal) as filters of `key_column_usage`, appended to `sql`.
-fn push_filters(text: &str, sql: &mut String) {
-    let filter = |column: &str| {
-        let pattern = format!(r"{} = (E?'(?:[^']|'')*'|\$\d+)", regex::escape(column));
-        let re = regex::Regex::new(&pattern).ok()?;
-        Some(re.captures(text)?.get(1)?.as_str().to_string())
-    };
-    if let Some(schema) = filter("n.nspname") {
-        sql.push_str(&format!(" AND table_schema = {schema}"));
-    }
-    if let Some(table) = filter("ct.relname") {
-        sql.push_str(&format!(" AND table_name = {table}"));
-    }
 }
 
 /// The call `name(args...)`.
@@ -366,6 +232,262 @@ fn array_subqueries(statement: &mut Statement) {
         let inner = std::mem::replace(element, Expr::value(Value::Null));
         *item = SelectItem::UnnamedExpr(call("array_agg", vec![inner]));
         *expr = Expr::Subquery(query);
+        std::ops::ControlFlow::Continue(())
+    });
+}
+
+/// Scalar subqueries as PostgreSQL runs them, rewritten before `datafusion-pg-catalog`'s
+/// parser sees the text (`None`: nothing to rewrite, or text it alone can parse).
+///
+/// That parser replaces a correlated subquery that is a whole select item with NULL, and
+/// limits an uncorrelated one to its first row: a user's
+/// `SELECT t.id, (SELECT max(n) FROM l WHERE l.k = t.k) FROM t` answered NULLs, and
+/// `(SELECT n FROM l)` over two rows answered one of them, where PostgreSQL fails.
+/// Here every scalar subquery that does not aggregate has its one expression wrapped in
+/// the aggregate that gives PostgreSQL's meaning (the only row's value, NULL for none,
+/// SQLSTATE 21000 for more: see [`super::scalar_subquery`]), which also lets DataFusion
+/// plan it correlated: `(SELECT pg_scalar_subquery(e) FROM ... WHERE ...)`. A subquery
+/// that is a whole select item is then parenthesized once more, which that parser leaves
+/// alone, so DataFusion plans it or says why it cannot; except in statements that read the
+/// catalog (`pg_catalog`, `information_schema`), where clients such as `psql` ask for
+/// details Strata does not keep (a column's collation) through correlations DataFusion
+/// cannot plan, and a NULL is the answer they can use. Subqueries that aggregate, group,
+/// are DISTINCT, ordered, limited or set operations keep their expression.
+fn scalar_subqueries(text: &str) -> Option<String> {
+    use datafusion::sql::sqlparser::ast::{
+        Expr, GroupByExpr, Query, SelectItem, SetExpr, Value, VisitMut, VisitorMut,
+        visit_expressions_mut,
+    };
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+
+    /// Parenthesizes the subqueries that are whole select items.
+    struct Items(bool);
+    impl VisitorMut for Items {
+        type Break = ();
+        fn pre_visit_query(&mut self, query: &mut Query) -> std::ops::ControlFlow<()> {
+            if let SetExpr::Select(select) = query.body.as_mut() {
+                for item in &mut select.projection {
+                    if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } =
+                        item
+                        && matches!(e, Expr::Subquery(_))
+                    {
+                        let subquery = std::mem::replace(e, Expr::value(Value::Null));
+                        *e = Expr::Nested(Box::new(subquery));
+                        self.0 = true;
+                    }
+                }
+            }
+            std::ops::ControlFlow::Continue(())
+        }
+    }
+
+    // Only a text with a select inside another can have a scalar subquery.
+    let lower = text.to_ascii_lowercase();
+    if lower.matches("select").count() < 2 {
+        return None;
+    }
+    let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, text).ok()?;
+    let mut changed = false;
+    for statement in &mut statements {
+        let _ = visit_expressions_mut(statement, |expr| {
+            let Expr::Subquery(query) = expr else {
+                return std::ops::ControlFlow::<()>::Continue(());
+            };
+            if query.order_by.is_some()
+                || query.limit_clause.is_some()
+                || query.fetch.is_some()
+                || query.with.is_some()
+            {
+                return std::ops::ControlFlow::Continue(());
+            }
+            let SetExpr::Select(select) = query.body.as_mut() else {
+                return std::ops::ControlFlow::Continue(());
+            };
+            let grouped = match &select.group_by {
+                GroupByExpr::Expressions(e, _) => !e.is_empty(),
+                GroupByExpr::All(_) => true,
+            };
+            if select.distinct.is_some() || select.having.is_some() || grouped {
+                return std::ops::ControlFlow::Continue(());
+            }
+            let [item] = select.projection.as_mut_slice() else {
+                return std::ops::ControlFlow::Continue(());
+            };
+            let element = match item {
+                SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e,
+                _ => return std::ops::ControlFlow::Continue(()),
+            };
+            if aggregates(element) {
+                return std::ops::ControlFlow::Continue(());
+            }
+            let inner = std::mem::replace(element, Expr::value(Value::Null));
+            *element = call(super::scalar_subquery::SCALAR_SUBQUERY, vec![inner]);
+            changed = true;
+            std::ops::ControlFlow::Continue(())
+        });
+        if !reads_catalog(statement) {
+            let mut items = Items(false);
+            let _ = statement.visit(&mut items);
+            changed |= items.0;
+        }
+    }
+    changed.then(|| {
+        statements
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ")
+    })
+}
+
+/// Whether `statement` reads a table of `pg_catalog` or `information_schema` (by its
+/// qualified name, or a `pg_` name PostgreSQL finds on its search path).
+fn reads_catalog(statement: &Statement) -> bool {
+    use datafusion::sql::sqlparser::ast::visit_relations;
+    visit_relations(statement, |name| {
+        let parts: Vec<String> = name
+            .0
+            .iter()
+            .map(|p| p.to_string().to_ascii_lowercase())
+            .collect();
+        let catalog = match parts.as_slice() {
+            [table] => table.starts_with("pg_"),
+            [schema, ..] => schema == "pg_catalog" || schema == "information_schema",
+            [] => false,
+        };
+        if catalog {
+            std::ops::ControlFlow::Break(())
+        } else {
+            std::ops::ControlFlow::Continue(())
+        }
+    })
+    .is_break()
+}
+
+/// Whether `expr` calls an aggregate or window function (by the names PostgreSQL and
+/// DataFusion give them), so that a subquery selecting it answers one row already.
+fn aggregates(expr: &datafusion::sql::sqlparser::ast::Expr) -> bool {
+    use datafusion::sql::sqlparser::ast::{Expr, visit_expressions};
+    const AGGREGATES: &[&str] = &[
+        "count",
+        "sum",
+        "min",
+        "max",
+        "avg",
+        "mean",
+        "median",
+        "array_agg",
+        "string_agg",
+        "bool_and",
+        "bool_or",
+        "every",
+        "first_value",
+        "last_value",
+        "nth_value",
+        "stddev",
+        "stddev_pop",
+        "stddev_samp",
+        "variance",
+        "var_pop",
+        "var_samp",
+        "var",
+        "corr",
+        "covar",
+        "covar_pop",
+        "covar_samp",
+        "bit_and",
+        "bit_or",
+        "bit_xor",
+        "json_agg",
+        "jsonb_agg",
+        "json_object_agg",
+        "jsonb_object_agg",
+        "xmlagg",
+        "mode",
+        "percentile_cont",
+        "percentile_disc",
+        "approx_distinct",
+        "approx_median",
+        "approx_percentile_cont",
+        "approx_percentile_cont_with_weight",
+        "grouping",
+    ];
+    visit_expressions(expr, |e| {
+        if let Expr::Function(f) = e {
+            let name = f.name.0.last().map(|p| p.to_string().to_ascii_lowercase());
+            let named = name.is_some_and(|n| {
+                AGGREGATES.contains(&n.as_str())
+                    || n.starts_with("regr_")
+                    || n == super::scalar_subquery::SCALAR_SUBQUERY
+            });
+            if named || f.over.is_some() || f.filter.is_some() || !f.within_group.is_empty() {
+                return std::ops::ControlFlow::Break(());
+            }
+        }
+        std::ops::ControlFlow::Continue(())
+    })
+    .is_break()
+}
+
+/// Gives a parameter passed straight to a function (`pg_get_constraintdef(oid, $2)`) the
+/// type the client declared for it in its Parse, as PostgreSQL does:
+/// `pg_get_constraintdef(oid, CAST($2 AS BOOLEAN))`. DataFusion cannot infer a
+/// parameter's type from a function's arguments and takes it as text, which a function
+/// of another type refuses. Only booleans and numbers are given so (their text reads back
+/// exactly); parameters elsewhere are typed by where they stand, as before.
+fn declared_arguments(statement: &mut Statement, declared: &[Option<pgwire::api::Type>]) {
+    use datafusion::sql::sqlparser::ast::{
+        CastKind, DataType as SqlType, Expr, FunctionArg, FunctionArgExpr, FunctionArguments,
+        Value, visit_expressions_mut,
+    };
+    use pgwire::api::Type;
+    if declared.iter().all(Option::is_none) {
+        return;
+    }
+    let sql_type = |n: &str| -> Option<SqlType> {
+        let i = n.strip_prefix('$')?.parse::<usize>().ok()?.checked_sub(1)?;
+        match declared.get(i)?.as_ref()? {
+            t if *t == Type::BOOL => Some(SqlType::Boolean),
+            t if *t == Type::INT2 => Some(SqlType::SmallInt(None)),
+            t if *t == Type::INT4 => Some(SqlType::Integer(None)),
+            t if *t == Type::INT8 => Some(SqlType::BigInt(None)),
+            t if *t == Type::FLOAT4 => Some(SqlType::Real),
+            t if *t == Type::FLOAT8 => Some(SqlType::DoublePrecision),
+            _ => None,
+        }
+    };
+    let _ = visit_expressions_mut(statement, |expr| {
+        let Expr::Function(f) = expr else {
+            return std::ops::ControlFlow::<()>::Continue(());
+        };
+        let FunctionArguments::List(list) = &mut f.args else {
+            return std::ops::ControlFlow::Continue(());
+        };
+        for arg in &mut list.args {
+            let (FunctionArg::Unnamed(FunctionArgExpr::Expr(e))
+            | FunctionArg::Named {
+                arg: FunctionArgExpr::Expr(e),
+                ..
+            }) = arg
+            else {
+                continue;
+            };
+            let Expr::Value(v) = e else { continue };
+            let Value::Placeholder(name) = &v.value else {
+                continue;
+            };
+            if let Some(data_type) = sql_type(name) {
+                let placeholder = std::mem::replace(e, Expr::value(Value::Null));
+                *e = Expr::Cast {
+                    kind: CastKind::Cast,
+                    expr: Box::new(placeholder),
+                    data_type,
+                    array: false,
+                    format: None,
+                };
+            }
+        }
         std::ops::ControlFlow::Continue(())
     });
 }
@@ -705,46 +827,43 @@ mod tests {
     }
 
     #[test]
-    fn the_jdbc_primary_keys_query_reads_key_column_usage() {
-        // As pgjdbc 42.7 builds it for getPrimaryKeys(null, "sales", "it's").
-        let jdbc = "SELECT result.TABLE_CAT, result.TABLE_SCHEM, result.TABLE_NAME, result.COLUMN_NAME, result.KEY_SEQ, result.PK_NAME FROM (SELECT NULL AS TABLE_CAT, n.nspname AS TABLE_SCHEM,   ct.relname AS TABLE_NAME, a.attname AS COLUMN_NAME,   (information_schema._pg_expandarray(i.indkey)).n AS KEY_SEQ, ci.relname AS PK_NAME,   information_schema._pg_expandarray(i.indkey) AS KEYS, a.attnum AS A_ATTNUM FROM pg_catalog.pg_class ct   JOIN pg_catalog.pg_attribute a ON (ct.oid = a.attrelid)   JOIN pg_catalog.pg_namespace n ON (ct.relnamespace = n.oid)   JOIN pg_catalog.pg_index i ON ( a.attrelid = i.indrelid)   JOIN pg_catalog.pg_class ci ON (ci.oid = i.indexrelid) WHERE true  AND n.nspname = E'sales' AND ct.relname = E'it''s' AND i.indisprimary  ) result where  result.A_ATTNUM = (result.KEYS).x  ORDER BY result.table_name, result.pk_name, result.key_seq";
-        let sql = jdbc_primary_keys(jdbc).expect("recognized");
-        assert!(
-            sql.contains("FROM information_schema.key_column_usage"),
-            "{sql}"
-        );
-        assert!(
-            sql.contains("AND table_schema = E'sales' AND table_name = E'it''s'"),
-            "{sql}"
-        );
-        let Command::Sql(s) = one(jdbc) else {
-            panic!("not SQL")
+    fn scalar_subqueries_that_do_not_aggregate_answer_one_row_each() {
+        let text = |sql: &str| match one(sql) {
+            Command::Sql(s) => s.text,
+            other => panic!("{other:?}"),
         };
-        assert!(s.text.contains("key_column_usage"), "{}", s.text);
-        assert_eq!(jdbc_primary_keys("SELECT 1"), None);
-        // As pgjdbc 42.7.14 prepares it, the filters bound.
-        let jdbc = "SELECT        result.TABLE_CAT AS \"TABLE_CAT\",        result.TABLE_SCHEM AS \"TABLE_SCHEM\",        result.TABLE_NAME AS \"TABLE_NAME\",        result.COLUMN_NAME AS \"COLUMN_NAME\",        result.KEY_SEQ AS \"KEY_SEQ\",        result.PK_NAME AS \"PK_NAME\"FROM      (SELECT current_database() AS TABLE_CAT, n.nspname AS TABLE_SCHEM,   ct.relname AS TABLE_NAME, a.attname AS COLUMN_NAME,   (information_schema._pg_expandarray(con.conkey)).n AS KEY_SEQ, con.conname AS PK_NAME,   information_schema._pg_expandarray(con.conkey) AS KEYS, a.attnum AS A_ATTNUM FROM pg_catalog.pg_constraint con   JOIN pg_catalog.pg_class ct ON (con.conrelid = ct.oid)   JOIN pg_catalog.pg_namespace n ON (ct.relnamespace = n.oid)   JOIN pg_catalog.pg_attribute a ON (a.attrelid = ct.oid) WHERE con.contype = 'p'  AND n.nspname = $1 AND ct.relname = $2 ) result where  result.A_ATTNUM = (result.KEYS).x  ORDER BY result.table_name, result.pk_name, result.key_seq";
-        let sql = jdbc_primary_keys(jdbc).expect("recognized");
-        assert!(
-            sql.contains("AND table_schema = $1 AND table_name = $2"),
-            "{sql}"
+        let correlated = text(
+            "SELECT (SELECT l.n FROM lines l WHERE l.region = t.name) AS n, (SELECT max(n) FROM lines) FROM ticks t",
         );
-    }
-
-    #[test]
-    fn the_jdbc_foreign_key_query_answers_nothing_with_its_parameters() {
-        let jdbc = "SELECT current_database() AS \"PKTABLE_CAT\", pkn.nspname AS \"PKTABLE_SCHEM\", fkn.nspname AS \"FKTABLE_SCHEM\" FROM pg_catalog.pg_namespace pkn WHERE true AND fkn.nspname = $1 AND fkc.relname = $2 ORDER BY 1";
-        let sql = jdbc_foreign_keys(jdbc).expect("recognized");
-        assert!(sql.contains("WHERE false"), "{sql}");
         assert!(
-            sql.ends_with("AND CAST($1 AS TEXT) IS NULL AND CAST($2 AS TEXT) IS NULL"),
-            "{sql}"
+            correlated.contains(
+                "((SELECT pg_scalar_subquery(l.n) FROM lines l WHERE l.region = t.name)) AS n"
+            ),
+            "{correlated}"
         );
-        assert_eq!(jdbc_foreign_keys("SELECT 1"), None);
-        // A statement that only quotes the text is not taken for it.
-        let quoted = format!("INSERT INTO log VALUES ('{}')", jdbc.replace('\'', "''"));
-        assert_eq!(jdbc_foreign_keys(&quoted), None);
-        assert_eq!(jdbc_index_info("SELECT 1"), None);
+        // Aggregated already: kept, and not limited to its first row.
+        assert!(
+            correlated.contains("((SELECT max(n) FROM lines))"),
+            "{correlated}"
+        );
+        // In a catalog query, the parser's NULL for a whole select item is kept.
+        let catalog = text(
+            "SELECT a.attname, (SELECT c.collname FROM pg_catalog.pg_collation c WHERE c.oid = a.attcollation) FROM pg_catalog.pg_attribute a",
+        );
+        assert!(
+            catalog.starts_with("SELECT a.attname, NULL FROM"),
+            "{catalog}"
+        );
+        for kept in [
+            "SELECT (SELECT n FROM lines ORDER BY n LIMIT 1)",
+            "SELECT (SELECT DISTINCT n FROM lines)",
+            "SELECT (SELECT n FROM lines GROUP BY n)",
+            "SELECT (SELECT n FROM a UNION SELECT n FROM b)",
+            "SELECT (SELECT row_number() OVER () FROM lines)",
+            "SELECT (SELECT count(*) + 1 FROM lines)",
+        ] {
+            assert!(!text(kept).contains("pg_scalar_subquery"), "{kept}");
+        }
     }
 
     #[test]

@@ -98,6 +98,20 @@ with connect(root, autocommit=True) as conn:
     fails(psycopg.errors.UndefinedObject, cur, "SELECT current_setting('no_such_setting')")
     assert conn.execute("SELECT current_setting('no_such_setting', true)").fetchone() == (None,)
 
+    # Scalar subqueries answer as in PostgreSQL: one value per outer row (correlated too),
+    # NULL for no row, and an error for more than one, never a silent NULL or first row.
+    cur.execute(
+        "SELECT p.id, (SELECT max(o.qty) FROM sales.orders o WHERE o.id = p.id) AS top, "
+        "(SELECT o.item FROM sales.orders o WHERE o.id = p.id + 1) AS next FROM hr.people p ORDER BY p.id"
+    )
+    assert cur.fetchall() == [(1, 5, "pear"), (2, -7, "fig é ✓")], cur
+    cur.execute("SELECT (SELECT item FROM sales.orders WHERE id = %s)", (99,))
+    assert cur.fetchone() == (None,)
+    fails(psycopg.errors.CardinalityViolation, cur, "SELECT (SELECT item FROM sales.orders)")
+    (built,) = conn.execute("SELECT json_build_object('id', 1, 'item', 'a\"b', 'none', NULL)").fetchone()
+    # As text (Strata has no json type): the text PostgreSQL writes.
+    assert built == '{"id" : 1, "item" : "a\\"b", "none" : null}', built
+
     # A query string with a change followed by more statements (one transaction in
     # PostgreSQL) is refused before any of it runs; one whose change comes last runs.
     # Without parameters psycopg sends the string as one simple query.

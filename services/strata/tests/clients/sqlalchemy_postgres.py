@@ -1,7 +1,9 @@
 """SQLAlchemy 2 (psycopg 3 dialect) and pandas over it, against `strata serve`'s PostgreSQL
 port, as a Python analyst connects: the dialect's start (it reads `version()`, looks types
-up with `to_regtype` inside a savepoint), schema and table listing, `has_table`, bound
-parameters, `pandas.read_sql` on an engine, and `DataFrame.to_sql` appending rows.
+up with `to_regtype` inside a savepoint), schema and table listing, `has_table`, table
+reflection (columns, primary keys, indexes, foreign keys, `MetaData.reflect`), bound
+parameters, `pandas.read_sql` and `read_sql_table` on an engine, and `DataFrame.to_sql`
+appending rows.
 
 Usage: sqlalchemy_postgres.py HOST PORT ROOT_KEY SALES_READER_KEY
 Prints "sqlalchemy: ok" when every check passed.
@@ -47,6 +49,31 @@ assert inspector.get_table_names(schema="sales") == ["ticks"], inspector.get_tab
 assert inspector.has_table("ticks", schema="sales")
 assert not inspector.has_table("nope", schema="sales")
 
+# Reflection: what `Table(autoload_with=...)`, Alembic and pandas' read_sql_table read.
+columns = inspector.get_columns("ticks", schema="sales")
+assert [(c["name"], str(c["type"]), c["nullable"]) for c in columns] == [
+    ("id", "BIGINT", False),
+    ("price", "DOUBLE PRECISION", True),
+    ("at", "TIMESTAMP", True),
+], columns
+assert inspector.get_pk_constraint("ticks", schema="sales") == {
+    "constrained_columns": ["id"],
+    "name": "ticks_pkey",
+    "comment": None,
+    "dialect_options": {"postgresql_include": []},
+}, inspector.get_pk_constraint("ticks", schema="sales")
+assert inspector.get_indexes("ticks", schema="sales") == []
+assert inspector.get_foreign_keys("ticks", schema="sales") == []
+assert inspector.get_unique_constraints("ticks", schema="sales") == []
+assert inspector.get_check_constraints("ticks", schema="sales") == []
+with root_engine.connect() as conn:
+    conn.execute(sa.text("CREATE TABLE sales.lines (region VARCHAR, day DATE, n INT, PRIMARY KEY (region, day))"))
+metadata = sa.MetaData()
+metadata.reflect(root_engine, schema="sales")
+keys = {t.name: [c.name for c in t.primary_key] for t in metadata.sorted_tables}
+assert keys == {"lines": ["region", "day"], "ticks": ["id"]}, keys
+assert isinstance(metadata.tables["sales.lines"].c.day.type, sa.Date)
+
 # pandas on an engine: read a query, append a frame (pandas' INSERT casts each value).
 frame = pandas.DataFrame(
     {
@@ -61,6 +88,9 @@ assert list(read["id"]) == [1, 2, 10, 11], read
 assert list(read["price"]) == [9.5, 0.25, 1.0, 2.0], read
 assert read["at"][2] == pandas.Timestamp("2026-02-01 10:00:00"), read
 assert pandas.isna(read["at"][1]), read
+table = pandas.read_sql_table("ticks", root_engine, schema="sales")
+assert list(table.columns) == ["id", "price", "at"], table
+assert sorted(table["id"]) == [1, 2, 10, 11], table
 
 # A key for one namespace sees only that namespace, and cannot write.
 reader = engine(sales_reader)
