@@ -39,6 +39,19 @@ const FRAGMENTS: &[(&str, &str)] = &[
         "pg_catalog.array_to_string(c.reloptions || array(select 'toast.' || x from pg_catalog.unnest(tc.reloptions) x), ', ')",
         "''",
     ),
+    // `psql`'s `\dn+`: a namespace's access list (Strata's keys are not roles).
+    (
+        "pg_catalog.array_to_string(n.nspacl, E'\\n')",
+        "CAST(NULL AS TEXT)",
+    ),
+    // The PostgreSQL JDBC driver's type cache (`getTypeInfo`, and a result column of a type
+    // it has not seen): whether a type is an array, by its input function's name (a
+    // `regproc` in PostgreSQL, its name in Strata's `pg_type`).
+    (
+        "typinput='pg_catalog.array_in'::regproc",
+        "typinput='array_in'",
+    ),
+    ("typinput='array_in'::regproc", "typinput='array_in'"),
     // The PostgreSQL JDBC driver's `getMaxIndexKeys`, read before its foreign-key queries.
     (
         "SELECT setting FROM pg_catalog.pg_settings WHERE name='max_index_keys'",

@@ -43,6 +43,15 @@ pub fn udfs() -> Vec<ScalarUDF> {
         always_true("pg_type_is_visible"),
         // Strata's tables have no sequences (SQLAlchemy's column reflection asks).
         nothing("pg_get_serial_sequence", 2, ScalarValue::Utf8(None)),
+        // Function signatures: Strata has no functions of its own to describe (`psql`'s
+        // `\df` and the JDBC driver's `getFunctions` list those outside `pg_catalog`).
+        nothing("pg_get_function_result", 1, ScalarValue::Utf8(None)),
+        nothing("pg_get_function_arguments", 1, ScalarValue::Utf8(None)),
+        nothing(
+            "pg_get_function_identity_arguments",
+            1,
+            ScalarValue::Utf8(None),
+        ),
         ScalarUDF::new_from_impl(JsonBuildObject {
             signature: Signature::variadic_any(Volatility::Immutable),
         }),

@@ -117,6 +117,7 @@ pub fn parse_declared(
         .map(|mut s| {
             like_escapes(&mut s);
             array_subqueries(&mut s);
+            duplicate_items(&mut s);
             declared_arguments(&mut s, declared);
             classify(s)
         })
@@ -339,6 +340,39 @@ fn scalar_subqueries(text: &str) -> Option<String> {
             .collect::<Vec<_>>()
             .join("; ")
     })
+}
+
+/// Names the repeats of an unnamed select item (`SELECT NULL AS a, NULL, NULL`, as the JDBC
+/// driver's `getProcedures` writes its reserved columns): PostgreSQL names each
+/// `?column?` and allows the same name twice, DataFusion refuses two items of one name.
+/// The second and later get `?column?2`, `?column?3`, ... (positions in the select list).
+fn duplicate_items(statement: &mut Statement) {
+    use datafusion::sql::sqlparser::ast::{
+        Ident, Query, SelectItem, SetExpr, VisitMut, VisitorMut,
+    };
+    struct Items;
+    impl VisitorMut for Items {
+        type Break = ();
+        fn pre_visit_query(&mut self, query: &mut Query) -> std::ops::ControlFlow<()> {
+            if let SetExpr::Select(select) = query.body.as_mut() {
+                let mut seen = std::collections::HashSet::new();
+                for (i, item) in select.projection.iter_mut().enumerate() {
+                    let SelectItem::UnnamedExpr(e) = item else {
+                        continue;
+                    };
+                    if !seen.insert(e.to_string()) {
+                        let expr = e.clone();
+                        *item = SelectItem::ExprWithAlias {
+                            expr,
+                            alias: Ident::with_quote('"', format!("?column?{}", i + 1)),
+                        };
+                    }
+                }
+            }
+            std::ops::ControlFlow::Continue(())
+        }
+    }
+    let _ = statement.visit(&mut Items);
 }
 
 /// Whether `statement` reads a table of `pg_catalog` or `information_schema` (by its
@@ -864,6 +898,17 @@ mod tests {
         ] {
             assert!(!text(kept).contains("pg_scalar_subquery"), "{kept}");
         }
+    }
+
+    #[test]
+    fn repeated_unnamed_items_are_named_apart() {
+        let Command::Sql(s) = one("SELECT NULL AS a, NULL, NULL, 1, x FROM t") else {
+            panic!("not SQL")
+        };
+        assert_eq!(
+            s.text,
+            "SELECT NULL AS a, NULL, NULL AS \"?column?3\", 1, x FROM t"
+        );
     }
 
     #[test]

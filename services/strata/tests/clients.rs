@@ -285,6 +285,17 @@ fn psql_lists_describes_queries_and_reports_errors() {
     assert!(ok, "{err}");
     assert!(out.contains(" strata "), "{out}");
     assert!(out.contains("List of roles"), "{out}");
+    // Functions (none of Strata's own) and namespaces with their access lists (none).
+    let (ok, out, err) = psql(&server, &bin, ROOT.0, &["\\df", "\\dn+"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("List of functions") && out.contains("(0 rows)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("Access privileges") && out.contains(" sales "),
+        "{out}"
+    );
 
     // The sales reader sees only sales.
     let (ok, out, err) = psql(&server, &bin, SALES_READER.0, &["\\dt *.*"]);

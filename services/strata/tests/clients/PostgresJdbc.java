@@ -13,8 +13,11 @@ import java.sql.ResultSetMetaData;
 import java.sql.SQLException;
 import java.sql.Statement;
 import java.sql.Timestamp;
+import java.sql.Types;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Properties;
 
 public class PostgresJdbc {
@@ -135,6 +138,26 @@ public class PostgresJdbc {
             }
             try (ResultSet r = md.getExportedKeys(null, "sales", "items")) {
                 check(!r.next(), "getExportedKeys");
+            }
+            // The types and functions tools list (DBeaver's data type editor, SQL completion).
+            Map<String, Integer> types = new HashMap<>();
+            try (ResultSet r = md.getTypeInfo()) {
+                while (r.next()) {
+                    types.put(r.getString("TYPE_NAME"), r.getInt("DATA_TYPE"));
+                }
+            }
+            check(Integer.valueOf(Types.BIGINT).equals(types.get("int8"))
+                    && Integer.valueOf(Types.BIT).equals(types.get("bool"))
+                    && Integer.valueOf(Types.TIMESTAMP).equals(types.get("timestamp")), "getTypeInfo " + types);
+            int functions = 0;
+            try (ResultSet r = md.getFunctions(null, "pg_catalog", "length")) {
+                while (r.next()) {
+                    functions++;
+                }
+            }
+            check(functions > 0, "getFunctions found no length()");
+            try (ResultSet r = md.getProcedures(null, "sales", "%")) {
+                check(!r.next(), "getProcedures");
             }
             check(md.getDatabaseProductVersion().startsWith("16"), "version " + md.getDatabaseProductVersion());
             // A query timeout: the driver sends a cancel request when it passes, and the
