@@ -41,7 +41,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::extended;
 use super::startup::Session;
-use super::statements::{Command, Kind, Sql, one_transaction, parse, parse_declared};
+use super::statements::{Command, Kind, Savepoint, Sql, one_transaction, parse, parse_declared};
 use crate::QueryService;
 use crate::error::{QueryError, QueryErrorKind};
 use crate::service::{Checked, Forwarded, with_literals, writes};
@@ -154,9 +154,10 @@ impl Queries {
                     "COMMIT"
                 };
                 *tx = TransactionStatus::Idle;
+                savepoints(client).lock().clear();
                 return Ok(Response::TransactionEnd(Tag::new(tag)));
             }
-            Command::Savepoint(_) | Command::RollbackToSavepoint
+            Command::Savepoint(_) | Command::RollbackToSavepoint(_)
                 if matches!(tx, TransactionStatus::Idle) =>
             {
                 return Err(QueryError::new(
@@ -165,7 +166,15 @@ impl Queries {
                 )
                 .with_sqlstate("25P01"));
             }
-            Command::RollbackToSavepoint => {
+            Command::RollbackToSavepoint(name) => {
+                let held = savepoints(client);
+                let mut held = held.lock();
+                let at = held
+                    .iter()
+                    .rposition(|s| s == name)
+                    .ok_or_else(|| no_savepoint(name))?;
+                // The savepoint stays; those set after it go.
+                held.truncate(at + 1);
                 *tx = TransactionStatus::Transaction;
                 return Ok(Response::Execution(Tag::new("ROLLBACK")));
             }
@@ -178,14 +187,30 @@ impl Queries {
             }
             Command::Begin => {
                 *tx = TransactionStatus::Transaction;
+                savepoints(client).lock().clear();
                 return Ok(Response::TransactionStart(Tag::new("BEGIN")));
             }
             Command::Set { name, value } => {
                 client.metadata_mut().insert(name.clone(), value.clone());
                 return Ok(Response::Execution(Tag::new("SET")));
             }
-            Command::Done(tag) | Command::Savepoint(tag) => {
+            Command::Done(tag) => {
                 return Ok(Response::Execution(Tag::new(tag)));
+            }
+            Command::Savepoint(Savepoint::Set(name)) => {
+                savepoints(client).lock().push(name.clone());
+                return Ok(Response::Execution(Tag::new("SAVEPOINT")));
+            }
+            Command::Savepoint(Savepoint::Release(name)) => {
+                let held = savepoints(client);
+                let mut held = held.lock();
+                let at = held
+                    .iter()
+                    .rposition(|s| s == name)
+                    .ok_or_else(|| no_savepoint(name))?;
+                // It goes, with those set after it.
+                held.truncate(at);
+                return Ok(Response::Execution(Tag::new("RELEASE")));
             }
             Command::Show(name) => {
                 let value = show(client, name)?;
@@ -447,6 +472,32 @@ fn changed_rows(batches: &[RecordBatch]) -> usize {
 }
 
 /// The connection's caller (set when it started).
+/// The savepoints set in a connection's transaction block, oldest first (a name may repeat:
+/// the newest is the one named).
+#[derive(Debug, Default)]
+struct Savepoints(parking_lot::Mutex<Vec<String>>);
+
+fn savepoints<C: ClientInfo>(client: &C) -> Arc<Savepoints> {
+    client
+        .session_extensions()
+        .get_or_insert_with(Savepoints::default)
+}
+
+impl Savepoints {
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Vec<String>> {
+        self.0.lock()
+    }
+}
+
+/// `RELEASE` or `ROLLBACK TO` a savepoint the transaction has not set.
+fn no_savepoint(name: &str) -> QueryError {
+    QueryError::new(
+        QueryErrorKind::Invalid,
+        format!("savepoint \"{name}\" does not exist"),
+    )
+    .with_sqlstate("3B001")
+}
+
 fn session<C: ClientInfo>(client: &C) -> Result<Arc<Session>, QueryError> {
     client.session_extensions().get::<Session>().ok_or_else(|| {
         QueryError::new(

@@ -21,9 +21,9 @@ pub enum Command {
     /// nest transactions (psycopg's `conn.transaction()` inside one, SQLAlchemy's
     /// `begin_nested`). Nothing inside a transaction changes data, so a savepoint has
     /// nothing to keep.
-    Savepoint(&'static str),
+    Savepoint(Savepoint),
     /// `ROLLBACK TO [SAVEPOINT] name`: the transaction goes on, out of an error.
-    RollbackToSavepoint,
+    RollbackToSavepoint(String),
     /// `SET name = value` (also `TO`, `SESSION`, `LOCAL`, `SET TIME ZONE`): kept with the
     /// connection, where `SHOW` and the result encoding (`DateStyle`,
     /// `extra_float_digits`, `bytea_output`) read it.
@@ -40,6 +40,23 @@ pub enum Command {
     Done(&'static str),
     /// SQL for the query service.
     Sql(Sql),
+}
+
+/// `SAVEPOINT name` or `RELEASE [SAVEPOINT] name`, the name as PostgreSQL folds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Savepoint {
+    /// `SAVEPOINT name`.
+    Set(String),
+    /// `RELEASE [SAVEPOINT] name`.
+    Release(String),
+}
+
+/// An identifier as PostgreSQL names it: folded to lower case unless quoted.
+fn folded(ident: &datafusion::sql::sqlparser::ast::Ident) -> String {
+    match ident.quote_style {
+        Some(_) => ident.value.clone(),
+        None => ident.value.to_lowercase(),
+    }
 }
 
 /// A SQL statement for the query service.
@@ -570,11 +587,14 @@ fn classify(statement: Statement) -> Command {
         Statement::StartTransaction { .. } => return Command::Begin,
         Statement::Commit { .. } => return Command::Commit,
         Statement::Rollback {
-            savepoint: Some(_), ..
-        } => return Command::RollbackToSavepoint,
+            savepoint: Some(name),
+            ..
+        } => return Command::RollbackToSavepoint(folded(name)),
         Statement::Rollback { .. } => return Command::Rollback,
-        Statement::Savepoint { .. } => return Command::Savepoint("SAVEPOINT"),
-        Statement::ReleaseSavepoint { .. } => return Command::Savepoint("RELEASE"),
+        Statement::Savepoint { name } => return Command::Savepoint(Savepoint::Set(folded(name))),
+        Statement::ReleaseSavepoint { name } => {
+            return Command::Savepoint(Savepoint::Release(folded(name)));
+        }
         Statement::Discard { .. } => return Command::Done("DISCARD ALL"),
         Statement::Deallocate { .. } => return Command::Done("DEALLOCATE"),
         Statement::Set { .. } => return set(&statement.to_string()),
@@ -718,11 +738,26 @@ mod tests {
             ("START TRANSACTION", Command::Begin),
             ("COMMIT", Command::Commit),
             ("ROLLBACK", Command::Rollback),
-            ("SAVEPOINT \"_pg3_1\"", Command::Savepoint("SAVEPOINT")),
-            ("RELEASE SAVEPOINT sa_1", Command::Savepoint("RELEASE")),
-            ("RELEASE sa_1", Command::Savepoint("RELEASE")),
-            ("ROLLBACK TO SAVEPOINT sa_1", Command::RollbackToSavepoint),
-            ("ROLLBACK TO sa_1", Command::RollbackToSavepoint),
+            (
+                "SAVEPOINT \"_pg3_1\"",
+                Command::Savepoint(Savepoint::Set("_pg3_1".into())),
+            ),
+            (
+                "RELEASE SAVEPOINT SA_1",
+                Command::Savepoint(Savepoint::Release("sa_1".into())),
+            ),
+            (
+                "RELEASE sa_1",
+                Command::Savepoint(Savepoint::Release("sa_1".into())),
+            ),
+            (
+                "ROLLBACK TO SAVEPOINT sa_1",
+                Command::RollbackToSavepoint("sa_1".into()),
+            ),
+            (
+                "ROLLBACK TO sa_1",
+                Command::RollbackToSavepoint("sa_1".into()),
+            ),
             ("SET extra_float_digits = 3", set("extra_float_digits", "3")),
             (
                 "SET application_name = 'PostgreSQL JDBC Driver'",

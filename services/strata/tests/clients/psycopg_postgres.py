@@ -148,6 +148,21 @@ with connect(root) as conn:
     cur.execute("SELECT count(*) FROM hr.people")
     assert cur.fetchone() == (2,)
     conn.commit()
+    # Nested blocks (savepoints): an error inside one is rolled back to it and the outer
+    # block goes on; a savepoint that was never set is an error of its own.
+    with conn.transaction():
+        try:
+            with conn.transaction():
+                conn.execute("SELECT * FROM sales.nope")
+        except psycopg.errors.UndefinedTable:
+            pass
+        assert conn.execute("SELECT count(*) FROM hr.people").fetchone() == (2,)
+    cur.execute("SAVEPOINT a")
+    fails(psycopg.errors.InvalidSavepointSpecification, cur, "ROLLBACK TO SAVEPOINT b")
+    cur.execute("ROLLBACK TO SAVEPOINT a")
+    cur.execute("RELEASE SAVEPOINT a")
+    fails(psycopg.errors.InvalidSavepointSpecification, cur, "RELEASE SAVEPOINT a")
+    conn.rollback()
 
 # Grafana's PostgreSQL data source: the query builder's table list (tables outside the
 # search path come back qualified) and column list, as Grafana sends them.
