@@ -5,9 +5,10 @@
 //!   major version from it (SQLAlchemy's PostgreSQL dialect refuses to connect when the
 //!   text does not start `PostgreSQL <n>.<m>`), so the session's `version()` replaces
 //!   DataFusion's, which names DataFusion.
-//! - `current_setting(name [, missing_ok])`: the server's value of a setting, the same
-//!   value `SHOW name` answers on a connection that did not `SET` it ([`server_setting`]);
-//!   an unknown name fails with SQLSTATE 42704, or gives NULL with `missing_ok`.
+//! - `current_setting(name [, missing_ok])`: the value `SHOW name` answers: the
+//!   connection's own for a setting it set or sent at startup ([`connection_settings`]),
+//!   else the server's ([`server_setting`]); an unknown name fails with SQLSTATE 42704, or
+//!   gives NULL with `missing_ok`.
 
 use std::sync::Arc;
 
@@ -467,6 +468,61 @@ pub fn unknown_setting(name: &str) -> QueryError {
         format!("unrecognized configuration parameter \"{name}\""),
     )
     .with_sqlstate("42704")
+}
+
+/// `text` with each `current_setting('name' [, missing_ok])` of a setting the connection has
+/// (`connection(name)`: set with `SET`, or sent at startup) replaced by the connection's
+/// value, as PostgreSQL answers it; `None` when there is none to replace. The function
+/// itself ([`CurrentSetting`]) knows the server's values only.
+pub fn connection_settings(
+    text: &str,
+    connection: impl Fn(&str) -> Option<String>,
+) -> Option<String> {
+    use datafusion::sql::sqlparser::ast::{
+        Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Value, visit_expressions_mut,
+    };
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+    if !text.to_ascii_lowercase().contains("current_setting") {
+        return None;
+    }
+    let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, text).ok()?;
+    let mut changed = false;
+    for statement in &mut statements {
+        let _ = visit_expressions_mut(statement, |expr| {
+            let Expr::Function(f) = expr else {
+                return std::ops::ControlFlow::<()>::Continue(());
+            };
+            let named = f
+                .name
+                .0
+                .last()
+                .is_some_and(|p| p.to_string().eq_ignore_ascii_case("current_setting"));
+            let FunctionArguments::List(list) = &f.args else {
+                return std::ops::ControlFlow::Continue(());
+            };
+            let Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Value(name)))) =
+                list.args.first()
+            else {
+                return std::ops::ControlFlow::Continue(());
+            };
+            let Value::SingleQuotedString(name) = &name.value else {
+                return std::ops::ControlFlow::Continue(());
+            };
+            if named && let Some(value) = connection(&name.to_ascii_lowercase()) {
+                *expr = Expr::value(Value::SingleQuotedString(value));
+                changed = true;
+            }
+            std::ops::ControlFlow::Continue(())
+        });
+    }
+    changed.then(|| {
+        statements
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ")
+    })
 }
 
 /// `current_setting(name [, missing_ok])`.

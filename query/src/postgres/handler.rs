@@ -261,8 +261,24 @@ impl Queries {
             format,
             cancel,
             described,
-            first,
+            mut first,
         } = how;
+        // `current_setting` of a setting this connection set reads the connection's value.
+        let settings;
+        let sql = match super::functions::connection_settings(&sql.text, |name| {
+            client.metadata().get(name).cloned()
+        }) {
+            Some(text) => {
+                // The plan made at Parse read the server's values.
+                first = None;
+                settings = Sql {
+                    text,
+                    ..sql.clone()
+                };
+                &settings
+            }
+            None => sql,
+        };
         let session = session(client)?;
         let q = self.q();
         let deadline = q.deadline();

@@ -86,6 +86,9 @@ with connect(root, autocommit=True) as conn:
     # Session settings drivers and tools send.
     conn.execute("SET application_name = 'strata-test'")
     assert conn.execute("SHOW application_name").fetchone() == ("strata-test",)
+    # current_setting reads what the connection set, else the server's value.
+    got = conn.execute("SELECT current_setting('application_name'), current_setting('server_version_num')").fetchone()
+    assert got == ("strata-test", "160006"), got
     assert conn.execute("SHOW transaction_isolation").fetchone() == ("read committed",)
     assert conn.info.server_version >= 160000, conn.info.server_version
     # What drivers and ORMs read the server's version and settings from.
