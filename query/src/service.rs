@@ -172,6 +172,9 @@ impl PostgresCatalogs {
             tables,
             EmptyContextProvider,
         )?);
+        let provider: Arc<dyn SchemaProvider> = Arc::new(
+            crate::postgres::constraints::WithKeys::new(provider, db.clone(), who.clone()),
+        );
         Ok(self.by_caller.lock().entry(key).or_insert(provider).clone())
     }
 }

@@ -64,24 +64,7 @@ impl PgInformationSchema {
 
     /// The caller's tables' primary keys, as (namespace, table, key columns) in order.
     async fn keys(&self) -> Result<Vec<(String, String, Vec<String>)>, DataFusionError> {
-        let catalog = self
-            .db
-            .catalog()
-            .await
-            .map_err(|e| DataFusionError::External(Box::new(e)))?;
-        let mut keys: Vec<_> = catalog
-            .catalog
-            .tables
-            .values()
-            .filter_map(|t| {
-                let (ns, table) = split_name(&t.name);
-                self.who
-                    .can_read(ns)
-                    .then(|| (ns.to_string(), table.to_string(), t.primary_key.clone()))
-            })
-            .collect();
-        keys.sort();
-        Ok(keys)
+        caller_keys(&self.db, &self.who).await
     }
 
     /// `table_constraints` (one PRIMARY KEY row per table) or `key_column_usage` (one row
@@ -206,6 +189,30 @@ impl SchemaProvider for PgInformationSchema {
     fn table_exist(&self, name: &str) -> bool {
         KEY_VIEWS.contains(&name.to_ascii_lowercase().as_str()) || self.inner.table_exist(name)
     }
+}
+
+/// The primary keys of the tables `who` may read in `db`, as (namespace, table, key
+/// columns) in order.
+pub async fn caller_keys(
+    db: &Db,
+    who: &Principal,
+) -> Result<Vec<(String, String, Vec<String>)>, DataFusionError> {
+    let catalog = db
+        .catalog()
+        .await
+        .map_err(|e| DataFusionError::External(Box::new(e)))?;
+    let mut keys: Vec<_> = catalog
+        .catalog
+        .tables
+        .values()
+        .filter_map(|t| {
+            let (ns, table) = split_name(&t.name);
+            who.can_read(ns)
+                .then(|| (ns.to_string(), table.to_string(), t.primary_key.clone()))
+        })
+        .collect();
+    keys.sort();
+    Ok(keys)
 }
 
 /// PostgreSQL's name of a column type as `information_schema.columns` gives it

@@ -30,6 +30,7 @@
 
 pub mod catalog;
 pub mod client_queries;
+pub mod constraints;
 pub mod extended;
 pub mod functions;
 pub mod handler;

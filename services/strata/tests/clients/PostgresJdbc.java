@@ -159,6 +159,82 @@ public class PostgresJdbc {
             try (ResultSet r = md.getProcedures(null, "sales", "%")) {
                 check(!r.next(), "getProcedures");
             }
+            // DBeaver's navigator, as its PostgreSQL plugin asks (its own catalog queries,
+            // prepared, the schema's oid bound): schemas, a schema's tables, their columns,
+            // their keys (the Keys tab, from pg_constraint), their indexes.
+            long salesOid = -1;
+            try (Statement s = c.createStatement(); ResultSet r = s.executeQuery(
+                    "SELECT n.oid,n.*,d.description FROM pg_catalog.pg_namespace n\n"
+                    + "LEFT OUTER JOIN pg_catalog.pg_description d ON d.objoid=n.oid AND d.objsubid=0 "
+                    + "AND d.classoid='pg_namespace'::regclass\n ORDER BY nspname")) {
+                while (r.next()) {
+                    if ("sales".equals(r.getString("nspname"))) {
+                        salesOid = r.getLong("oid");
+                    }
+                }
+            }
+            check(salesOid > 0, "DBeaver's schema list");
+            List<String> navigator = new ArrayList<>();
+            try (PreparedStatement p = c.prepareStatement(
+                    "SELECT c.oid,c.*,d.description,(select array_agg(i.inhparent) from pg_catalog.pg_inherits i "
+                    + "where i.inhrelid = c.oid) parents\nFROM pg_catalog.pg_class c\n"
+                    + "LEFT OUTER JOIN pg_catalog.pg_description d ON d.objoid=c.oid AND d.objsubid=0\n"
+                    + "WHERE c.relnamespace=? AND c.relkind not in ('i','c')")) {
+                p.setLong(1, salesOid);
+                try (ResultSet r = p.executeQuery()) {
+                    while (r.next()) {
+                        navigator.add(r.getString("relname") + ":" + r.getString("relkind"));
+                    }
+                }
+            }
+            check(navigator.equals(List.of("items:r")), "DBeaver's tables " + navigator);
+            List<String> attributes = new ArrayList<>();
+            try (PreparedStatement p = c.prepareStatement(
+                    "SELECT c.relname,a.*,pg_catalog.pg_get_expr(ad.adbin, ad.adrelid, true) as def_value,dsc.description"
+                    + "\nFROM pg_catalog.pg_attribute a\nINNER JOIN pg_catalog.pg_class c ON (a.attrelid=c.oid)"
+                    + "\nLEFT OUTER JOIN pg_catalog.pg_attrdef ad ON (a.attrelid=ad.adrelid AND a.attnum = ad.adnum)"
+                    + "\nLEFT OUTER JOIN pg_catalog.pg_description dsc ON (c.oid=dsc.objoid AND a.attnum = dsc.objsubid)"
+                    + "\nWHERE NOT a.attisdropped AND c.relnamespace=? AND c.relkind not in ('i','c')  ORDER BY a.attnum")) {
+                p.setLong(1, salesOid);
+                try (ResultSet r = p.executeQuery()) {
+                    while (r.next()) {
+                        attributes.add(r.getString("attname") + ":" + r.getShort("attnum"));
+                    }
+                }
+            }
+            check(attributes.subList(0, 2).equals(List.of("id:1", "qty:2")) && attributes.size() == 7,
+                    "DBeaver's columns " + attributes);
+            List<String> constraints = new ArrayList<>();
+            try (PreparedStatement p = c.prepareStatement(
+                    "SELECT c.oid,c.*,t.relname as tabrelname,rt.relnamespace as refnamespace"
+                    + "\nFROM pg_catalog.pg_constraint c\nINNER JOIN pg_catalog.pg_class t ON t.oid=c.conrelid"
+                    + "\nLEFT OUTER JOIN pg_catalog.pg_class rt ON rt.oid=c.confrelid\nWHERE t.relnamespace=?"
+                    + "\nORDER BY c.oid")) {
+                p.setLong(1, salesOid);
+                try (ResultSet r = p.executeQuery()) {
+                    while (r.next()) {
+                        List<String> numbers = new ArrayList<>();
+                        for (Object n : (Object[]) r.getArray("conkey").getArray()) {
+                            numbers.add(String.valueOf(((Number) n).intValue()));
+                        }
+                        constraints.add(r.getString("tabrelname") + ":" + r.getString("conname") + ":"
+                                + r.getString("contype") + ":" + numbers);
+                    }
+                }
+            }
+            check(constraints.equals(List.of("items:items_pkey:p:[1]")), "DBeaver's keys " + constraints);
+            try (PreparedStatement p = c.prepareStatement(
+                    "SELECT i.*,i.indkey as keys,c.relname,c.relnamespace,c.relam,tc.relname as tabrelname,"
+                    + "dsc.description,pg_catalog.pg_get_expr(i.indexprs, i.indrelid, true) as expr"
+                    + "\nFROM pg_catalog.pg_index i\nINNER JOIN pg_catalog.pg_class c ON c.oid=i.indexrelid"
+                    + "\nINNER JOIN pg_catalog.pg_class tc ON tc.oid=i.indrelid"
+                    + "\nLEFT OUTER JOIN pg_catalog.pg_description dsc ON i.indexrelid=dsc.objoid"
+                    + "\nWHERE  c.relnamespace=? ORDER BY c.relname")) {
+                p.setLong(1, salesOid);
+                try (ResultSet r = p.executeQuery()) {
+                    check(!r.next(), "DBeaver's indexes");
+                }
+            }
             check(md.getDatabaseProductVersion().startsWith("16"), "version " + md.getDatabaseProductVersion());
             // A query timeout: the driver sends a cancel request when it passes, and the
             // statement (a cross join of 8^12 rows, minutes of work) stops with 57014.

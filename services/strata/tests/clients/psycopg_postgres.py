@@ -257,6 +257,8 @@ with connect(sales_reader, autocommit=True) as conn:
     cur = conn.cursor()
     fails(psycopg.errors.UndefinedTable, cur, "SELECT * FROM hr.people")
     assert conn.execute("SELECT table_name FROM information_schema.key_column_usage").fetchall() == [("orders",)]
+    keys = conn.execute("SELECT conname, contype, conkey FROM pg_catalog.pg_constraint").fetchall()
+    assert keys == [("orders_pkey", "p", [1])], keys
     fails(psycopg.errors.InsufficientPrivilege, cur, "DELETE FROM sales.orders WHERE id = %s", (1,))
     assert conn.execute("SELECT count(*) FROM sales.orders").fetchone() == (3,)
 
