@@ -3,6 +3,10 @@
 //! statements the harness runs on the engine:
 //! `flush` (memtable -> L0), `compact` (NVMe levels), `drain` (NVMe -> S3 level 1 and down
 //! to the last S3 level), `gc` (collect unreferenced objects).
+//!
+//! Every query is also asked as the PostgreSQL port asks it (its statement rewrites, its
+//! sessions with `pg_catalog`), and must answer the same rows: the port's rewrites of
+//! PostgreSQL's dialect must never change what a user's query means.
 
 mod common;
 
@@ -15,6 +19,9 @@ use strata_query::{QueryError, QueryService};
 struct Strata {
     db: Db,
     q: QueryService,
+    /// The same service as the PostgreSQL port's sessions see it.
+    pg: QueryService,
+    parser: datafusion_pg_catalog::sql::PostgresCompatibilityParser,
 }
 
 #[async_trait::async_trait]
@@ -43,6 +50,7 @@ impl AsyncDB for Strata {
             let n = rows[0][0].parse::<u64>().unwrap_or(0);
             return Ok(DBOutput::StatementComplete(n));
         }
+        self.same_over_postgres(sql, &rows).await?;
         Ok(DBOutput::Rows {
             types: vec![DefaultColumnType::Any; schema.fields().len()],
             rows,
@@ -55,6 +63,45 @@ impl AsyncDB for Strata {
 }
 
 impl Strata {
+    /// Runs the query `sql`, which answered `rows`, as the PostgreSQL port runs it, and
+    /// fails unless it answers the same.
+    async fn same_over_postgres(&self, sql: &str, rows: &[Vec<String>]) -> Result<(), QueryError> {
+        use strata_query::postgres::statements::{Command, parse};
+        let commands = parse(&self.parser, sql)?;
+        let [Command::Sql(s)] = commands.as_slice() else {
+            return Ok(());
+        };
+        if s.changes {
+            return Ok(());
+        }
+        let fail = |what: String| {
+            QueryError::new(
+                strata_query::QueryErrorKind::Internal,
+                format!(
+                    "over the PostgreSQL port, {sql}\n(asked as {}): {what}",
+                    s.text
+                ),
+            )
+        };
+        let (_, batches) = self
+            .pg
+            .collect(&s.text)
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        let got: Vec<Vec<String>> = common::rows(&batches)
+            .into_iter()
+            .map(|r| {
+                r.into_iter()
+                    .map(|v| if v.is_empty() { "(empty)".into() } else { v })
+                    .collect()
+            })
+            .collect();
+        if got != rows {
+            return Err(fail(format!("answered {got:?}, not {rows:?}")));
+        }
+        Ok(())
+    }
+
     async fn command(&self, words: &[&str]) -> Result<(), QueryError> {
         let [cmd, table] = words else {
             return Err(QueryError::new(
@@ -116,9 +163,17 @@ async fn sqllogictest_files() {
         let store = common::local_store(&tmp.path().join("bucket"));
         let db = common::open(&store, &tmp.path().join("nvme"), common::small_config()).await;
         let q = common::service(&db, true);
+        let pg = q.for_postgres();
         let mut runner = sqllogictest::Runner::new(move || {
-            let (db, q) = (db.clone(), q.clone());
-            async move { Ok(Strata { db, q }) }
+            let (db, q, pg) = (db.clone(), q.clone(), pg.clone());
+            async move {
+                Ok(Strata {
+                    db,
+                    q,
+                    pg,
+                    parser: datafusion_pg_catalog::sql::PostgresCompatibilityParser::new(),
+                })
+            }
         });
         if let Err(e) = runner.run_file_async(&file).await {
             panic!("{}: {e}", file.display());
