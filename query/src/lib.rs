@@ -36,6 +36,7 @@ pub mod prepared;
 pub mod provider;
 pub mod pushdown;
 pub mod ready;
+pub mod scalar_subquery;
 pub mod scan;
 pub mod server;
 pub mod service;

@@ -495,6 +495,11 @@ impl QueryService {
             .with_runtime_env(runtime)
             .with_default_features()
             .build();
+        // Scalar subqueries with PostgreSQL's meaning, on every path (see `checked_plan`).
+        datafusion::execution::FunctionRegistry::register_udaf(
+            &mut built,
+            Arc::new(crate::scalar_subquery::udaf()),
+        )?;
         if self.postgres.is_some() {
             // PostgreSQL's functions and type names (`regclass`, ...), installed by the
             // crate on a session with the catalog it names; each query's session then
@@ -505,7 +510,6 @@ impl QueryService {
             for f in crate::postgres::functions::udfs() {
                 ctx.register_udf(f);
             }
-            ctx.register_udaf(crate::postgres::scalar_subquery::udaf());
             built = ctx.state();
         }
         Ok(self.base.get_or_init(|| built).clone())
@@ -571,6 +575,11 @@ impl QueryService {
     ) -> Result<(SessionContext, LogicalPlan, bool), QueryError> {
         let ctx = self.context_for(who).await?;
         let sql = numbered_placeholders(sql);
+        // Scalar subqueries with PostgreSQL's meaning (see `scalar_subquery`).
+        let sql = match crate::scalar_subquery::rewrite(&sql) {
+            Some(rewritten) => std::borrow::Cow::Owned(rewritten),
+            None => sql,
+        };
         let failed = match self.shapes.plan(&ctx, &sql, params).await {
             Ok(plan) => {
                 check_plan(&plan, self.writable, who)?;

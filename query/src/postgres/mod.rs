@@ -35,7 +35,6 @@ pub mod extended;
 pub mod functions;
 pub mod handler;
 pub mod information_schema;
-pub mod scalar_subquery;
 pub mod startup;
 pub mod statements;
 

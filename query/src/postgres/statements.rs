@@ -263,7 +263,7 @@ fn array_subqueries(statement: &mut Statement) {
 /// `(SELECT n FROM l)` over two rows answered one of them, where PostgreSQL fails.
 /// Here every scalar subquery that does not aggregate has its one expression wrapped in
 /// the aggregate that gives PostgreSQL's meaning (the only row's value, NULL for none,
-/// SQLSTATE 21000 for more: see [`super::scalar_subquery`]), which also lets DataFusion
+/// SQLSTATE 21000 for more: see [`crate::scalar_subquery`]), which also lets DataFusion
 /// plan it correlated: `(SELECT pg_scalar_subquery(e) FROM ... WHERE ...)`. A subquery
 /// that is a whole select item is then parenthesized once more, which that parser leaves
 /// alone, so DataFusion plans it or says why it cannot; except in statements that read the
@@ -273,8 +273,7 @@ fn array_subqueries(statement: &mut Statement) {
 /// are DISTINCT, ordered, limited or set operations keep their expression.
 fn scalar_subqueries(text: &str) -> Option<String> {
     use datafusion::sql::sqlparser::ast::{
-        Expr, GroupByExpr, Query, SelectItem, SetExpr, Value, VisitMut, VisitorMut,
-        visit_expressions_mut,
+        Expr, Query, SelectItem, SetExpr, Value, VisitMut, VisitorMut,
     };
     use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
     use datafusion::sql::sqlparser::parser::Parser;
@@ -308,42 +307,7 @@ fn scalar_subqueries(text: &str) -> Option<String> {
     let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, text).ok()?;
     let mut changed = false;
     for statement in &mut statements {
-        let _ = visit_expressions_mut(statement, |expr| {
-            let Expr::Subquery(query) = expr else {
-                return std::ops::ControlFlow::<()>::Continue(());
-            };
-            if query.order_by.is_some()
-                || query.limit_clause.is_some()
-                || query.fetch.is_some()
-                || query.with.is_some()
-            {
-                return std::ops::ControlFlow::Continue(());
-            }
-            let SetExpr::Select(select) = query.body.as_mut() else {
-                return std::ops::ControlFlow::Continue(());
-            };
-            let grouped = match &select.group_by {
-                GroupByExpr::Expressions(e, _) => !e.is_empty(),
-                GroupByExpr::All(_) => true,
-            };
-            if select.distinct.is_some() || select.having.is_some() || grouped {
-                return std::ops::ControlFlow::Continue(());
-            }
-            let [item] = select.projection.as_mut_slice() else {
-                return std::ops::ControlFlow::Continue(());
-            };
-            let element = match item {
-                SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e,
-                _ => return std::ops::ControlFlow::Continue(()),
-            };
-            if aggregates(element) {
-                return std::ops::ControlFlow::Continue(());
-            }
-            let inner = std::mem::replace(element, Expr::value(Value::Null));
-            *element = call(super::scalar_subquery::SCALAR_SUBQUERY, vec![inner]);
-            changed = true;
-            std::ops::ControlFlow::Continue(())
-        });
+        changed |= crate::scalar_subquery::one_row(statement);
         if !reads_catalog(statement) {
             let mut items = Items(false);
             let _ = statement.visit(&mut items);
@@ -412,71 +376,6 @@ fn reads_catalog(statement: &Statement) -> bool {
         } else {
             std::ops::ControlFlow::Continue(())
         }
-    })
-    .is_break()
-}
-
-/// Whether `expr` calls an aggregate or window function (by the names PostgreSQL and
-/// DataFusion give them), so that a subquery selecting it answers one row already.
-fn aggregates(expr: &datafusion::sql::sqlparser::ast::Expr) -> bool {
-    use datafusion::sql::sqlparser::ast::{Expr, visit_expressions};
-    const AGGREGATES: &[&str] = &[
-        "count",
-        "sum",
-        "min",
-        "max",
-        "avg",
-        "mean",
-        "median",
-        "array_agg",
-        "string_agg",
-        "bool_and",
-        "bool_or",
-        "every",
-        "first_value",
-        "last_value",
-        "nth_value",
-        "stddev",
-        "stddev_pop",
-        "stddev_samp",
-        "variance",
-        "var_pop",
-        "var_samp",
-        "var",
-        "corr",
-        "covar",
-        "covar_pop",
-        "covar_samp",
-        "bit_and",
-        "bit_or",
-        "bit_xor",
-        "json_agg",
-        "jsonb_agg",
-        "json_object_agg",
-        "jsonb_object_agg",
-        "xmlagg",
-        "mode",
-        "percentile_cont",
-        "percentile_disc",
-        "approx_distinct",
-        "approx_median",
-        "approx_percentile_cont",
-        "approx_percentile_cont_with_weight",
-        "grouping",
-    ];
-    visit_expressions(expr, |e| {
-        if let Expr::Function(f) = e {
-            let name = f.name.0.last().map(|p| p.to_string().to_ascii_lowercase());
-            let named = name.is_some_and(|n| {
-                AGGREGATES.contains(&n.as_str())
-                    || n.starts_with("regr_")
-                    || n == super::scalar_subquery::SCALAR_SUBQUERY
-            });
-            if named || f.over.is_some() || f.filter.is_some() || !f.within_group.is_empty() {
-                return std::ops::ControlFlow::Break(());
-            }
-        }
-        std::ops::ControlFlow::Continue(())
     })
     .is_break()
 }
