@@ -238,13 +238,16 @@ pub fn rewrite(sql: &str) -> Option<String> {
     for statement in &mut statements {
         changed |= one_row(statement);
     }
-    changed.then(|| {
-        statements
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("; ")
-    })
+    changed.then(|| text(&statements))
+}
+
+/// `statements` as SQL text, `;` between them.
+pub fn text(statements: &[Statement]) -> String {
+    statements
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Whether `expr` calls an aggregate or window function (by the names PostgreSQL and

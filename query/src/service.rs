@@ -1081,11 +1081,7 @@ pub(crate) fn with_literals(sql: &str, params: &[ScalarValue]) -> Result<String,
     if let Some(e) = bad {
         return Err(e);
     }
-    Ok(statements
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; "))
+    Ok(crate::scalar_subquery::text(&statements))
 }
 
 /// Whether `sql` is one INSERT, UPDATE or DELETE: the statements whose `not_owner` answer

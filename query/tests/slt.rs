@@ -38,14 +38,7 @@ impl AsyncDB for Strata {
         let (schema, batches) = self.q.collect(sql).await?;
         let is_count = schema.fields().len() == 1 && schema.field(0).name() == "count";
         // sqllogictest convention: an empty string shows as (empty).
-        let rows: Vec<Vec<String>> = common::rows(&batches)
-            .into_iter()
-            .map(|r| {
-                r.into_iter()
-                    .map(|v| if v.is_empty() { "(empty)".into() } else { v })
-                    .collect()
-            })
-            .collect();
+        let rows = shown(&batches);
         if is_count && rows.len() == 1 && !sql.trim_start().to_lowercase().starts_with("select") {
             let n = rows[0][0].parse::<u64>().unwrap_or(0);
             return Ok(DBOutput::StatementComplete(n));
@@ -60,6 +53,18 @@ impl AsyncDB for Strata {
     async fn shutdown(&mut self) {
         self.db.close().await;
     }
+}
+
+/// The rows of `batches` as sqllogictest shows them (an empty string as `(empty)`).
+fn shown(batches: &[arrow::array::RecordBatch]) -> Vec<Vec<String>> {
+    common::rows(batches)
+        .into_iter()
+        .map(|r| {
+            r.into_iter()
+                .map(|v| if v.is_empty() { "(empty)".into() } else { v })
+                .collect()
+        })
+        .collect()
 }
 
 impl Strata {
@@ -88,14 +93,7 @@ impl Strata {
             .collect(&s.text)
             .await
             .map_err(|e| fail(e.to_string()))?;
-        let got: Vec<Vec<String>> = common::rows(&batches)
-            .into_iter()
-            .map(|r| {
-                r.into_iter()
-                    .map(|v| if v.is_empty() { "(empty)".into() } else { v })
-                    .collect()
-            })
-            .collect();
+        let got = shown(&batches);
         if got != rows {
             return Err(fail(format!("answered {got:?}, not {rows:?}")));
         }

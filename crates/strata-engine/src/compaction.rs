@@ -184,7 +184,15 @@ pub(crate) fn pick_in<F: LevelFile>(
     let (upper, upper_inputs, lo, hi) = job?;
     let output = upper + 1;
     let lower_inputs = overlapping(&levels[output], &lo, &hi);
-    // Bottommost only if no deeper level, row or columnar, may hold older versions.
+    // Bottommost only if no deeper level, row or columnar, may hold older versions of any
+    // key the merge rewrites: the lower inputs are rewritten whole, and their keys can
+    // reach past the upper inputs'.
+    let (lo, hi) = if lower_inputs.is_empty() {
+        (lo, hi)
+    } else {
+        let (l, h) = range_of(&lower_inputs);
+        (lo.min(l), hi.max(h))
+    };
     let bottommost = levels[output + 1..]
         .iter()
         .all(|l| overlapping(l, &lo, &hi).is_empty())
@@ -410,6 +418,18 @@ mod tests {
                 settled: false,
                 columnar: false,
                 want: Some((1, vec![2], vec![3], true)),
+            },
+            Case {
+                name: "a lower input reaches past the upper ones, over deeper data: not the bottom",
+                levels: vec![
+                    vec![],
+                    vec![sst(1, b"a", b"d", 5, 80), sst(2, b"m", b"p", 3, 80)],
+                    vec![sst(3, b"k", b"q", 1, 10)],
+                    vec![sst(4, b"k", b"k", 0, 10)],
+                ],
+                settled: false,
+                columnar: false,
+                want: Some((1, vec![2], vec![3], false)),
             },
         ];
         for c in cases {

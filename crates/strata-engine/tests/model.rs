@@ -292,6 +292,35 @@ fn retention_under_the_model() {
     );
 }
 
+/// Found by `engine_matches_model_on_memory_store`: a key's version pushed down to the
+/// second columnar level, its tombstone left in the first by a drain (in a file spanning
+/// other deleted keys), then a drain of one tombstone at the edge of that file: the job
+/// rewrote the whole file and judged itself the bottom by its source's key alone, dropping
+/// every tombstone in it, and the key came back.
+#[test]
+fn a_deleted_partial_update_stays_deleted_across_drains() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let ops = vec![
+        Op::UpdateB(vec![(14, Some(14_446_985_109_703_022))]),
+        Op::DrainToS3,
+        Op::CompactS3 { level: 0, group: 1 },
+        Op::Delete(vec![-3, 14, 1, 39, -8]),
+        Op::DrainToS3,
+        Op::Delete(vec![39]),
+        Op::DrainToS3,
+    ];
+    rt.block_on(run(
+        ops,
+        memory_store(),
+        "strata",
+        0,
+        Shape {
+            levels: 4,
+            nvme_budget_bytes: 64 << 20,
+        },
+    ));
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 16, failure_persistence: None, ..ProptestConfig::default() })]
 

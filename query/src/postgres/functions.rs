@@ -516,13 +516,7 @@ pub fn connection_settings(
             std::ops::ControlFlow::Continue(())
         });
     }
-    changed.then(|| {
-        statements
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("; ")
-    })
+    changed.then(|| crate::scalar_subquery::text(&statements))
 }
 
 /// `current_setting(name [, missing_ok])`.

@@ -167,14 +167,8 @@ impl Queries {
                 .with_sqlstate("25P01"));
             }
             Command::RollbackToSavepoint(name) => {
-                let held = savepoints(client);
-                let mut held = held.lock();
-                let at = held
-                    .iter()
-                    .rposition(|s| s == name)
-                    .ok_or_else(|| no_savepoint(name))?;
                 // The savepoint stays; those set after it go.
-                held.truncate(at + 1);
+                savepoints(client).back_to(name, true)?;
                 *tx = TransactionStatus::Transaction;
                 return Ok(Response::Execution(Tag::new("ROLLBACK")));
             }
@@ -202,14 +196,8 @@ impl Queries {
                 return Ok(Response::Execution(Tag::new("SAVEPOINT")));
             }
             Command::Savepoint(Savepoint::Release(name)) => {
-                let held = savepoints(client);
-                let mut held = held.lock();
-                let at = held
-                    .iter()
-                    .rposition(|s| s == name)
-                    .ok_or_else(|| no_savepoint(name))?;
                 // It goes, with those set after it.
-                held.truncate(at);
+                savepoints(client).back_to(name, false)?;
                 return Ok(Response::Execution(Tag::new("RELEASE")));
             }
             Command::Show(name) => {
@@ -502,6 +490,18 @@ fn savepoints<C: ClientInfo>(client: &C) -> Arc<Savepoints> {
 impl Savepoints {
     fn lock(&self) -> parking_lot::MutexGuard<'_, Vec<String>> {
         self.0.lock()
+    }
+
+    /// Forgets the savepoints set after the newest one named `name`, and that one too
+    /// unless `keep`; SQLSTATE 3B001 when none is named so.
+    fn back_to(&self, name: &str, keep: bool) -> Result<(), QueryError> {
+        let mut held = self.lock();
+        let at = held
+            .iter()
+            .rposition(|s| s == name)
+            .ok_or_else(|| no_savepoint(name))?;
+        held.truncate(if keep { at + 1 } else { at });
+        Ok(())
     }
 }
 

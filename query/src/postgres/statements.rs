@@ -314,13 +314,7 @@ fn scalar_subqueries(text: &str) -> Option<String> {
             changed |= items.0;
         }
     }
-    changed.then(|| {
-        statements
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("; ")
-    })
+    changed.then(|| crate::scalar_subquery::text(&statements))
 }
 
 /// Names the repeats of an unnamed select item (`SELECT NULL AS a, NULL, NULL`, as the JDBC

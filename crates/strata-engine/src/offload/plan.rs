@@ -43,6 +43,21 @@ pub(crate) struct Planner<'a, H: Fn(&[u8], &[u8]) -> u64> {
     pub(crate) hot_size: H,
 }
 
+/// The key span a job merges: its source's `[lo, hi]` and every target file it rewrites.
+fn merged_span(targets: &[JobTarget], lo: &[u8], hi: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let files = targets.iter().flat_map(|t| t.overlapping.iter());
+    let lo = files
+        .clone()
+        .map(|f| f.key_min.as_slice())
+        .fold(lo, std::cmp::min)
+        .to_vec();
+    let hi = files
+        .map(|f| f.key_max.as_slice())
+        .fold(hi, std::cmp::max)
+        .to_vec();
+    (lo, hi)
+}
+
 impl<H: Fn(&[u8], &[u8]) -> u64> Planner<'_, H> {
     /// Whether any deeper S3 level than `level` holds files overlapping `[lo, hi]` in the
     /// groups descending from the target groups (conservatively: in any group).
@@ -108,8 +123,13 @@ impl<H: Fn(&[u8], &[u8]) -> u64> Planner<'_, H> {
             })
             .collect();
         let input_bytes = source_bytes + targets.iter().map(|t| size(&t.overlapping)).sum::<u64>();
-        let bottommost = !Self::deeper_overlap(m, target_level, lo, hi)
-            && !self.older_on_nvme(&source, &targets, lo, hi);
+        // The job rewrites its target files whole: what it may drop (tombstones, versions
+        // under them) spans their keys too, which reach past the source's. A tombstone for
+        // a key outside `[lo, hi]` in a target file still hides that key's older versions
+        // in deeper levels.
+        let (lo, hi) = merged_span(&targets, lo, hi);
+        let bottommost = !Self::deeper_overlap(m, target_level, &lo, &hi)
+            && !self.older_on_nvme(&source, &targets, &lo, &hi);
         JobSpec {
             id: String::new(),
             table: self.table.entry.clone(),
