@@ -131,7 +131,7 @@ fn show_s(v: &Option<String>) -> String {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: std::env::var("STRATA_PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(12), ..ProptestConfig::default() })]
     #[test]
     fn sql_equals_the_model(ops in prop::collection::vec(op(), 1..40), lo in 0i64..40, span in 0i64..20) {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("rt");

@@ -322,7 +322,9 @@ fn a_deleted_partial_update_stays_deleted_across_drains() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 16, failure_persistence: None, ..ProptestConfig::default() })]
+    // `STRATA_PROPTEST_CASES` runs more cases (the long mode); a failure prints its
+    // shrunk operations, to keep as a fixed test like the one above.
+    #![proptest_config(ProptestConfig { cases: std::env::var("STRATA_PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(16), failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn engine_matches_model_on_memory_store(ops in proptest::collection::vec(op(), 1..40), layout_n in 0usize..3, shape in shape()) {
