@@ -238,16 +238,7 @@ pub fn rewrite(sql: &str) -> Option<String> {
     for statement in &mut statements {
         changed |= one_row(statement);
     }
-    changed.then(|| text(&statements))
-}
-
-/// `statements` as SQL text, `;` between them.
-pub fn text(statements: &[Statement]) -> String {
-    statements
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
+    changed.then(|| crate::service::sql_text(&statements))
 }
 
 /// Whether `expr` calls an aggregate or window function (by the names PostgreSQL and

@@ -575,8 +575,13 @@ impl QueryService {
     ) -> Result<(SessionContext, LogicalPlan, bool), QueryError> {
         let ctx = self.context_for(who).await?;
         let sql = numbered_placeholders(sql);
-        // Scalar subqueries with PostgreSQL's meaning (see `scalar_subquery`).
-        let sql = match crate::scalar_subquery::rewrite(&sql) {
+        // Scalar subqueries with PostgreSQL's meaning (see `scalar_subquery`); the
+        // PostgreSQL port's statements have been rewritten so already.
+        let rewritten = match self.postgres {
+            None => crate::scalar_subquery::rewrite(&sql),
+            Some(_) => None,
+        };
+        let sql = match rewritten {
             Some(rewritten) => std::borrow::Cow::Owned(rewritten),
             None => sql,
         };
@@ -1081,7 +1086,16 @@ pub(crate) fn with_literals(sql: &str, params: &[ScalarValue]) -> Result<String,
     if let Some(e) = bad {
         return Err(e);
     }
-    Ok(crate::scalar_subquery::text(&statements))
+    Ok(sql_text(&statements))
+}
+
+/// `statements` as SQL text, `;` between them.
+pub(crate) fn sql_text(statements: &[datafusion::sql::sqlparser::ast::Statement]) -> String {
+    statements
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Whether `sql` is one INSERT, UPDATE or DELETE: the statements whose `not_owner` answer

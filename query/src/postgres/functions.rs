@@ -516,7 +516,7 @@ pub fn connection_settings(
             std::ops::ControlFlow::Continue(())
         });
     }
-    changed.then(|| crate::scalar_subquery::text(&statements))
+    changed.then(|| crate::service::sql_text(&statements))
 }
 
 /// `current_setting(name [, missing_ok])`.

@@ -314,7 +314,7 @@ fn scalar_subqueries(text: &str) -> Option<String> {
             changed |= items.0;
         }
     }
-    changed.then(|| crate::scalar_subquery::text(&statements))
+    changed.then(|| crate::service::sql_text(&statements))
 }
 
 /// Names the repeats of an unnamed select item (`SELECT NULL AS a, NULL, NULL`, as the JDBC
