@@ -32,6 +32,14 @@ COMMIT_ONLY = {
 }
 
 
+# The whole shard is named only at its top (the `Shard` API and its open); every task
+# and coordinator of the shard takes a narrow context of the parts it uses (issue 21).
+# Pattern -> the files where it may appear.
+SHARD_TOP = {
+    r"\bShardInner\b": ("shard/mod.rs", "shard/open.rs"),
+}
+
+
 def module_of(root, path):
     rel = os.path.relpath(path, root)[: -len(".rs")].split(os.sep)
     if rel[-1] == "mod":
@@ -205,6 +213,16 @@ def commit_leaks(root):
     return sorted(leaks)
 
 
+def top_leaks(root):
+    """(file, pattern) pairs where the whole shard is named below its top."""
+    leaks = []
+    for rel, _, text in sources(root):
+        for pattern, homes in SHARD_TOP.items():
+            if rel not in homes and re.search(pattern, text):
+                leaks.append((rel, pattern))
+    return sorted(leaks)
+
+
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     flags = {a for a in sys.argv[1:] if a.startswith("--")}
@@ -226,6 +244,10 @@ def main():
         for path, pattern in commits:
             print(f"{path} matches {pattern}, which only `{COMMIT_ONLY[pattern]}` may")
         leaks = leaks + commits
+        tops = top_leaks(root)
+        for path, pattern in tops:
+            print(f"{path} matches {pattern}: only {', '.join(SHARD_TOP[pattern])} may; give the task a context of the parts it uses")
+        leaks = leaks + tops
     if not comps:
         print(f"{root}: {len(g)} modules, no cycle")
         return 1 if leaks and "--check" in flags else 0

@@ -4,30 +4,87 @@
 //! this order and under the manifest lock: the manifest by CAS, then the new in-memory
 //! state, then the protections released (the edit's files in flight, the job it settles,
 //! the promotion cache's stale records). Nothing else commits a manifest or swaps the
-//! state: the group-commit task's memtable rotations go through [`ShardInner::install`]
+//! state: the group-commit task's memtable rotations go through [`Tree::install`]
 //! here too. A caller that must check the tree before deciding (a job whose inputs may
 //! have moved, a promotion that may be stale) takes an [`Editor`], checks under its lock,
 //! then commits through it.
 //!
-//! Owns the shard's protections of files written and not yet committed ([`InFlight`]):
-//! a task reserves its files before uploading them and hands the reservation to the
-//! commit; GC reads the set. A reservation dropped without a commit (the task failed)
-//! releases its files.
+//! [`Tree`] is the shard's tree as the commit point owns it: the readers' state, the
+//! manifest chain and its lock, and the protections a commit releases or GC and compaction
+//! read: files written and not yet committed ([`InFlight`]: a task reserves its files
+//! before uploading them and hands the reservation to the commit; a reservation dropped
+//! without a commit releases them), outstanding jobs, retained copies, the promotion cache,
+//! snapshot pins and the manifest versions reads use; and the history index of when
+//! sequence numbers were acknowledged. The shard's tasks hold a `Tree`, never the shard.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use parking_lot::Mutex;
-use strata_manifest::{Manifest, SstId, Versioned};
+use parking_lot::{Mutex, RwLock};
+use strata_common::clock::ClockRef;
+use strata_manifest::{Manifest, SeqTime, SstId, Versioned, VersionedStore};
 
+use crate::config::EngineConfig;
 use crate::error::Result;
-use crate::history::{merge_seq_times, seq_time_quantum};
+use crate::history::{HorizonInputs, merge_seq_times, push_seq_time, seq_time_quantum};
 use crate::jobs::JobSource;
 use crate::offload::sst_span;
-use crate::shard::ShardInner;
+use crate::shard::signals::Signals;
 use crate::state::ShardState;
 use crate::version::Edit;
+
+/// The shard's tree, its commit point and the protections around it.
+pub(crate) struct Tree {
+    config: Arc<EngineConfig>,
+    clock: ClockRef,
+    signals: Arc<Signals>,
+    manifests: VersionedStore<Manifest>,
+    state: RwLock<Arc<ShardState>>,
+    /// Highest sequence number visible to readers.
+    pub(crate) last_seq: AtomicU64,
+    /// Serializes manifest commits.
+    manifest_lock: tokio::sync::Mutex<()>,
+    /// SSTs uploaded but not yet committed: GC must not delete them.
+    pub(crate) in_flight: Arc<InFlight>,
+    /// Published jobs awaiting results, and the last-NVMe-level SSTs the cross-tier ones
+    /// read (NVMe compaction leaves those).
+    pub(crate) jobs: Mutex<crate::offload::JobBook>,
+    /// Last-NVMe-level SSTs written by retention: copies of records already in S3, which a
+    /// forced drain to S3 leaves where they are.
+    pub(crate) retained_ssts: Mutex<HashSet<SstId>>,
+    /// Records read from S3 waiting to be promoted (HotRAP §3.3–§3.4).
+    pub(crate) promotion: Mutex<crate::promotion::PromotionCache>,
+    /// Pinned snapshot sequence numbers and their pin counts.
+    pub(crate) pins: Mutex<BTreeMap<u64, usize>>,
+    /// Manifest versions in-flight reads use (GC keeps their objects).
+    pub(crate) readers: Mutex<BTreeMap<u64, usize>>,
+    /// When sequence numbers were acknowledged since the last manifest commit.
+    time_index: Mutex<Vec<SeqTime>>,
+    /// Bytes written to the shard since its creation (WAL segment bytes, continued from the
+    /// manifest's last seq-time entry on open): what [`SeqTime::bytes`] samples.
+    written_bytes: AtomicU64,
+    /// When L0 last gained a file (clock ms): an L0 unchanged for `l0_settle_ms` settles.
+    pub(crate) l0_grown_ms: AtomicU64,
+}
+
+/// Keeps a manifest version's objects from GC while a read uses them.
+pub(crate) struct ReadGuard {
+    tree: Arc<Tree>,
+    version: u64,
+}
+
+impl Drop for ReadGuard {
+    fn drop(&mut self) {
+        let mut r = self.tree.readers.lock();
+        if let Some(n) = r.get_mut(&self.version) {
+            *n -= 1;
+            if *n == 0 {
+                r.remove(&self.version);
+            }
+        }
+    }
+}
 
 /// Files uploaded (or being uploaded) and not yet committed: GC must not delete them.
 #[derive(Debug, Default)]
@@ -70,11 +127,140 @@ impl Drop for Reserved {
 
 /// The manifest lock, held: no other edit commits until it drops.
 pub(crate) struct Editor<'a> {
-    inner: &'a ShardInner,
+    inner: &'a Tree,
     _lock: tokio::sync::MutexGuard<'a, ()>,
 }
 
-impl ShardInner {
+impl Tree {
+    /// The tree of a shard opened at `state`, whose writes so far total `written_bytes`.
+    pub(crate) fn new(
+        config: Arc<EngineConfig>,
+        clock: ClockRef,
+        signals: Arc<Signals>,
+        manifests: VersionedStore<Manifest>,
+        state: ShardState,
+        last_seq: u64,
+        written_bytes: u64,
+    ) -> Self {
+        let now = clock.now_ms();
+        Self {
+            config,
+            clock,
+            signals,
+            manifests,
+            state: RwLock::new(Arc::new(state)),
+            last_seq: AtomicU64::new(last_seq),
+            manifest_lock: tokio::sync::Mutex::new(()),
+            in_flight: Default::default(),
+            jobs: Default::default(),
+            retained_ssts: Mutex::new(HashSet::new()),
+            promotion: Mutex::new(Default::default()),
+            pins: Mutex::new(BTreeMap::new()),
+            readers: Mutex::new(BTreeMap::new()),
+            time_index: Mutex::new(Vec::new()),
+            written_bytes: AtomicU64::new(written_bytes),
+            l0_grown_ms: AtomicU64::new(now),
+        }
+    }
+
+    /// The manifest chain (GC lists and deletes its old versions).
+    pub(crate) fn manifests(&self) -> &VersionedStore<Manifest> {
+        &self.manifests
+    }
+
+    pub(crate) fn current(&self) -> Arc<ShardState> {
+        self.state.read().clone()
+    }
+
+    /// The current state plus a guard that keeps the objects of its manifest version from
+    /// GC while a read runs.
+    pub(crate) fn read_state(self: &Arc<Self>) -> (Arc<ShardState>, ReadGuard) {
+        let state = self.current();
+        let v = state.manifest.version;
+        *self.readers.lock().entry(v).or_default() += 1;
+        (
+            state,
+            ReadGuard {
+                tree: self.clone(),
+                version: v,
+            },
+        )
+    }
+
+    /// The pinned snapshot sequence numbers now (compaction keeps what they see).
+    pub(crate) fn pinned(&self) -> Vec<u64> {
+        self.pins.lock().keys().copied().collect()
+    }
+
+    /// Records that every write up to `seq` is acknowledged now, after `bytes` more were
+    /// written (about one entry a second, more when a second writes more than the byte
+    /// budget's precision).
+    pub(crate) fn note_acknowledged(&self, seq: u64, bytes: u64) {
+        let now = self.clock.now_ms();
+        let bytes = self.written_bytes.fetch_add(bytes, Ordering::AcqRel) + bytes;
+        let entry = SeqTime {
+            ms: now,
+            seq,
+            bytes,
+        };
+        let quantum = seq_time_quantum(self.config.history_bytes_min);
+        let before = self
+            .current()
+            .manifest
+            .value
+            .seq_times
+            .last()
+            .map_or(0, |t| t.bytes);
+        push_seq_time(&mut self.time_index.lock(), entry, quantum, before);
+    }
+
+    /// The history horizon: every version above this sequence number is kept by
+    /// compaction (time travel reads it exactly): written within `history_retention_ms`,
+    /// and with at most the history's byte budget written after it
+    /// ([`crate::history::horizon`]).
+    pub(crate) fn history_horizon(&self) -> u64 {
+        let retention = self.config.history_retention_ms;
+        if retention == 0 {
+            return self.last_seq.load(Ordering::Acquire);
+        }
+        let manifest = self.current().manifest.clone();
+        let stored = manifest
+            .value
+            .levels
+            .iter()
+            .map(|l| l.size_bytes())
+            .sum::<u64>()
+            + manifest
+                .value
+                .s3_levels
+                .iter()
+                .flat_map(|l| l.groups.iter())
+                .map(|g| g.size_bytes())
+                .sum::<u64>();
+        let pending = self.time_index.lock();
+        crate::history::horizon(
+            manifest.value.seq_times.iter().chain(pending.iter()),
+            HorizonInputs {
+                now_ms: self.clock.now_ms(),
+                retention_ms: retention,
+                written_bytes: self.written_bytes.load(Ordering::Acquire),
+                bytes_max: crate::history::bytes_budget(
+                    self.config.history_bytes_ratio,
+                    self.config.history_bytes_min,
+                    stored,
+                ),
+            },
+        )
+    }
+
+    /// The seq-time entries known to this writer (committed plus pending), ascending.
+    pub(crate) fn seq_times(&self) -> Vec<SeqTime> {
+        let manifest = self.current().manifest.clone();
+        let mut out = manifest.value.seq_times.clone();
+        out.extend(self.time_index.lock().iter().copied());
+        out
+    }
+
     /// Protects `ids` from GC until the returned reservation is committed or dropped.
     pub(crate) fn reserve(&self, ids: impl IntoIterator<Item = SstId>) -> Reserved {
         self.in_flight.reserve(ids)
@@ -122,8 +308,7 @@ impl ShardInner {
                     .await?
                     .map(|v| v.value.writer_epoch)
                     .unwrap_or(0);
-                self.fenced.store(true, Ordering::Release);
-                Err(self.fenced_error(newer))
+                Err(self.signals.deposed(newer))
             }
             Err(e) => Err(e.into()),
         }

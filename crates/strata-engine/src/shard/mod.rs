@@ -7,20 +7,31 @@
 //! PUTs, several in flight, then memtable and acknowledgement in id order), one flushes frozen memtables to L0 SSTs, one compacts, one collects
 //! garbage.
 //!
-//! The shard room: this module owns `ShardInner` (the writer's state, locks and
-//! protections) and the `Shard` API, and is the only place that reaches into them. Its
-//! submodules, one job each:
-//! - `open`: opening as the writer (fencing, WAL replay, SST fetch, tasks started);
-//! - `writer`: the group-commit task (WAL segment, memtable, acknowledge, freeze);
-//! - `flush`: the flush task (frozen memtables to L0 SSTs);
-//! - `commit`: the one commit point of the tree (every flush, compaction, promotion and
-//!   job result is a `version::Edit` committed there: manifest lock, CAS, state install,
-//!   protections released);
-//! - `compact`: NVMe compaction on the pure picker `crate::compaction`;
-//! - `offload`: cross-tier and column-group jobs with HotRAP retention, on the pure
-//!   pieces in `crate::offload`;
-//! - `gc`: garbage collection passes on the rules in `crate::gc`;
-//! - `promote`: hot-record accesses, the promotion cache and promotion by flush.
+//! The shard room: this module owns `ShardInner` (the shard's identity and its parts) and
+//! the `Shard` API; only this file and `open` name `ShardInner` (`ci/modgraph.py` checks).
+//! The parts every task may share:
+//! - `signals`: closed, fenced, and the notices between the tasks;
+//! - `files`: SST ids, local paths and uploads;
+//! - `commit`: the `commit::Tree`: the readers' state, the manifest chain, the
+//!   protections (files in flight, outstanding jobs, retained copies, the promotion cache,
+//!   pins, versions in use) and the one commit point of the tree (every flush, compaction,
+//!   promotion and job result is a `version::Edit` committed there: manifest lock, CAS,
+//!   state install, protections released).
+//!
+//! Each task and coordinator is a context built at open from the parts it uses, never the
+//! whole shard:
+//! - `writer::GroupCommit`: the group-commit task (WAL segment, memtable, acknowledge,
+//!   freeze);
+//! - `flush::Flusher`: the flush task (frozen memtables to L0 SSTs);
+//! - `compact::Compactor`: NVMe compaction on the pure picker `crate::compaction`;
+//! - `offload::Offloader`: cross-tier and column-group jobs with HotRAP retention, on the
+//!   pure pieces in `crate::offload`;
+//! - `gc::Collector`: garbage collection passes on the rules in `crate::gc`;
+//! - `promote::Promoter`: hot-record accesses, the promotion cache and promotion by flush
+//!   (the reads' `PointReadSink`).
+//!
+//! `open` opens the shard as the writer (fencing, WAL replay, SST fetch) and starts the
+//! tasks.
 //!
 //! They call the policies, the reads (`crate::read`, to which the shard reports through
 //! `PointReadSink`), the formats and the jobs protocol; nothing below the shard calls back
@@ -28,41 +39,36 @@
 
 mod commit;
 mod compact;
+mod files;
 mod flush;
 mod gc;
 mod offload;
 mod open;
 mod promote;
+mod signals;
 mod writer;
 
-use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use object_store::{PutMode, PutOptions, PutPayload};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use strata_common::clock::ClockRef;
-use strata_manifest::{Manifest, SeqTime, ShardPaths, SstId, Versioned, VersionedStore};
+use strata_manifest::{Manifest, ShardPaths, Versioned, VersionedStore};
 use strata_objstore::{Created, StoreRef};
-use tokio::sync::{Notify, mpsc, oneshot};
-use tokio_util::sync::CancellationToken;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::config::{Durability, EngineConfig};
-use crate::entry::Entry;
 use crate::error::{Error, Result};
-use crate::history::{HorizonInputs, push_seq_time, seq_time_quantum};
-use crate::iter::{EntryIter, RowIter, resolve};
-use crate::memtable::{Memtable, MemtableIter};
+use crate::iter::{RowIter, resolve};
+use crate::memtable::Memtable;
 use crate::metrics::ReadSource;
 use crate::read::upper::{point_versions, row_files_may_hold, state_iter};
 use crate::row::RowValues;
 use crate::schema::{PreparedEntry, TableSchema};
-use crate::sst::SstBuilder;
-use crate::state::{ShardState, SstHandle};
-use crate::version::Edit;
+use crate::state::ShardState;
 use crate::wal::Segment;
 
 /// A write waiting in a group commit: sequence number, versions, durability, reply.
@@ -95,62 +101,30 @@ const REPLAY_READS: usize = 32;
 /// locally (`Durability::Local`) and of writes already sent.
 pub const CLOSE_UPLOAD_WAIT: Duration = Duration::from_secs(10);
 
-/// Everything shared by a shard's tasks.
+/// The shard: its identity and settings, and the parts its tasks share. Each task holds
+/// only the parts it needs (its context, built at open), never the whole shard.
 pub(crate) struct ShardInner {
     pub(crate) name: String,
     pub(crate) table: Arc<TableSchema>,
-    pub(crate) config: EngineConfig,
-    pub(crate) store: StoreRef,
-    pub(crate) paths: ShardPaths,
-    pub(crate) local_dir: PathBuf,
+    pub(crate) config: Arc<EngineConfig>,
     pub(crate) epoch: u64,
-    pub(crate) clock: ClockRef,
-    pub(crate) manifests: VersionedStore<Manifest>,
-    pub(crate) state: RwLock<Arc<ShardState>>,
-    /// Highest sequence number visible to readers.
-    pub(crate) last_seq: AtomicU64,
-    /// Serializes manifest commits (flush, compaction).
-    pub(crate) manifest_lock: tokio::sync::Mutex<()>,
-    /// One compaction at a time per shard.
-    pub(crate) compaction_lock: tokio::sync::Mutex<()>,
-    pub(crate) fenced: AtomicBool,
-    pub(crate) cancel: CancellationToken,
-    pub(crate) flush_wanted: Notify,
-    pub(crate) flushed: Notify,
-    pub(crate) compaction_wanted: Notify,
-    /// Pinned snapshot sequence numbers and their pin counts.
-    pub(crate) pins: Mutex<BTreeMap<u64, usize>>,
-    /// SSTs uploaded but not yet committed: GC must not delete them (the commit point's).
-    pub(crate) in_flight: Arc<commit::InFlight>,
-    /// GC's record of when this process first saw each object (ages by its own clock).
-    pub(crate) sightings: Mutex<crate::gc::Sightings>,
-    next_sst: AtomicU64,
-    /// Shard id within the table.
-    pub(crate) shard_id: u32,
-    /// Reading context of the S3 levels.
+    /// What the shards of this process share (caches, hotness tracker, bucket layout).
     pub(crate) s3: crate::context::ProcessContext,
-    /// Published jobs awaiting results, and the last-NVMe-level SSTs the cross-tier ones
-    /// read (NVMe compaction leaves those).
-    pub(crate) jobs: Mutex<crate::offload::JobBook>,
-    /// Last-NVMe-level SSTs written by retention: copies of records already in S3, which a
-    /// forced drain to S3 leaves where they are.
-    pub(crate) retained_ssts: Mutex<HashSet<SstId>>,
-    /// Records read from S3 waiting to be promoted (HotRAP §3.3–§3.4).
-    pub(crate) promotion: Mutex<crate::promotion::PromotionCache>,
-    pub(crate) next_job: AtomicU64,
-    pub(crate) jobs_wanted: Notify,
-    /// Manifest versions in-flight reads use (GC keeps their objects).
-    pub(crate) readers: Mutex<BTreeMap<u64, usize>>,
+    pub(crate) stats: Arc<crate::metrics::ShardStats>,
+    pub(crate) signals: Arc<signals::Signals>,
+    pub(crate) files: Arc<files::Files>,
+    /// The tree and its commit point.
+    pub(crate) tree: Arc<commit::Tree>,
+    /// NVMe compaction.
+    pub(crate) compactor: Arc<compact::Compactor>,
+    /// Cross-tier and column-group jobs.
+    pub(crate) offloader: Arc<offload::Offloader>,
+    /// Hot-record accesses and promotion (the reads' [`crate::read::view::PointReadSink`]).
+    pub(crate) promoter: Arc<promote::Promoter>,
+    /// Garbage collection.
+    pub(crate) collector: Arc<gc::Collector>,
     /// Since when writes are refused as overloaded (a stall).
     pub(crate) overloaded_since: Mutex<Option<std::time::Instant>>,
-    pub(crate) stats: crate::metrics::ShardStats,
-    /// When sequence numbers were acknowledged since the last manifest commit.
-    pub(crate) time_index: Mutex<Vec<SeqTime>>,
-    /// Bytes written to the shard since its creation (WAL segment bytes, continued from the
-    /// manifest's last seq-time entry on open): what [`SeqTime::bytes`] samples.
-    pub(crate) written_bytes: AtomicU64,
-    /// When L0 last gained a file (clock ms): an L0 unchanged for `l0_settle_ms` settles.
-    pub(crate) l0_grown_ms: AtomicU64,
 }
 
 /// A handle to an open shard.
@@ -166,33 +140,15 @@ impl std::fmt::Debug for Shard {
     }
 }
 
-/// Keeps a manifest version's objects from GC while a read uses them.
-pub(crate) struct ReadGuard {
-    inner: Arc<ShardInner>,
-    version: u64,
-}
-
-impl Drop for ReadGuard {
-    fn drop(&mut self) {
-        let mut r = self.inner.readers.lock();
-        if let Some(n) = r.get_mut(&self.version) {
-            *n -= 1;
-            if *n == 0 {
-                r.remove(&self.version);
-            }
-        }
-    }
-}
-
 /// A pinned point-in-time view: versions it can see are kept by compaction until dropped.
 pub struct ShardSnapshot {
-    inner: Arc<ShardInner>,
+    tree: Arc<commit::Tree>,
     seq: u64,
 }
 
 impl std::fmt::Debug for ShardSnapshot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ShardSnapshot({}, seq {})", self.inner.name, self.seq)
+        write!(f, "ShardSnapshot(seq {})", self.seq)
     }
 }
 
@@ -205,7 +161,7 @@ impl ShardSnapshot {
 
 impl Drop for ShardSnapshot {
     fn drop(&mut self) {
-        let mut pins = self.inner.pins.lock();
+        let mut pins = self.tree.pins.lock();
         if let Some(n) = pins.get_mut(&self.seq) {
             *n -= 1;
             if *n == 0 {
@@ -217,151 +173,11 @@ impl Drop for ShardSnapshot {
 
 impl ShardInner {
     fn check_open(&self) -> Result<()> {
-        if self.fenced.load(Ordering::Acquire) {
-            return Err(self.fenced_error(0));
-        }
-        if self.cancel.is_cancelled() {
-            return Err(Error::Closed(format!("shard {} is closed", self.name)));
-        }
-        Ok(())
-    }
-
-    pub(crate) fn fenced_error(&self, newer: u64) -> Error {
-        Error::Fenced {
-            shard: self.name.clone(),
-            mine: self.epoch,
-            newer,
-        }
-    }
-
-    pub(crate) fn new_sst_id(&self) -> SstId {
-        SstId {
-            epoch: self.epoch,
-            n: self.next_sst.fetch_add(1, Ordering::Relaxed),
-        }
-    }
-
-    pub(crate) fn local_sst_path(&self, id: &SstId) -> PathBuf {
-        self.local_dir.join(format!("{id}.sst"))
+        self.signals.check_open()
     }
 
     pub(crate) fn current(&self) -> Arc<ShardState> {
-        self.state.read().clone()
-    }
-
-    /// The current state plus a guard that keeps the objects of its manifest version from
-    /// GC while a read runs.
-    pub(crate) fn read_state(self: &Arc<Self>) -> (Arc<ShardState>, ReadGuard) {
-        let state = self.current();
-        let v = state.manifest.version;
-        *self.readers.lock().entry(v).or_default() += 1;
-        (
-            state,
-            ReadGuard {
-                inner: self.clone(),
-                version: v,
-            },
-        )
-    }
-
-    /// Records that every write up to `seq` is acknowledged now, after `bytes` more were
-    /// written (about one entry a second, more when a second writes more than the byte
-    /// budget's precision).
-    pub(crate) fn note_acknowledged(&self, seq: u64, bytes: u64) {
-        let now = self.clock.now_ms();
-        let bytes = self.written_bytes.fetch_add(bytes, Ordering::AcqRel) + bytes;
-        let entry = SeqTime {
-            ms: now,
-            seq,
-            bytes,
-        };
-        let quantum = seq_time_quantum(self.config.history_bytes_min);
-        let before = self
-            .current()
-            .manifest
-            .value
-            .seq_times
-            .last()
-            .map_or(0, |t| t.bytes);
-        push_seq_time(&mut self.time_index.lock(), entry, quantum, before);
-    }
-
-    /// The history horizon: every version above this sequence number is kept by
-    /// compaction (time travel reads it exactly): written within `history_retention_ms`,
-    /// and with at most the history's byte budget written after it
-    /// ([`crate::history::horizon`]).
-    pub(crate) fn history_horizon(&self) -> u64 {
-        let retention = self.config.history_retention_ms;
-        if retention == 0 {
-            return self.last_seq.load(Ordering::Acquire);
-        }
-        let manifest = self.current().manifest.clone();
-        let stored = manifest
-            .value
-            .levels
-            .iter()
-            .map(|l| l.size_bytes())
-            .sum::<u64>()
-            + manifest
-                .value
-                .s3_levels
-                .iter()
-                .flat_map(|l| l.groups.iter())
-                .map(|g| g.size_bytes())
-                .sum::<u64>();
-        let pending = self.time_index.lock();
-        crate::history::horizon(
-            manifest.value.seq_times.iter().chain(pending.iter()),
-            HorizonInputs {
-                now_ms: self.clock.now_ms(),
-                retention_ms: retention,
-                written_bytes: self.written_bytes.load(Ordering::Acquire),
-                bytes_max: crate::history::bytes_budget(
-                    self.config.history_bytes_ratio,
-                    self.config.history_bytes_min,
-                    stored,
-                ),
-            },
-        )
-    }
-
-    /// The seq-time entries known to this writer (committed plus pending), ascending.
-    pub(crate) fn seq_times(&self) -> Vec<SeqTime> {
-        let manifest = self.current().manifest.clone();
-        let mut out = manifest.value.seq_times.clone();
-        out.extend(self.time_index.lock().iter().copied());
-        out
-    }
-
-    /// Uploads a finished local SST (create-if-absent: names are never reused). The file is
-    /// named as the payload's source, so a local-directory bucket on the same disk links it
-    /// rather than writing and syncing a second copy (local SSTs are never written through
-    /// again: a new copy is renamed over the name). On the configured local-directory
-    /// bucket the file stands for the payload, which is not read back into memory at all.
-    pub(crate) async fn upload_sst(&self, id: &SstId, path: &std::path::Path) -> Result<()> {
-        let mut opts = PutOptions::from(PutMode::Create);
-        let payload = if self.s3.local_bucket {
-            // The bucket takes the file itself: no read of tens of megabytes back.
-            let len = tokio::fs::metadata(path)
-                .await
-                .map_err(Error::io(format!("stat {}", path.display())))?
-                .len();
-            opts.extensions
-                .insert(strata_objstore::LocalSource::instead_of_payload(path, len));
-            PutPayload::new()
-        } else {
-            let data = tokio::fs::read(path)
-                .await
-                .map_err(Error::io(format!("read {}", path.display())))?;
-            opts.extensions
-                .insert(strata_objstore::LocalSource::new(path));
-            Bytes::from(data).into()
-        };
-        self.store
-            .put_opts(&self.paths.sst(id), payload, opts)
-            .await
-            .map_err(Error::store(format!("upload sst {id}")))?;
-        Ok(())
+        self.tree.current()
     }
 }
 
@@ -378,16 +194,17 @@ impl Shard {
 
     /// Highest sequence number visible to readers.
     pub fn last_seq(&self) -> u64 {
-        self.inner.last_seq.load(Ordering::Acquire)
+        self.inner.tree.last_seq.load(Ordering::Acquire)
     }
 
     /// Statistics.
     pub fn stats(&self) -> crate::metrics::ShardStatsSnapshot {
         let state = self.inner.current();
         let mut s = self.inner.stats.snapshot(&state);
-        s.promotion_cache_bytes = self.inner.promotion.lock().bytes();
+        s.promotion_cache_bytes = self.inner.tree.promotion.lock().bytes();
         let outstanding: Vec<u64> = self
             .inner
+            .tree
             .jobs
             .lock()
             .jobs()
@@ -396,6 +213,7 @@ impl Shard {
         s.jobs_outstanding = outstanding.len();
         let due: u64 = self
             .inner
+            .offloader
             .candidates(&state, false)
             .iter()
             .map(|(spec, _)| spec.input_bytes)
@@ -439,9 +257,10 @@ impl Shard {
                 tracing::warn!(shard = %self.inner.name, runs, frozen, "write stall: refusing writes until compaction catches up");
             }
             self.inner.stats.record_overloaded();
-            self.inner.flush_wanted.notify_one();
-            self.inner.compaction_wanted.notify_one();
-            self.inner.jobs_wanted.notify_one();
+            let signals = &self.inner.signals;
+            signals.flush_wanted.notify_one();
+            signals.compaction_wanted.notify_one();
+            signals.jobs_wanted.notify_one();
             return Err(Error::Overloaded {
                 shard: self.inner.name.clone(),
                 runs,
@@ -461,7 +280,7 @@ impl Shard {
         self.flush().await?;
         loop {
             self.wait_jobs().await?;
-            if compact::compact_all_to_last(&self.inner).await? {
+            if self.inner.compactor.compact_all_to_last().await? {
                 break;
             }
         }
@@ -483,8 +302,8 @@ impl Shard {
         loop {
             self.inner.check_open()?;
             self.wait_jobs().await?;
-            let cands: Vec<_> = self
-                .inner
+            let offloader = &self.inner.offloader;
+            let cands: Vec<_> = offloader
                 .candidates(&self.inner.current(), true)
                 .into_iter()
                 .filter(|(s, _)| which(s))
@@ -492,7 +311,7 @@ impl Shard {
             if cands.is_empty() {
                 return Ok(());
             }
-            self.inner.publish(cands).await?;
+            offloader.publish(cands).await?;
         }
     }
 
@@ -500,11 +319,11 @@ impl Shard {
     pub async fn wait_jobs(&self) -> Result<()> {
         loop {
             self.inner.check_open()?;
-            if self.inner.jobs.lock().is_empty() {
+            if self.inner.tree.jobs.lock().is_empty() {
                 return Ok(());
             }
-            self.inner.settle_results().await?;
-            if self.inner.jobs.lock().is_empty() {
+            self.inner.offloader.settle_results().await?;
+            if self.inner.tree.jobs.lock().is_empty() {
                 return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(
@@ -518,7 +337,8 @@ impl Shard {
     pub async fn manifest_versions(&self) -> Result<Vec<(u64, u64, u64)>> {
         Ok(self
             .inner
-            .manifests
+            .tree
+            .manifests()
             .list_versions()
             .await?
             .into_iter()
@@ -528,12 +348,13 @@ impl Shard {
 
     /// Durable snapshot pins of readers in other processes: (reader, record).
     pub async fn pins(&self) -> Result<Vec<(String, crate::pins::PinRecord)>> {
-        crate::pins::list_pins(&self.inner.store, &self.inner.paths).await
+        crate::pins::list_pins(&self.inner.files.store, &self.inner.files.paths).await
     }
 
     /// Snapshots this process holds (pinned sequence numbers, one per snapshot).
     pub fn local_snapshots(&self) -> Vec<u64> {
         self.inner
+            .tree
             .pins
             .lock()
             .iter()
@@ -544,20 +365,16 @@ impl Shard {
     /// Whether a newer writer has fenced this one: it acknowledges nothing more, and a
     /// node still holding the shard's lease reopens it (see `Db::join_cluster`).
     pub fn is_fenced(&self) -> bool {
-        self.inner.fenced.load(Ordering::Acquire)
+        self.inner.signals.is_fenced()
     }
 
     /// Job ids this shard has published and not settled.
     pub fn outstanding_jobs(&self) -> Vec<String> {
-        self.inner.jobs.lock().ids()
+        self.inner.tree.jobs.lock().ids()
     }
 
     fn closed_error(&self) -> Error {
-        if self.inner.fenced.load(Ordering::Acquire) {
-            self.inner.fenced_error(0)
-        } else {
-            Error::Closed(format!("shard {} is closed", self.inner.name))
-        }
+        self.inner.signals.closed_error()
     }
 
     /// Freezes the active memtable and waits until every frozen memtable is flushed to an
@@ -571,12 +388,12 @@ impl Shard {
             .map_err(|_| self.closed_error())?;
         rx.await.map_err(|_| self.closed_error())?;
         loop {
-            let notified = self.inner.flushed.notified();
+            let notified = self.inner.signals.flushed.notified();
             if self.inner.current().frozen.is_empty() {
                 return Ok(());
             }
             self.inner.check_open()?;
-            self.inner.flush_wanted.notify_one();
+            self.inner.signals.flush_wanted.notify_one();
             let _ = tokio::time::timeout(Duration::from_millis(200), notified).await;
         }
     }
@@ -584,28 +401,28 @@ impl Shard {
     /// Runs compactions until none is due, waiting for them.
     pub async fn compact(&self) -> Result<()> {
         self.inner.check_open()?;
-        compact::compact_until_idle(&self.inner).await
+        self.inner.compactor.compact_until_idle().await
     }
 
     /// Runs garbage collection once now.
     pub async fn gc(&self) -> Result<crate::gc::GcReport> {
         self.inner.check_open()?;
-        gc::collect(&self.inner).await
+        self.inner.collector.collect().await
     }
 
     /// What a GC pass would delete now, deleting nothing (a dry run).
     pub async fn gc_plan(&self) -> Result<crate::gc::GcPlan> {
         self.inner.check_open()?;
-        gc::plan(&self.inner, false).await
+        self.inner.collector.plan(false).await
     }
 
     /// Pins the current state: versions visible at it survive compaction until dropped.
     pub fn snapshot(&self) -> ShardSnapshot {
-        let mut pins = self.inner.pins.lock();
+        let mut pins = self.inner.tree.pins.lock();
         let seq = self.last_seq();
         *pins.entry(seq).or_default() += 1;
         ShardSnapshot {
-            inner: self.inner.clone(),
+            tree: self.inner.tree.clone(),
             seq,
         }
     }
@@ -625,19 +442,20 @@ impl Shard {
         let snap = self.snapshot();
         // The promotion epoch before the state, as in `get`: versions a point read through
         // the view finds in the columnar levels are offered to the promotion cache under it.
-        let promotion_epoch = self.inner.promotion.lock().epoch;
-        let (state, guard) = self.inner.read_state();
+        let tree = &self.inner.tree;
+        let promotion_epoch = tree.promotion.lock().epoch;
+        let (state, guard) = tree.read_state();
         Ok(crate::read::view::ShardView::new(
             self.inner.table.clone(),
             state,
             snap.seq(),
-            self.inner.store.clone(),
-            self.inner.paths.clone(),
+            self.inner.files.store.clone(),
+            self.inner.files.paths.clone(),
             self.inner.s3.reads.clone(),
-            self.inner.seq_times(),
+            tree.seq_times(),
             vec![Box::new(snap), Box::new(guard)],
         )
-        .reporting_to(Arc::downgrade(&self.inner) as _, promotion_epoch))
+        .reporting_to(Arc::downgrade(&self.inner.promoter) as _, promotion_epoch))
     }
 
     /// Point read of an encoded key; the row's non-key values, or None.
@@ -654,9 +472,10 @@ impl Shard {
         let seq = self.read_seq(snapshot)?;
         // The promotion epoch before the state: a cross-tier commit after the state was
         // taken makes a version read from it stale, and the cache refuses it.
-        let epoch = self.inner.promotion.lock().epoch;
-        let (state, _guard) = self.inner.read_state();
         let inner = &self.inner;
+        let epoch = inner.tree.promotion.lock().epoch;
+        let (state, _guard) = inner.tree.read_state();
+        let promoter = &inner.promoter;
         let (mut versions, mut source) = if row_files_may_hold(&state, &key) {
             let (st, k) = (state.clone(), key.clone());
             tokio::task::spawn_blocking(move || point_versions(&st, &k, seq))
@@ -666,9 +485,9 @@ impl Shard {
             point_versions(&state, &key, seq)?
         };
         let codec = &inner.table.codec;
-        let promote = snapshot.is_none() && inner.promotes();
+        let promote = snapshot.is_none() && promoter.promotes();
         if !crate::fold::decided(codec, &mut versions)? {
-            let cached = promote.then(|| inner.promoted(&key, seq)).flatten();
+            let cached = promote.then(|| promoter.promoted(&key, seq)).flatten();
             if let Some(c) = cached {
                 source = ReadSource::PromotionCache;
                 versions.extend(c);
@@ -676,8 +495,8 @@ impl Shard {
                 source = ReadSource::S3;
                 let before = versions.len();
                 let files = crate::read::remote::BucketFiles {
-                    store: &inner.store,
-                    paths: &inner.paths,
+                    store: &inner.files.store,
+                    paths: &inner.files.paths,
                     cache: &inner.s3.reads.cache,
                     metas: &inner.s3.reads.metas,
                 };
@@ -691,7 +510,7 @@ impl Shard {
                 )
                 .await?;
                 if promote && versions.len() > before {
-                    inner.offer_promotion(
+                    promoter.offer_promotion(
                         &key,
                         versions[before..].to_vec(),
                         seq,
@@ -706,7 +525,7 @@ impl Shard {
         let row = resolve(codec, &versions)?;
         let value_len = versions.first().map_or(0, |e| e.value.len()) as u32;
         if row.is_some()
-            && let Some(t) = inner.note_access(&key, value_len)
+            && let Some(t) = promoter.note_access(&key, value_len)
         {
             // Losing an access loses warmth, never data: log and go on.
             let flushed = tokio::task::spawn_blocking(move || t.flush_full())
@@ -732,17 +551,18 @@ impl Shard {
         snapshot: Option<&ShardSnapshot>,
     ) -> Result<Vec<(Bytes, RowValues)>> {
         let seq = self.read_seq(snapshot)?;
-        let (state, _guard) = self.inner.read_state();
-        let inner = self.inner.clone();
+        let (state, _guard) = self.inner.tree.read_state();
+        let files = self.inner.files.clone();
+        let reads = self.inner.s3.reads.clone();
         let table = self.inner.table.clone();
         let handle = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || {
             let mut iter = state_iter(&state, &start, end.as_deref(), &table.codec);
             let files = crate::read::remote::BucketFiles {
-                store: &inner.store,
-                paths: &inner.paths,
-                cache: &inner.s3.reads.cache,
-                metas: &inner.s3.reads.metas,
+                store: &files.store,
+                paths: &files.paths,
+                cache: &reads.cache,
+                metas: &reads.metas,
             };
             iter.add_sources(crate::read::remote::run_iters(
                 &table,
@@ -785,6 +605,6 @@ impl Shard {
         if tokio::time::timeout(CLOSE_UPLOAD_WAIT, sync).await.is_err() {
             tracing::warn!(shard = %self.inner.name, "close: WAL uploads still pending after {CLOSE_UPLOAD_WAIT:?}; locally acknowledged writes stay on this node's disk until the shard reopens here");
         }
-        self.inner.cancel.cancel();
+        self.inner.signals.cancel.cancel();
     }
 }

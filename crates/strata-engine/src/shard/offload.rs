@@ -9,31 +9,73 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use strata_manifest::{ParquetFileInfo, SstId};
+use std::sync::atomic::AtomicU64;
 
+use strata_common::clock::ClockRef;
+use strata_manifest::{Layout, ParquetFileInfo, SstId};
+
+use crate::config::EngineConfig;
 use crate::entry::Entry;
 use crate::error::{Error, Result};
+use crate::hotness::HotnessTracker;
 use crate::iter::EntryIter;
 use crate::jobs::{self, JobSource, JobSpec};
+use crate::metrics::ShardStats;
 use crate::offload::plan::Planner;
 use crate::offload::{Resource, sst_span};
-use crate::shard::ShardInner;
-use crate::shard::commit::Reserved;
+use crate::schema::TableSchema;
+use crate::shard::commit::{Reserved, Tree};
+use crate::shard::files::Files;
+use crate::shard::signals::Signals;
 use crate::state::ShardState;
 use crate::version::Edit;
 
-impl ShardInner {
-    pub(crate) fn job_prefix(&self) -> String {
-        format!("{:020}-{:05}-", self.table.entry.id, self.shard_id)
-    }
+/// What the offload coordinator touches: the tree (levels, pins, jobs book, retained
+/// copies, promotion cache, the commit point), the bucket's job directory, the SST files
+/// retention writes, the hotness tracker, and the NVMe compaction lock under which
+/// cross-tier inputs are locked.
+pub(crate) struct Offloader {
+    pub(crate) name: String,
+    pub(crate) table: Arc<TableSchema>,
+    pub(crate) config: Arc<EngineConfig>,
+    pub(crate) clock: ClockRef,
+    pub(crate) stats: Arc<ShardStats>,
+    pub(crate) epoch: u64,
+    /// Job ids of this shard begin with this (table id, shard id).
+    pub(crate) job_prefix: String,
+    pub(crate) layout: Layout,
+    /// Notified when a job is published: wakes the process's idle workers.
+    pub(crate) jobs_published: Arc<tokio::sync::Notify>,
+    pub(crate) hotness: Option<Arc<HotnessTracker>>,
+    /// The tracker's keys of this shard begin with this.
+    pub(crate) hotness_prefix: Vec<u8>,
+    pub(crate) files: Arc<Files>,
+    pub(crate) tree: Arc<Tree>,
+    pub(crate) signals: Arc<Signals>,
+    /// NVMe compaction's lock (see [`crate::shard::compact::Compactor::lock`]).
+    pub(crate) compaction_lock: Arc<tokio::sync::Mutex<()>>,
+    pub(crate) next_job: AtomicU64,
+}
 
+/// The job-id prefix of a table's shard.
+pub(crate) fn job_prefix(table_id: u64, shard_id: u32) -> String {
+    format!("{table_id:020}-{shard_id:05}-")
+}
+
+impl Offloader {
     fn new_job_id(&self) -> String {
         format!(
             "{}{:010}-{:010}",
-            self.job_prefix(),
+            self.job_prefix,
             self.epoch,
             self.next_job.fetch_add(1, Ordering::Relaxed)
         )
+    }
+
+    fn hotness_key(&self, key: &[u8]) -> Vec<u8> {
+        let mut k = self.hotness_prefix.clone();
+        k.extend_from_slice(key);
+        k
     }
 
     /// Plans jobs on `state` and this shard's settings now (see [`Planner`]).
@@ -45,12 +87,12 @@ impl ShardInner {
             config: &self.config,
             table: &self.table,
             state,
-            shard_dir: self.paths.dir().to_string(),
-            pins: self.pins.lock().keys().copied().collect(),
-            keep_above: self.history_horizon(),
+            shard_dir: self.files.paths.dir().to_string(),
+            pins: self.tree.pinned(),
+            keep_above: self.tree.history_horizon(),
             now_ms: self.clock.now_ms(),
-            l0_grown_ms: self.l0_grown_ms.load(Ordering::Acquire),
-            retained: self.retained_ssts.lock().clone(),
+            l0_grown_ms: self.tree.l0_grown_ms.load(Ordering::Acquire),
+            retained: self.tree.retained_ssts.lock().clone(),
             hot_size: |lo: &[u8], hi: &[u8]| self.hot_size(lo, hi),
         }
     }
@@ -66,17 +108,14 @@ impl ShardInner {
     }
 
     /// Publishes due jobs that conflict with no outstanding one, smallest first (greedy).
-    pub(crate) async fn publish_due(self: &Arc<Self>, force: bool) -> Result<()> {
-        let cands = self.candidates(&self.current(), force);
+    pub(crate) async fn publish_due(&self, force: bool) -> Result<()> {
+        let cands = self.candidates(&self.tree.current(), force);
         self.publish(cands).await
     }
 
     /// Publishes candidates that conflict with no outstanding job, smallest first (the
     /// order and the conflicts are [`crate::offload::JobBook::admit`]'s).
-    pub(crate) async fn publish(
-        self: &Arc<Self>,
-        cands: Vec<(JobSpec, HashSet<Resource>)>,
-    ) -> Result<()> {
+    pub(crate) async fn publish(&self, cands: Vec<(JobSpec, HashSet<Resource>)>) -> Result<()> {
         // Cross-tier inputs are locked under the NVMe compaction lock, so an NVMe compaction
         // never consumes a file a job reads (its pick and run hold the lock throughout).
         let _nvme = if cands
@@ -88,12 +127,13 @@ impl ShardInner {
             None
         };
         let last_ids: HashSet<SstId> = self
+            .tree
             .current()
             .levels
             .last()
             .map(|l| l.iter().map(|h| h.info.id).collect())
             .unwrap_or_default();
-        let admitted = self.jobs.lock().admit(
+        let admitted = self.tree.jobs.lock().admit(
             cands,
             self.config.jobs.outstanding_max,
             &last_ids,
@@ -102,43 +142,45 @@ impl ShardInner {
         );
         let mut admitted = admitted.into_iter();
         while let Some(spec) = admitted.next() {
-            if let Err(e) = jobs::publish(&self.store, &self.s3.layout, &spec).await {
+            if let Err(e) = jobs::publish(&self.files.store, &self.layout, &spec).await {
                 // Neither this job nor the ones after it were published.
-                self.settle_job(&spec.id);
+                self.tree.settle_job(&spec.id);
                 for rest in admitted {
-                    self.settle_job(&rest.id);
+                    self.tree.settle_job(&rest.id);
                 }
                 return Err(e);
             }
-            self.s3.jobs_published.notify_waiters();
+            self.jobs_published.notify_waiters();
             tracing::debug!(shard = %self.name, job = %spec.id, bytes = spec.input_bytes, "published compaction job");
         }
         Ok(())
     }
 
     /// Commits every job whose result is in. Returns how many were settled.
-    pub(crate) async fn settle_results(self: &Arc<Self>) -> Result<usize> {
-        let mut ids = self.jobs.lock().ids();
+    pub(crate) async fn settle_results(&self) -> Result<usize> {
+        let store = &self.files.store;
+        let mut ids = self.tree.jobs.lock().ids();
         ids.sort();
         let mut settled = 0;
         for id in ids {
-            let Some(result) = jobs::result(&self.store, &self.s3.layout, &id).await? else {
+            let Some(result) = jobs::result(store, &self.layout, &id).await? else {
                 // A job whose spec vanished (removed by hand or by a lifecycle rule) will
                 // never get a result: once a lease long, look, and let it go (its inputs
                 // are published again in a new job).
-                let due =
-                    self.jobs
-                        .lock()
-                        .look_due(&id, self.clock.now_ms(), self.config.jobs.lease_ms);
-                if due && !jobs::spec_exists(&self.store, &self.s3.layout, &id).await? {
+                let due = self.tree.jobs.lock().look_due(
+                    &id,
+                    self.clock.now_ms(),
+                    self.config.jobs.lease_ms,
+                );
+                if due && !jobs::spec_exists(store, &self.layout, &id).await? {
                     tracing::warn!(shard = %self.name, job = %id, "job spec vanished from the bucket; job abandoned");
-                    self.settle_job(&id);
-                    jobs::remove(&self.store, &self.s3.layout, &id).await?;
+                    self.tree.settle_job(&id);
+                    jobs::remove(store, &self.layout, &id).await?;
                     settled += 1;
                 }
                 continue;
             };
-            let Some(o) = self.jobs.lock().get(&id).cloned() else {
+            let Some(o) = self.tree.jobs.lock().get(&id).cloned() else {
                 continue;
             };
             let committed = self.commit_job(&o.spec, &result).await;
@@ -147,7 +189,7 @@ impl ShardInner {
                 Ok(true) => {}
                 Ok(false) => {
                     tracing::info!(shard = %self.name, job = %id, "inputs changed; job abandoned");
-                    self.settle_job(&id);
+                    self.tree.settle_job(&id);
                 }
                 Err(Error::Fenced { .. }) => return committed.map(|_| settled),
                 Err(e) => {
@@ -155,7 +197,7 @@ impl ShardInner {
                     continue;
                 }
             }
-            jobs::remove(&self.store, &self.s3.layout, &id).await?;
+            jobs::remove(store, &self.layout, &id).await?;
             settled += 1;
             self.stats
                 .record_s3_job(result.bytes_read, result.bytes_written);
@@ -167,7 +209,6 @@ impl ShardInner {
     /// a tracker).
     fn hot_size(&self, lo: &[u8], hi: &[u8]) -> u64 {
         let Some(t) = self
-            .s3
             .hotness
             .as_ref()
             .filter(|_| self.config.hotness.retention)
@@ -187,21 +228,20 @@ impl ShardInner {
     /// of one version (a retained partial version and the bucket's resolved copy of it
     /// union to the resolved row; keeping only the newer source's copy lost columns).
     async fn retain_hot(&self, spec: &JobSpec) -> Result<Vec<crate::compaction::Output>> {
-        let (Some(tracker), JobSource::CrossTier { ssts }) = (&self.s3.hotness, &spec.source)
-        else {
+        let (Some(tracker), JobSource::CrossTier { ssts }) = (&self.hotness, &spec.source) else {
             return Ok(Vec::new());
         };
         let h = &self.config.hotness;
         if !h.retention && !h.promotion {
             return Ok(Vec::new());
         }
-        let cur = self.current();
+        let cur = self.tree.current();
         let last = cur.levels.len() - 1;
         let mut inputs = Vec::new();
         for s in ssts {
             if let Some(h) = cur.levels[last].iter().find(|h| h.info.id == s.id) {
-                let id = self.new_sst_id();
-                inputs.push((h.clone(), id, self.local_sst_path(&id)));
+                let id = self.files.new_sst_id();
+                inputs.push((h.clone(), id, self.files.local_sst_path(&id)));
             }
         }
         // Promotion by compaction (§3.1): copies of the promotion cache's records in the
@@ -209,12 +249,12 @@ impl ShardInner {
         // cache and moves its epoch).
         let cached = if h.promotion {
             let (lo, hi) = sst_span(ssts);
-            self.promotion.lock().range(&lo, &hi)
+            self.tree.promotion.lock().range(&lo, &hi)
         } else {
             Vec::new()
         };
         let tracker = tracker.clone();
-        let prefix = self.hotness_key(&[]);
+        let prefix = self.hotness_prefix.clone();
         let (retain, check) = (h.retention, h.check);
         let (block, bloom) = (self.config.sst_block_bytes, self.config.bloom_bits_per_key);
         let (outs, promoted) = tokio::task::spawn_blocking(
@@ -278,10 +318,10 @@ impl ShardInner {
                 Vec::new()
             }
         };
-        let mut files = self.reserve(retained.iter().map(|o| o.info.id));
+        let mut files = self.tree.reserve(retained.iter().map(|o| o.info.id));
         let mut failed = None;
         for o in &retained {
-            if let Err(e) = self.upload_sst(&o.info.id, &o.path).await {
+            if let Err(e) = self.files.upload_sst(&o.info.id, &o.path).await {
                 failed = Some(e);
                 break;
             }
@@ -291,7 +331,7 @@ impl ShardInner {
             for o in retained.drain(..) {
                 let _ = std::fs::remove_file(&o.path);
             }
-            files = self.reserve([]);
+            files = self.tree.reserve([]);
         }
         let paths: Vec<std::path::PathBuf> = retained.iter().map(|o| o.path.clone()).collect();
         let bytes: u64 = retained.iter().map(|o| o.info.size_bytes).sum();
@@ -328,7 +368,7 @@ impl ShardInner {
                 spec.targets.len()
             )));
         }
-        let editor = self.editor().await;
+        let editor = self.tree.editor().await;
         let cur = editor.current();
         let m = &cur.manifest.value;
         let tl = spec.target_level;
@@ -383,50 +423,54 @@ impl ShardInner {
 }
 
 /// The writer's job task: publishes due jobs and commits results.
-pub(crate) async fn job_loop(inner: Arc<ShardInner>) {
-    let every = Duration::from_millis(inner.config.jobs.poll_ms.max(10));
+pub(crate) async fn job_loop(o: Arc<Offloader>) {
+    let every = Duration::from_millis(o.config.jobs.poll_ms.max(10));
+    let signals = &o.signals;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
-            _ = inner.jobs_wanted.notified() => {}
-            _ = inner.cancel.cancelled() => return,
+            _ = signals.jobs_wanted.notified() => {}
+            _ = signals.cancel.cancelled() => return,
         }
-        if inner.fenced.load(Ordering::Acquire) {
+        if signals.is_fenced() {
             return;
         }
-        match inner.settle_results().await {
-            Ok(n) if n > 0 => inner.compaction_wanted.notify_one(),
+        match o.settle_results().await {
+            Ok(n) if n > 0 => signals.compaction_wanted.notify_one(),
             Ok(_) => {}
             Err(e) => {
-                if inner.fenced.load(Ordering::Acquire) {
+                if signals.is_fenced() {
                     return;
                 }
-                tracing::warn!(shard = %inner.name, error = %e, "settling compaction jobs failed")
+                tracing::warn!(shard = %o.name, error = %e, "settling compaction jobs failed")
             }
         }
-        if let Err(e) = inner.publish_due(false).await {
-            tracing::warn!(shard = %inner.name, error = %e, "publishing compaction jobs failed");
+        if let Err(e) = o.publish_due(false).await {
+            tracing::warn!(shard = %o.name, error = %e, "publishing compaction jobs failed");
         }
         // An L0 below its trigger that stopped growing settles into L1 (and from there into
         // the columnar levels): nothing else would wake the compaction task for it.
-        let l0_waiting = !inner.current().levels[0].is_empty();
+        let l0_waiting = !o.tree.current().levels[0].is_empty();
         if l0_waiting
             && crate::compaction::l0_settled(
-                &inner.config,
-                inner.l0_grown_ms.load(Ordering::Acquire),
-                inner.clock.now_ms(),
+                &o.config,
+                o.tree.l0_grown_ms.load(Ordering::Acquire),
+                o.clock.now_ms(),
             )
         {
-            inner.compaction_wanted.notify_one();
+            signals.compaction_wanted.notify_one();
         }
     }
 }
 
-/// Removes jobs an older writer of this shard published (their results can no longer be
-/// committed by it; the files they wrote are garbage collected).
-pub(crate) async fn clear_stale_jobs(inner: &ShardInner) -> Result<()> {
-    for id in jobs::list(&inner.store, &inner.s3.layout, &inner.job_prefix()).await? {
-        jobs::remove(&inner.store, &inner.s3.layout, &id).await?;
+impl Offloader {
+    /// Removes jobs an older writer of this shard published (their results can no longer
+    /// be committed by it; the files they wrote are garbage collected).
+    pub(crate) async fn clear_stale_jobs(&self) -> Result<()> {
+        let store = &self.files.store;
+        for id in jobs::list(store, &self.layout, &self.job_prefix).await? {
+            jobs::remove(store, &self.layout, &id).await?;
+        }
+        Ok(())
     }
-    Ok(())
 }

@@ -3,8 +3,11 @@
 //! (missing ones downloaded, a few at a time), the epoch re-checked, and the background
 //! tasks started.
 
+use std::collections::HashSet;
+
 use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStoreExt;
+use object_store::{PutMode, PutOptions};
 use strata_common::ids::parse_id;
 
 use super::*;
@@ -235,58 +238,124 @@ impl Shard {
             manifest: Arc::new(manifest),
         };
         let (tx, rx) = mpsc::channel(config.write_queue_max.max(1));
-        let opened_ms = clock.now_ms();
-        let inner = Arc::new(ShardInner {
-            name,
-            table,
-            config,
+        let config = Arc::new(config);
+        let stats = Arc::new(crate::metrics::ShardStats::default());
+        let signals = Arc::new(signals::Signals::new(name.clone(), epoch));
+        let files = Arc::new(files::Files::new(
             store,
             paths,
             local_dir,
             epoch,
-            clock,
+            s3.local_bucket,
+        ));
+        let tree = Arc::new(commit::Tree::new(
+            config.clone(),
+            clock.clone(),
+            signals.clone(),
             manifests,
-            state: RwLock::new(Arc::new(state)),
-            last_seq: AtomicU64::new(last_seq),
-            manifest_lock: tokio::sync::Mutex::new(()),
-            compaction_lock: tokio::sync::Mutex::new(()),
-            fenced: AtomicBool::new(false),
-            cancel: CancellationToken::new(),
-            flush_wanted: Notify::new(),
-            flushed: Notify::new(),
-            compaction_wanted: Notify::new(),
-            pins: Mutex::new(BTreeMap::new()),
-            in_flight: Default::default(),
-            sightings: Mutex::new(crate::gc::Sightings::default()),
-            next_sst: AtomicU64::new(1),
-            stats: Default::default(),
-            shard_id,
-            s3,
-            jobs: Default::default(),
-            retained_ssts: Mutex::new(HashSet::new()),
-            promotion: Mutex::new(Default::default()),
-            next_job: AtomicU64::new(1),
-            jobs_wanted: Notify::new(),
-            readers: Mutex::new(BTreeMap::new()),
-            overloaded_since: Mutex::new(None),
-            time_index: Mutex::new(Vec::new()),
-            written_bytes: AtomicU64::new(written_bytes),
-            l0_grown_ms: AtomicU64::new(opened_ms),
+            state,
+            last_seq,
+            written_bytes,
+        ));
+        let compaction_lock = Arc::new(tokio::sync::Mutex::new(()));
+        let compactor = Arc::new(compact::Compactor {
+            name: name.clone(),
+            table: table.clone(),
+            config: config.clone(),
+            clock: clock.clone(),
+            stats: stats.clone(),
+            files: files.clone(),
+            tree: tree.clone(),
+            signals: signals.clone(),
+            lock: compaction_lock.clone(),
         });
-        offload::clear_stale_jobs(&inner).await?;
-        tokio::spawn(offload::job_loop(inner.clone()));
+        let table_id = table.entry.id;
+        let offloader = Arc::new(offload::Offloader {
+            name: name.clone(),
+            table: table.clone(),
+            config: config.clone(),
+            clock: clock.clone(),
+            stats: stats.clone(),
+            epoch,
+            job_prefix: offload::job_prefix(table_id, shard_id),
+            layout: s3.layout.clone(),
+            jobs_published: s3.jobs_published.clone(),
+            hotness: s3.hotness.clone(),
+            hotness_prefix: promote::hotness_prefix(table_id, shard_id),
+            files: files.clone(),
+            tree: tree.clone(),
+            signals: signals.clone(),
+            compaction_lock,
+            next_job: AtomicU64::new(1),
+        });
+        let promoter = Arc::new(promote::Promoter {
+            name: name.clone(),
+            key_prefix: promote::hotness_prefix(table_id, shard_id),
+            hotness: s3.hotness.clone(),
+            config: config.clone(),
+            stats: stats.clone(),
+            files: files.clone(),
+            tree: tree.clone(),
+            signals: signals.clone(),
+        });
+        let collector = Arc::new(gc::Collector {
+            name: name.clone(),
+            config: config.clone(),
+            clock: clock.clone(),
+            epoch,
+            layout: s3.layout.clone(),
+            job_prefix: offload::job_prefix(table_id, shard_id),
+            files: files.clone(),
+            tree: tree.clone(),
+            signals: signals.clone(),
+            sightings: Mutex::new(crate::gc::Sightings::default()),
+        });
+        let flusher = flush::Flusher {
+            name: name.clone(),
+            config: config.clone(),
+            stats: stats.clone(),
+            files: files.clone(),
+            tree: tree.clone(),
+            signals: signals.clone(),
+        };
+        let inner = Arc::new(ShardInner {
+            name,
+            table,
+            config,
+            epoch,
+            s3,
+            stats,
+            signals: signals.clone(),
+            files,
+            tree,
+            compactor: compactor.clone(),
+            offloader: offloader.clone(),
+            promoter,
+            collector: collector.clone(),
+            overloaded_since: Mutex::new(None),
+        });
+        offloader.clear_stale_jobs().await?;
+        tokio::spawn(offload::job_loop(offloader));
         tokio::spawn(writer::writer_loop(
-            inner.clone(),
+            Arc::new(writer::GroupCommit {
+                name: inner.name.clone(),
+                config: inner.config.clone(),
+                epoch,
+                stats: inner.stats.clone(),
+                files: inner.files.clone(),
+                tree: inner.tree.clone(),
+                signals: signals.clone(),
+            }),
             rx,
             next_id,
             last_seq + 1,
         ));
-        tokio::spawn(flush::flush_loop(inner.clone()));
-        tokio::spawn(compact::compaction_loop(inner.clone()));
+        tokio::spawn(flush::flush_loop(flusher));
+        tokio::spawn(compact::compaction_loop(compactor));
         if inner.config.gc.interval_ms > 0 {
-            tokio::spawn(gc::gc_loop(inner.clone()));
+            tokio::spawn(gc::gc_loop(collector));
         }
-        inner.compaction_wanted.notify_one();
+        signals.compaction_wanted.notify_one();
         Ok(Shard { inner, tx })
     }
 }

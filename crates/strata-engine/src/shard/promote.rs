@@ -2,14 +2,46 @@
 //! to the hotness tracker, the promotion cache they fill, and promotion by flush, which
 //! commits the cache's still-hot records as an L0 SST through the commit point.
 
-use super::*;
+use std::sync::Arc;
 
-impl ShardInner {
+use crate::config::EngineConfig;
+use crate::entry::Entry;
+use crate::error::{Error, Result};
+use crate::hotness::HotnessTracker;
+use crate::metrics::{ReadSource, ShardStats};
+use crate::shard::commit::Tree;
+use crate::shard::files::Files;
+use crate::shard::signals::Signals;
+use crate::state::{ShardState, SstHandle};
+use crate::version::Edit;
+
+/// What hot-record tracking and promotion touch: the process's hotness tracker, the
+/// promotion cache and commit point (through the tree), and the SST files.
+pub(crate) struct Promoter {
+    pub(crate) name: String,
+    /// The tracker's keys of this shard begin with this: table id, shard id.
+    pub(crate) key_prefix: Vec<u8>,
+    pub(crate) hotness: Option<Arc<HotnessTracker>>,
+    pub(crate) config: Arc<EngineConfig>,
+    pub(crate) stats: Arc<ShardStats>,
+    pub(crate) files: Arc<Files>,
+    pub(crate) tree: Arc<Tree>,
+    pub(crate) signals: Arc<Signals>,
+}
+
+/// The hotness tracker's key prefix of a shard: table id, shard id.
+pub(crate) fn hotness_prefix(table_id: u64, shard_id: u32) -> Vec<u8> {
+    let mut k = Vec::with_capacity(12);
+    k.extend_from_slice(&table_id.to_be_bytes());
+    k.extend_from_slice(&shard_id.to_be_bytes());
+    k
+}
+
+impl Promoter {
     /// A key as the process-wide hotness tracker knows it: table id, shard id, key.
     pub(crate) fn hotness_key(&self, key: &[u8]) -> Vec<u8> {
-        let mut k = Vec::with_capacity(12 + key.len());
-        k.extend_from_slice(&self.table.entry.id.to_be_bytes());
-        k.extend_from_slice(&self.shard_id.to_be_bytes());
+        let mut k = Vec::with_capacity(self.key_prefix.len() + key.len());
+        k.extend_from_slice(&self.key_prefix);
         k.extend_from_slice(key);
         k
     }
@@ -22,7 +54,7 @@ impl ShardInner {
         key: &[u8],
         value_len: u32,
     ) -> Option<Arc<crate::hotness::HotnessTracker>> {
-        let t = self.s3.hotness.as_ref()?;
+        let t = self.hotness.as_ref()?;
         t.buffer_access(&self.hotness_key(key), value_len)
             .then(|| t.clone())
     }
@@ -30,12 +62,13 @@ impl ShardInner {
     /// Whether point reads at the latest sequence number go through the promotion cache
     /// (HotRAP §3.3): hot-record tracking and promotion both on.
     pub(crate) fn promotes(&self) -> bool {
-        self.s3.hotness.is_some() && self.config.hotness.promotion
+        self.hotness.is_some() && self.config.hotness.promotion
     }
 
     /// The versions of `key` the promotion cache holds for a read at `seq`.
     pub(crate) fn promoted(&self, key: &[u8], seq: u64) -> Option<Vec<Entry>> {
-        self.promotion
+        self.tree
+            .promotion
             .lock()
             .get(key, seq)
             .map(|c| c.versions.clone())
@@ -58,7 +91,7 @@ impl ShardInner {
             read_seq: seq,
         };
         let full = {
-            let mut pc = self.promotion.lock();
+            let mut pc = self.tree.promotion.lock();
             if pc.insert(key, read, epoch) {
                 pc.bytes() >= self.config.hotness.promotion_cache_bytes
                     && !std::mem::replace(&mut pc.flushing, true)
@@ -70,19 +103,19 @@ impl ShardInner {
         if !full {
             return;
         }
-        let inner = self.clone();
+        let p = self.clone();
         runtime.spawn(async move {
             // Reads during a round refill the cache without starting another (one round at
             // a time), and reads the cache answers insert nothing: a cache full again when
             // a round ends is flushed again. Each round empties it.
             loop {
-                if let Err(e) = promote_by_flush(&inner).await {
-                    tracing::warn!(shard = %inner.name, "promotion by flush: {e}");
-                    inner.promotion.lock().flushing = false;
+                if let Err(e) = p.promote_by_flush().await {
+                    tracing::warn!(shard = %p.name, "promotion by flush: {e}");
+                    p.tree.promotion.lock().flushing = false;
                     break;
                 }
-                let mut pc = inner.promotion.lock();
-                if pc.bytes() < inner.config.hotness.promotion_cache_bytes {
+                let mut pc = p.tree.promotion.lock();
+                if pc.bytes() < p.config.hotness.promotion_cache_bytes {
                     pc.flushing = false;
                     break;
                 }
@@ -91,7 +124,7 @@ impl ShardInner {
     }
 }
 
-impl crate::read::view::PointReadSink for ShardInner {
+impl crate::read::view::PointReadSink for Promoter {
     fn name(&self) -> &str {
         &self.name
     }
@@ -105,15 +138,15 @@ impl crate::read::view::PointReadSink for ShardInner {
         key: &[u8],
         value_len: u32,
     ) -> Option<Arc<crate::hotness::HotnessTracker>> {
-        ShardInner::note_access(self, key, value_len)
+        Promoter::note_access(self, key, value_len)
     }
 
     fn promotes(&self) -> bool {
-        ShardInner::promotes(self)
+        Promoter::promotes(self)
     }
 
     fn promoted(&self, key: &[u8], seq: u64) -> Option<Vec<Entry>> {
-        ShardInner::promoted(self, key, seq)
+        Promoter::promoted(self, key, seq)
     }
 
     fn offer_promotion(
@@ -124,7 +157,7 @@ impl crate::read::view::PointReadSink for ShardInner {
         epoch: u64,
         runtime: &tokio::runtime::Handle,
     ) {
-        ShardInner::offer_promotion(&self, key, versions, seq, epoch, runtime)
+        Promoter::offer_promotion(&self, key, versions, seq, epoch, runtime)
     }
 }
 
@@ -134,105 +167,104 @@ impl crate::read::view::PointReadSink for ShardInner {
 /// commit, so no flush or compaction moves a newer version below L0 in between; writes arriving meanwhile land in the memtable, above L0. Records
 /// cached before an NVMe→S3 commit are dropped (the epoch moved: a newer version may have
 /// reached S3).
-pub(crate) async fn promote_by_flush(inner: &Arc<ShardInner>) -> Result<()> {
-    let (taken, epoch) = inner.promotion.lock().take_all();
-    let tracker = inner.s3.hotness.clone();
-    let check = inner.config.hotness.check;
-    let hot: Vec<(Vec<u8>, crate::promotion::Cached)> = taken
-        .into_iter()
-        .filter(|(k, _)| {
-            !check
-                || tracker
-                    .as_ref()
-                    .is_some_and(|t| t.is_hot(&inner.hotness_key(k)))
-        })
-        .collect();
-    if hot.is_empty() {
-        return Ok(());
-    }
-    // Built and uploaded without the manifest lock; the check that decides is repeated
-    // under it, just before the commit.
-    let id = inner.new_sst_id();
-    let path = inner.local_sst_path(&id);
-    let (block, bloom) = (
-        inner.config.sst_block_bytes,
-        inner.config.bloom_bits_per_key,
-    );
-    let (p, state) = (path.clone(), inner.current());
-    let built = tokio::task::spawn_blocking(
-        move || -> Result<Option<(crate::compaction::Output, Vec<Vec<u8>>)>> {
-            let mut builder: Option<crate::sst::SstBuilder> = None;
-            let mut keys = Vec::new();
-            for (key, cached) in hot {
-                if has_version(&state, &key) {
-                    continue;
-                }
-                if builder.is_none() {
-                    builder = Some(crate::sst::SstBuilder::create(&p, block, bloom)?);
-                }
-                if let Some(b) = builder.as_mut() {
-                    for e in &cached.versions {
-                        b.add(e)?;
-                    }
-                }
-                keys.push(key);
-            }
-            match builder {
-                Some(b) => Ok(Some((crate::compaction::finish(id, p, b)?, keys))),
-                None => Ok(None),
-            }
-        },
-    )
-    .await
-    .map_err(|e| Error::Internal(e.to_string()))??;
-    let Some((o, keys)) = built else {
-        return Ok(());
-    };
-    let files = inner.reserve([id]);
-    let bytes = o.info.size_bytes;
-    let committed = async {
-        inner.upload_sst(&id, &path).await?;
-        let editor = inner.editor().await;
-        // No NVMe→S3 commit since the records were cached, and still no version of any of
-        // their keys above S3 (a write may have arrived and been flushed meanwhile): else
-        // the promotion is dropped whole.
-        let state = editor.current();
-        let stale = inner.promotion.lock().epoch != epoch
-            || tokio::task::spawn_blocking(move || keys.iter().any(|k| has_version(&state, k)))
-                .await
-                .map_err(|e| Error::Internal(e.to_string()))?;
-        if stale {
-            return Ok(false);
-        }
-        editor
-            .commit(
-                Edit::Promote {
-                    sst: Arc::new(SstHandle::new(o.info, o.reader, o.path)),
-                },
-                files,
-            )
-            .await?;
-        Ok(true)
-    }
-    .await;
-    match committed {
-        Ok(true) => {}
-        Ok(false) => {
-            inner.stats.record_promotion_abort();
-            let _ = std::fs::remove_file(&path);
+impl Promoter {
+    pub(crate) async fn promote_by_flush(&self) -> Result<()> {
+        let (taken, epoch) = self.tree.promotion.lock().take_all();
+        let tracker = self.hotness.clone();
+        let check = self.config.hotness.check;
+        let hot: Vec<(Vec<u8>, crate::promotion::Cached)> = taken
+            .into_iter()
+            .filter(|(k, _)| {
+                !check
+                    || tracker
+                        .as_ref()
+                        .is_some_and(|t| t.is_hot(&self.hotness_key(k)))
+            })
+            .collect();
+        if hot.is_empty() {
             return Ok(());
         }
-        Err(e) => {
-            let _ = std::fs::remove_file(&path);
-            return Err(e);
+        // Built and uploaded without the manifest lock; the check that decides is repeated
+        // under it, just before the commit.
+        let id = self.files.new_sst_id();
+        let path = self.files.local_sst_path(&id);
+        let (block, bloom) = (self.config.sst_block_bytes, self.config.bloom_bits_per_key);
+        let (p, state) = (path.clone(), self.tree.current());
+        let built = tokio::task::spawn_blocking(
+            move || -> Result<Option<(crate::compaction::Output, Vec<Vec<u8>>)>> {
+                let mut builder: Option<crate::sst::SstBuilder> = None;
+                let mut keys = Vec::new();
+                for (key, cached) in hot {
+                    if has_version(&state, &key) {
+                        continue;
+                    }
+                    if builder.is_none() {
+                        builder = Some(crate::sst::SstBuilder::create(&p, block, bloom)?);
+                    }
+                    if let Some(b) = builder.as_mut() {
+                        for e in &cached.versions {
+                            b.add(e)?;
+                        }
+                    }
+                    keys.push(key);
+                }
+                match builder {
+                    Some(b) => Ok(Some((crate::compaction::finish(id, p, b)?, keys))),
+                    None => Ok(None),
+                }
+            },
+        )
+        .await
+        .map_err(|e| Error::Internal(e.to_string()))??;
+        let Some((o, keys)) = built else {
+            return Ok(());
+        };
+        let files = self.tree.reserve([id]);
+        let bytes = o.info.size_bytes;
+        let committed = async {
+            self.files.upload_sst(&id, &path).await?;
+            let editor = self.tree.editor().await;
+            // No NVMe→S3 commit since the records were cached, and still no version of any of
+            // their keys above S3 (a write may have arrived and been flushed meanwhile): else
+            // the promotion is dropped whole.
+            let state = editor.current();
+            let stale = self.tree.promotion.lock().epoch != epoch
+                || tokio::task::spawn_blocking(move || keys.iter().any(|k| has_version(&state, k)))
+                    .await
+                    .map_err(|e| Error::Internal(e.to_string()))?;
+            if stale {
+                return Ok(false);
+            }
+            editor
+                .commit(
+                    Edit::Promote {
+                        sst: Arc::new(SstHandle::new(o.info, o.reader, o.path)),
+                    },
+                    files,
+                )
+                .await?;
+            Ok(true)
         }
+        .await;
+        match committed {
+            Ok(true) => {}
+            Ok(false) => {
+                self.stats.record_promotion_abort();
+                let _ = std::fs::remove_file(&path);
+                return Ok(());
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                return Err(e);
+            }
+        }
+        self.stats.record_promoted(true, bytes);
+        // A read-only workload flushes no memtable: L0 grows by promotions alone, and they
+        // must start compactions as flushes do.
+        self.signals.compaction_wanted.notify_one();
+        tracing::debug!(shard = %self.name, bytes, "promoted hot records to L0");
+        Ok(())
     }
-    inner.stats.record_promoted(true, bytes);
-    // A read-only workload flushes no memtable: L0 grows by promotions alone, and they
-    // must start compactions as flushes do.
-    inner.compaction_wanted.notify_one();
-    tracing::debug!(shard = %inner.name, bytes, "promoted hot records to L0");
-    Ok(())
 }
 
 /// Whether a key has any version in the memtables or NVMe levels of `state`.

@@ -16,6 +16,25 @@ use futures::stream::FuturesOrdered;
 
 use super::*;
 
+/// What the group-commit task touches: the WAL (through the shard's files: the bucket
+/// and the local directory), the memtables and visible sequence number (through the tree),
+/// and the notices to the flush task.
+pub(super) struct GroupCommit {
+    pub(super) name: String,
+    pub(super) config: Arc<EngineConfig>,
+    pub(super) epoch: u64,
+    pub(super) stats: Arc<crate::metrics::ShardStats>,
+    pub(super) files: Arc<files::Files>,
+    pub(super) tree: Arc<commit::Tree>,
+    pub(super) signals: Arc<signals::Signals>,
+}
+
+impl GroupCommit {
+    fn current(&self) -> Arc<ShardState> {
+        self.tree.current()
+    }
+}
+
 /// A group commit on its way to the bucket.
 struct Pending {
     wal_id: u64,
@@ -40,7 +59,7 @@ impl InFlight {
         self.pending.len()
     }
 
-    fn push(&mut self, inner: &Arc<ShardInner>, pending: Pending, data: Bytes) {
+    fn push(&mut self, inner: &Arc<GroupCommit>, pending: Pending, data: Bytes) {
         let (inner, wal_id) = (inner.clone(), pending.wal_id);
         self.uploads.push_back(Box::pin(async move {
             upload_segment(&inner, wal_id, data).await
@@ -54,20 +73,23 @@ impl InFlight {
     async fn acknowledge(
         &mut self,
         result: Result<()>,
-        inner: &ShardInner,
+        inner: &GroupCommit,
         rx: &mut mpsc::Receiver<Request>,
     ) -> bool {
         let mut done = self.pending.pop_front().expect("one pending per upload");
         match result {
             Ok(()) => {
                 if done.local {
-                    let path = inner.local_dir.join(format!("{:020}.wal", done.wal_id));
+                    let path = inner
+                        .files
+                        .local_dir
+                        .join(format!("{:020}.wal", done.wal_id));
                     let _ = tokio::fs::remove_file(path).await;
                 } else {
                     apply(inner, done.wal_id, &done.writes);
                 }
                 if let Some(last) = done.writes.last() {
-                    inner.note_acknowledged(last.0, done.data_len);
+                    inner.tree.note_acknowledged(last.0, done.data_len);
                 }
                 for w in done.writes.iter_mut() {
                     if let Some(reply) = w.3.take() {
@@ -87,7 +109,7 @@ impl InFlight {
                 // Fenced or closed: nothing more can be acknowledged by this writer, not even
                 // a later segment that landed (it is past the hole a newer writer fenced).
                 let error = |e: &Error| match e {
-                    Error::Fenced { .. } => inner.fenced_error(0),
+                    Error::Fenced { .. } => inner.signals.fenced_error(0),
                     _ => Error::Closed(format!("shard {} is closed", inner.name)),
                 };
                 self.uploads = FuturesOrdered::new();
@@ -111,7 +133,7 @@ impl InFlight {
     }
 
     /// Settles every upload in flight, oldest first; `false` if the writer must stop.
-    async fn drain(&mut self, inner: &ShardInner, rx: &mut mpsc::Receiver<Request>) -> bool {
+    async fn drain(&mut self, inner: &GroupCommit, rx: &mut mpsc::Receiver<Request>) -> bool {
         while let Some(result) = self.uploads.next().await {
             if !self.acknowledge(result, inner, rx).await {
                 return false;
@@ -122,7 +144,7 @@ impl InFlight {
 }
 
 pub(super) async fn writer_loop(
-    inner: Arc<ShardInner>,
+    inner: Arc<GroupCommit>,
     mut rx: mpsc::Receiver<Request>,
     mut wal_id: u64,
     mut next_seq: u64,
@@ -138,7 +160,7 @@ pub(super) async fn writer_loop(
         let idle_flush = settle > 0 && flight.len() == 0 && !inner.current().active.is_empty();
         let first = tokio::select! {
             biased;
-            _ = inner.cancel.cancelled() => return,
+            _ = inner.signals.cancel.cancelled() => return,
             // The oldest upload landed (or failed): acknowledge it.
             Some(result) = flight.uploads.next(), if flight.len() > 0 => {
                 if !flight.acknowledge(result, &inner, &mut rx).await {
@@ -170,12 +192,12 @@ pub(super) async fn writer_loop(
         }
         while inner.current().frozen.len() >= inner.config.memtables_frozen_max {
             let stall = std::time::Instant::now();
-            inner.flush_wanted.notify_one();
-            let notified = inner.flushed.notified();
+            inner.signals.flush_wanted.notify_one();
+            let notified = inner.signals.flushed.notified();
             tokio::select! {
                 _ = notified => {}
                 _ = tokio::time::sleep(Duration::from_millis(100)) => {}
-                _ = inner.cancel.cancelled() => return,
+                _ = inner.signals.cancel.cancelled() => return,
             }
             inner.stats.record_stall(stall.elapsed());
         }
@@ -208,7 +230,7 @@ pub(super) async fn writer_loop(
                     if entries.is_empty() {
                         // The newest acknowledged sequence number (a later one may still be
                         // in flight, and may yet fail).
-                        let _ = reply.send(Ok(inner.last_seq.load(Ordering::Acquire)));
+                        let _ = reply.send(Ok(inner.tree.last_seq.load(Ordering::Acquire)));
                         continue;
                     }
                     writes.push((next_seq, entries, durability, Some(reply)));
@@ -271,26 +293,26 @@ pub(super) async fn writer_loop(
     }
 }
 
-pub(super) fn apply(inner: &ShardInner, wal_id: u64, writes: &[PendingWrite]) {
+pub(super) fn apply(inner: &GroupCommit, wal_id: u64, writes: &[PendingWrite]) {
     let state = inner.current();
     let mut max = 0;
     for (seq, entries, _, _) in writes {
         state.active.insert(*seq, wal_id, entries);
         max = max.max(*seq);
     }
-    inner.last_seq.fetch_max(max, Ordering::AcqRel);
+    inner.tree.last_seq.fetch_max(max, Ordering::AcqRel);
 }
 
-pub(super) fn freeze(inner: &ShardInner) {
-    inner.install(|next| {
+pub(super) fn freeze(inner: &GroupCommit) {
+    inner.tree.install(|next| {
         let old = std::mem::replace(&mut next.active, Arc::new(Memtable::new()));
         next.frozen.insert(0, old);
     });
-    inner.flush_wanted.notify_one();
+    inner.signals.flush_wanted.notify_one();
 }
 
-pub(super) async fn write_local_wal(inner: &ShardInner, wal_id: u64, data: &Bytes) -> Result<()> {
-    let dir = inner.local_dir.clone();
+pub(super) async fn write_local_wal(inner: &GroupCommit, wal_id: u64, data: &Bytes) -> Result<()> {
+    let dir = inner.files.local_dir.clone();
     let path = dir.join(format!("{wal_id:020}.wal"));
     let data = data.clone();
     tokio::task::spawn_blocking(move || -> std::io::Result<()> {
@@ -364,22 +386,22 @@ pub(super) async fn upload_local_segments(
 /// must stay consecutive for fencing to hold). An object already there with other bytes is
 /// a newer writer's fence; one with exactly these bytes is this writer's own (an attempt
 /// that landed with its response lost).
-pub(super) async fn upload_segment(inner: &ShardInner, wal_id: u64, data: Bytes) -> Result<()> {
-    let path = inner.paths.wal(wal_id);
+pub(super) async fn upload_segment(inner: &GroupCommit, wal_id: u64, data: Bytes) -> Result<()> {
+    let path = inner.files.paths.wal(wal_id);
     let mut backoff = Duration::from_millis(50);
     loop {
-        match strata_objstore::create_or_match(inner.store.as_ref(), &path, &data).await {
+        match strata_objstore::create_or_match(inner.files.store.as_ref(), &path, &data).await {
             Ok(Created::Mine) => return Ok(()),
             Ok(Created::Theirs) => {
-                inner.fenced.store(true, Ordering::Release);
+                let fenced = inner.signals.deposed(0);
                 tracing::warn!(shard = %inner.name, epoch = inner.epoch, wal_id, "fenced by a newer writer");
-                return Err(inner.fenced_error(0));
+                return Err(fenced);
             }
             Err(e) => {
                 tracing::warn!(shard = %inner.name, wal_id, error = %e, "wal upload failed; retrying");
                 tokio::select! {
                     _ = tokio::time::sleep(backoff) => {}
-                    _ = inner.cancel.cancelled() => return Err(Error::Closed(inner.name.clone())),
+                    _ = inner.signals.cancel.cancelled() => return Err(Error::Closed(inner.name.clone())),
                 }
                 backoff = (backoff * 2).min(Duration::from_secs(5));
             }
