@@ -310,7 +310,32 @@ impl ServiceMetrics {
         }
         let (page_bytes, pages, page_hits, page_misses) = self.inner.db.page_cache_stats();
         let (col_bytes, cols, col_hits, col_misses) = self.inner.db.scan_cache_stats();
+        let (block_bytes, blocks, block_hits, block_misses) = self.inner.db.block_cache_stats();
         for (name, kind, help, v) in [
+            (
+                "strata_block_cache_bytes",
+                "gauge",
+                "Bytes of columnar files' data blocks and tails held on the local disk (at most engine.cache_bytes_max)",
+                block_bytes,
+            ),
+            (
+                "strata_block_cache_files",
+                "gauge",
+                "Data blocks and file tails of columnar files held on the local disk",
+                blocks as u64,
+            ),
+            (
+                "strata_block_cache_hits",
+                "counter",
+                "Blocks and tails of columnar files read from the local disk cache",
+                block_hits,
+            ),
+            (
+                "strata_block_cache_misses",
+                "counter",
+                "Blocks and tails of columnar files fetched from the bucket",
+                block_misses,
+            ),
             (
                 "strata_scan_cache_bytes",
                 "gauge",

@@ -119,7 +119,7 @@ pub struct EngineConfig {
     /// background, so a growing memtable is folded a logarithmic number of times. 0: scans
     /// resolve memtables that change under them row by row.
     pub scan_memtable_refold_bytes: u64,
-    /// Bytes of S3-level data blocks cached in the local directory.
+    /// Bytes of columnar files (data blocks and file tails) cached in the local directory.
     pub cache_bytes_max: u64,
     /// Bytes of memory for decoded Parquet pages that point lookups read (per process), so
     /// a repeated lookup into a columnar level costs no read and no decode; 0 turns it off.

@@ -1,19 +1,24 @@
 //! The local-directory cache of the S3 levels: each Parquet file's tail (Bloom filters, page
-//! index, footer) and fixed-size blocks of its data, with a byte budget.
+//! index, footer) and fixed-size blocks of its data, in files under one byte budget.
 //!
-//! A cold point lookup into a file costs one ranged GET for the tail (kept on disk for the
-//! life of the file) and one ranged GET covering the blocks of the pages it needs; a warm
-//! one costs none.
+//! A cold point lookup into a file costs one ranged GET for the tail and one ranged GET
+//! covering the blocks of the pages it needs; a warm one costs none.
+//!
+//! Which files stay is `quick_cache`'s policy (CLOCK-Pro-like: entries read again stay, a
+//! one-off scan passes through), over an index of (file, block) and file tails weighted by
+//! their bytes; an entry the policy evicts has its file deleted once the index's lock is
+//! released. Blocks of a previous process are dropped at start; its tails are kept and
+//! counted. Files compacted away are never read again and age out.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use object_store::path::Path;
 use object_store::{GetOptions, GetRange, ObjectStoreExt};
-use parking_lot::Mutex;
 use strata_objstore::StoreRef;
 
 use crate::error::{Error, Result};
@@ -25,21 +30,68 @@ pub struct CacheConfig {
     pub dir: PathBuf,
     /// Block size of cached data ranges.
     pub block_bytes: u64,
-    /// Most bytes of data blocks kept (tails are not counted: one per live file).
+    /// Most bytes of data blocks and tails kept.
     pub budget_bytes: u64,
 }
 
-#[derive(Default)]
-struct Blocks {
-    present: HashMap<(String, u64), u64>,
-    order: VecDeque<(String, u64)>,
-    bytes: u64,
+/// A cached file: a block of a Parquet file, or its tail. Files are named by a hash of the
+/// object's path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Slot {
+    Block(u64, u64),
+    Tail(u64),
 }
+
+/// Entries weigh their bytes (at least 1: an empty tail still holds a file).
+#[derive(Clone)]
+struct Bytesize;
+
+impl quick_cache::Weighter<Slot, u64> for Bytesize {
+    fn weight(&self, _: &Slot, len: &u64) -> u64 {
+        (*len).max(1)
+    }
+}
+
+/// Deletes an evicted entry's file after the index's lock is released.
+#[derive(Clone)]
+struct DeleteEvicted {
+    dir: Arc<PathBuf>,
+}
+
+impl quick_cache::Lifecycle<Slot, u64> for DeleteEvicted {
+    type RequestState = Vec<Slot>;
+
+    fn begin_request(&self) -> Self::RequestState {
+        Vec::new()
+    }
+
+    fn on_evict(&self, state: &mut Self::RequestState, key: Slot, _: u64) {
+        state.push(key);
+    }
+
+    fn end_request(&self, state: Self::RequestState) {
+        for slot in state {
+            let _ = std::fs::remove_file(slot_path(&self.dir, slot));
+        }
+    }
+}
+
+fn slot_path(dir: &std::path::Path, slot: Slot) -> PathBuf {
+    match slot {
+        Slot::Block(file, block) => dir.join("blocks").join(format!("{file:016x}.{block}")),
+        Slot::Tail(file) => dir.join("tails").join(format!("{file:016x}")),
+    }
+}
+
+type Index =
+    quick_cache::sync::Cache<Slot, u64, Bytesize, quick_cache::DefaultHashBuilder, DeleteEvicted>;
 
 /// The cache. Shared by every shard of a process.
 pub struct BlockCache {
     config: CacheConfig,
-    blocks: Mutex<Blocks>,
+    index: Index,
+    hits: AtomicU64,
+    misses: AtomicU64,
 }
 
 impl std::fmt::Debug for BlockCache {
@@ -51,38 +103,93 @@ impl std::fmt::Debug for BlockCache {
 /// Distinguishes the temporary files of concurrent writes of one block.
 static TMP_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-fn file_key(path: &Path) -> String {
-    format!(
-        "{:016x}",
-        xxhash_rust::xxh3::xxh3_64(path.as_ref().as_bytes())
-    )
+fn file_key(path: &Path) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(path.as_ref().as_bytes())
+}
+
+/// Writes `data` to `path` through a temporary file renamed into place, so a reader never
+/// sees a file another task is rewriting. False if it could not be written.
+async fn write_whole(path: &std::path::Path, data: &Bytes) -> bool {
+    let tmp = path.with_extension(format!(
+        "{}.tmp",
+        TMP_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    if tokio::fs::write(&tmp, data).await.is_err() || tokio::fs::rename(&tmp, path).await.is_err() {
+        let _ = tokio::fs::remove_file(&tmp).await;
+        return false;
+    }
+    true
 }
 
 impl BlockCache {
     /// A cache in `config.dir` (created; left-over blocks of a previous process are
-    /// dropped, tails are kept).
+    /// dropped, its tails are kept and counted in the budget).
     pub fn new(config: CacheConfig) -> Result<Arc<Self>> {
         let blocks = config.dir.join("blocks");
         let _ = std::fs::remove_dir_all(&blocks);
         std::fs::create_dir_all(&blocks)
             .map_err(Error::io(format!("create {}", blocks.display())))?;
-        std::fs::create_dir_all(config.dir.join("tails"))
+        let tails = config.dir.join("tails");
+        std::fs::create_dir_all(&tails)
             .map_err(Error::io(format!("create {}", config.dir.display())))?;
-        Ok(Arc::new(Self {
+        // Sized for blocks of the configured size filling the budget.
+        let items = (config.budget_bytes / config.block_bytes.max(4096)).clamp(64, 1 << 22);
+        let index = Index::with(
+            items as usize,
+            config.budget_bytes.max(1),
+            Bytesize,
+            Default::default(),
+            DeleteEvicted {
+                dir: Arc::new(config.dir.clone()),
+            },
+        );
+        let cache = Arc::new(Self {
             config,
-            blocks: Mutex::new(Blocks::default()),
-        }))
+            index,
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+        });
+        // The tails a previous process left: counted, so they leave under the budget.
+        for e in std::fs::read_dir(&tails)
+            .map_err(Error::io(format!("list {}", tails.display())))?
+            .flatten()
+        {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            match (u64::from_str_radix(&name, 16), e.metadata()) {
+                (Ok(file), Ok(m)) if name.len() == 16 && m.is_file() => {
+                    cache.admitted(Slot::Tail(file), m.len());
+                }
+                _ => {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+        Ok(cache)
     }
 
-    fn tail_path(&self, path: &Path) -> PathBuf {
-        self.config.dir.join("tails").join(file_key(path))
+    /// What the cache holds: (bytes, files (blocks and tails), reads answered from it,
+    /// reads that fetched from the store). Its bytes stay within `budget_bytes`.
+    pub fn stats(&self) -> (u64, usize, u64, u64) {
+        (
+            self.index.weight(),
+            self.index.len(),
+            self.hits.load(Ordering::Relaxed),
+            self.misses.load(Ordering::Relaxed),
+        )
     }
 
-    fn block_path(&self, key: &str, block: u64) -> PathBuf {
-        self.config
-            .dir
-            .join("blocks")
-            .join(format!("{key}.{block}"))
+    fn path_of(&self, slot: Slot) -> PathBuf {
+        slot_path(&self.config.dir, slot)
+    }
+
+    /// Records a file written whole at `slot`'s path (a budget of 0 keeps nothing).
+    fn admitted(&self, slot: Slot, len: u64) {
+        if self.config.budget_bytes == 0 {
+            let _ = std::fs::remove_file(self.path_of(slot));
+            return;
+        }
+        self.index.insert(slot, len);
     }
 
     /// The bytes `[tail_offset, size)` of a file: from disk, or one ranged GET.
@@ -93,45 +200,24 @@ impl BlockCache {
         tail_offset: u64,
         size: u64,
     ) -> Result<Bytes> {
-        let local = self.tail_path(path);
-        if let Ok(data) = tokio::fs::read(&local).await
+        let slot = Slot::Tail(file_key(path));
+        let local = self.path_of(slot);
+        if self.index.get(&slot).is_some()
+            && let Ok(data) = tokio::fs::read(&local).await
             && data.len() as u64 == size - tail_offset
         {
+            self.hits.fetch_add(1, Ordering::Relaxed);
             return Ok(Bytes::from(data));
         }
+        self.misses.fetch_add(1, Ordering::Relaxed);
         let data = store
             .get_range(path, tail_offset..size)
             .await
             .map_err(Error::store(format!("read tail of {path}")))?;
-        let tmp = local.with_extension(format!(
-            "{}.tmp",
-            TMP_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        ));
-        if tokio::fs::write(&tmp, &data).await.is_err()
-            || tokio::fs::rename(&tmp, &local).await.is_err()
-        {
-            let _ = tokio::fs::remove_file(&tmp).await;
+        if self.config.budget_bytes > 0 && write_whole(&local, &data).await {
+            self.admitted(slot, data.len() as u64);
         }
         Ok(data)
-    }
-
-    /// Forgets a file (it was compacted away).
-    pub fn evict_file(&self, path: &Path) {
-        let _ = std::fs::remove_file(self.tail_path(path));
-        let key = file_key(path);
-        let mut b = self.blocks.lock();
-        let gone: Vec<(String, u64)> = b
-            .present
-            .keys()
-            .filter(|(k, _)| *k == key)
-            .cloned()
-            .collect();
-        for g in gone {
-            if let Some(n) = b.present.remove(&g) {
-                b.bytes -= n;
-                let _ = std::fs::remove_file(self.block_path(&g.0, g.1));
-            }
-        }
     }
 
     /// Reads byte ranges of a file through the block cache: the missing blocks are fetched
@@ -144,7 +230,7 @@ impl BlockCache {
         ranges: &[Range<u64>],
     ) -> Result<Vec<Bytes>> {
         let bs = self.config.block_bytes.max(4096);
-        let key = file_key(path);
+        let file = file_key(path);
         let mut needed: Vec<u64> = ranges
             .iter()
             .filter(|r| r.end > r.start)
@@ -167,18 +253,16 @@ impl BlockCache {
         let mut have: HashMap<u64, (usize, Bytes)> = HashMap::new();
         let mut missing = Vec::new();
         let mut reads = Vec::new();
-        {
-            let blocks = self.blocks.lock();
-            for b in &needed {
-                // A block file holds the whole block or it is not used: the last block of a
-                // file is shorter, every other one is `bs` long.
-                let expected = (size.saturating_sub(b * bs)).min(bs);
-                if blocks.present.contains_key(&(key.clone(), *b)) {
-                    let (lo, hi) = want[b];
-                    reads.push((*b, self.block_path(&key, *b), expected, lo, hi));
-                } else {
-                    missing.push(*b);
-                }
+        for b in &needed {
+            // A block file holds the whole block or it is not used: the last block of a
+            // file is shorter, every other one is `bs` long.
+            let expected = (size.saturating_sub(b * bs)).min(bs);
+            let slot = Slot::Block(file, *b);
+            if self.index.get(&slot).is_some() {
+                let (lo, hi) = want[b];
+                reads.push((*b, self.path_of(slot), expected, lo, hi));
+            } else {
+                missing.push(*b);
             }
         }
         if !reads.is_empty() {
@@ -216,6 +300,10 @@ impl BlockCache {
             }
             missing.sort_unstable();
         }
+        self.hits
+            .fetch_add((needed.len() - missing.len()) as u64, Ordering::Relaxed);
+        self.misses
+            .fetch_add(missing.len() as u64, Ordering::Relaxed);
         if let (Some(first), Some(last)) = (missing.first(), missing.last()) {
             let span = (first * bs)..((last + 1) * bs).min(size);
             let data = store
@@ -242,7 +330,7 @@ impl BlockCache {
                 let lo = (b * bs - span.start) as usize;
                 let hi = (((b + 1) * bs).min(size) - span.start) as usize;
                 let block = data.slice(lo..hi);
-                self.admit(&key, b, &block).await;
+                self.admit(Slot::Block(file, b), &block).await;
                 have.insert(b, (0, block));
             }
         }
@@ -284,40 +372,14 @@ impl BlockCache {
         Ok(out)
     }
 
-    async fn admit(&self, key: &str, block: u64, data: &Bytes) {
+    /// Keeps a block fetched from the store (two readers that both missed it admit it
+    /// twice; each writes a file of its own and renames it into place).
+    async fn admit(&self, slot: Slot, data: &Bytes) {
         if self.config.budget_bytes == 0 {
             return;
         }
-        // Written under a name of its own and renamed into place, so a reader of the block
-        // never sees a file another task is rewriting (two readers that both missed the
-        // block admit it twice).
-        let path = self.block_path(key, block);
-        let tmp = path.with_extension(format!(
-            "{block}.{}.tmp",
-            TMP_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        ));
-        if tokio::fs::write(&tmp, data).await.is_err() {
-            let _ = tokio::fs::remove_file(&tmp).await;
-            return;
-        }
-        if tokio::fs::rename(&tmp, &path).await.is_err() {
-            let _ = tokio::fs::remove_file(&tmp).await;
-            return;
-        }
-        let mut b = self.blocks.lock();
-        let id = (key.to_string(), block);
-        if b.present.insert(id.clone(), data.len() as u64).is_none() {
-            b.bytes += data.len() as u64;
-            b.order.push_back(id);
-        }
-        while b.bytes > self.config.budget_bytes {
-            let Some(old) = b.order.pop_front() else {
-                break;
-            };
-            if let Some(n) = b.present.remove(&old) {
-                b.bytes -= n;
-                let _ = std::fs::remove_file(self.block_path(&old.0, old.1));
-            }
+        if write_whole(&self.path_of(slot), data).await {
+            self.admitted(slot, data.len() as u64);
         }
     }
 }
@@ -406,8 +468,8 @@ mod tests {
         assert_eq!(&got[0][..], &body[..]);
         // Cut block 1 to half its length and block 2 to nothing.
         let key = file_key(&path);
-        let b1 = cache.block_path(&key, 1);
-        let b2 = cache.block_path(&key, 2);
+        let b1 = cache.path_of(Slot::Block(key, 1));
+        let b2 = cache.path_of(Slot::Block(key, 2));
         std::fs::OpenOptions::new()
             .write(true)
             .open(&b1)
@@ -427,6 +489,143 @@ mod tests {
             .unwrap();
         for (r, g) in ranges.iter().zip(&got) {
             assert_eq!(&g[..], &body[r.start as usize..r.end as usize], "{r:?}");
+        }
+    }
+
+    fn bytes_in(dir: &std::path::Path) -> (u64, usize) {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.metadata().unwrap().len())
+            .fold((0, 0), |(b, n), l| (b + l, n + 1))
+    }
+
+    /// Blocks read through a small budget: the files on disk and the bytes the cache
+    /// reports stay within it, and blocks read again and again stay cached through a
+    /// one-off pass over many others (the index's policy; first in, first out evicted
+    /// them).
+    #[tokio::test]
+    async fn the_budget_bounds_the_files_and_hot_blocks_outlast_a_pass() {
+        let dir = tempfile::tempdir().unwrap();
+        let bs = 4096u64;
+        let budget = 64 * bs;
+        let cache = BlockCache::new(CacheConfig {
+            dir: dir.path().to_path_buf(),
+            block_bytes: bs,
+            budget_bytes: budget,
+        })
+        .unwrap();
+        let store: StoreRef = Arc::new(object_store::memory::InMemory::new());
+        let path = Path::from("t/file.parquet");
+        let body: Vec<u8> = (0..1000 * bs as u32).map(|i| (i % 253) as u8).collect();
+        store
+            .put(&path, PutPayload::from(body.clone()))
+            .await
+            .unwrap();
+        let size = body.len() as u64;
+        let read = |b: u64| {
+            let (cache, store, path, body) = (&cache, &store, &path, &body);
+            async move {
+                let r = b * bs + 10..b * bs + 100;
+                let got = cache
+                    .read_ranges(store, path, size, std::slice::from_ref(&r))
+                    .await
+                    .unwrap();
+                assert_eq!(&got[0][..], &body[r.start as usize..r.end as usize]);
+            }
+        };
+        for _ in 0..3 {
+            for b in 0..4 {
+                read(b).await;
+            }
+        }
+        assert_eq!(
+            cache.stats().2,
+            8,
+            "the second and third reads of the hot blocks hit"
+        );
+        for b in 100..900 {
+            read(b).await;
+        }
+        let (bytes, files, _, misses) = cache.stats();
+        assert!(
+            bytes <= budget,
+            "{bytes} bytes held against a budget of {budget}"
+        );
+        let (on_disk, n) = bytes_in(&dir.path().join("blocks"));
+        assert!(on_disk <= budget, "{on_disk} bytes on disk");
+        assert_eq!(n, files, "every block file is in the index, and only those");
+        for b in 0..4 {
+            read(b).await;
+        }
+        assert_eq!(
+            cache.stats().3,
+            misses,
+            "a one-off pass evicted the hot blocks"
+        );
+    }
+
+    /// Tails a previous process left are counted at start, so they leave under the budget
+    /// as new ones come; its temporary files are removed.
+    #[tokio::test]
+    async fn tails_left_by_a_previous_process_stay_within_the_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let tails = dir.path().join("tails");
+        std::fs::create_dir_all(&tails).unwrap();
+        for i in 0..40u64 {
+            std::fs::write(tails.join(format!("{i:016x}")), vec![7u8; 4000]).unwrap();
+        }
+        std::fs::write(tails.join("00000000000000aa.3.tmp"), b"partial").unwrap();
+        let budget = 40 * 4000;
+        let cache = BlockCache::new(CacheConfig {
+            dir: dir.path().to_path_buf(),
+            block_bytes: 4096,
+            budget_bytes: budget,
+        })
+        .unwrap();
+        let (bytes, files, _, _) = cache.stats();
+        assert!(files > 0 && bytes <= budget, "{files} tails, {bytes} bytes");
+        assert_eq!(bytes_in(&tails), (bytes, files), "the index counts what is on disk");
+        let store: StoreRef = Arc::new(object_store::memory::InMemory::new());
+        let body: Vec<u8> = (0..6000u32).map(|i| (i % 241) as u8).collect();
+        for f in 0..30 {
+            let path = Path::from(format!("t/{f}.parquet"));
+            store
+                .put(&path, PutPayload::from(body.clone()))
+                .await
+                .unwrap();
+            let tail = cache.tail(&store, &path, 1000, 6000).await.unwrap();
+            assert_eq!(&tail[..], &body[1000..]);
+        }
+        let (bytes, files, _, _) = cache.stats();
+        assert!(bytes <= budget, "{bytes} bytes held");
+        assert_eq!(bytes_in(&tails), (bytes, files), "the index counts what is on disk");
+    }
+
+    /// A tail read again comes from the local disk; with a budget of 0 nothing is kept.
+    #[tokio::test]
+    async fn a_tail_read_again_is_answered_from_disk() {
+        let store: StoreRef = Arc::new(object_store::memory::InMemory::new());
+        let path = Path::from("t/file.parquet");
+        let body: Vec<u8> = (0..6000u32).map(|i| (i % 241) as u8).collect();
+        store
+            .put(&path, PutPayload::from(body.clone()))
+            .await
+            .unwrap();
+        for (budget, hits) in [(1 << 20, 1), (0, 0)] {
+            let dir = tempfile::tempdir().unwrap();
+            let cache = BlockCache::new(CacheConfig {
+                dir: dir.path().to_path_buf(),
+                block_bytes: 4096,
+                budget_bytes: budget,
+            })
+            .unwrap();
+            for _ in 0..2 {
+                let tail = cache.tail(&store, &path, 1000, 6000).await.unwrap();
+                assert_eq!(&tail[..], &body[1000..]);
+            }
+            assert_eq!(cache.stats().2, hits, "budget {budget}");
+            assert_eq!(bytes_in(&dir.path().join("tails")).1, hits as usize);
         }
     }
 

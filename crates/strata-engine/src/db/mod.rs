@@ -527,6 +527,13 @@ impl Db {
         self.inner.s3.reads.metas.column_stats()
     }
 
+    /// The local-disk cache of the columnar levels' data blocks and file tails: (bytes
+    /// held, files held, reads answered from it, reads that fetched from the bucket). Its
+    /// bytes stay within `cache_bytes_max`.
+    pub fn block_cache_stats(&self) -> (u64, usize, u64, u64) {
+        self.inner.s3.reads.cache.stats()
+    }
+
     /// The hotness tracker's sizes and counters, when it is enabled.
     pub fn hotness_stats(&self) -> Option<crate::hotness::TrackerStats> {
         self.inner.s3.hotness.as_ref().map(|t| t.stats())
