@@ -52,7 +52,8 @@ impl quick_cache::Weighter<Slot, u64> for Bytesize {
     }
 }
 
-/// Deletes an evicted entry's file after the index's lock is released.
+/// Collects evicted entries; `BlockCache::admitted` deletes their files after the index's
+/// lock is released (any other request deletes them in `end_request`).
 #[derive(Clone)]
 struct DeleteEvicted {
     dir: Arc<PathBuf>,
@@ -183,13 +184,20 @@ impl BlockCache {
         slot_path(&self.config.dir, slot)
     }
 
-    /// Records a file written whole at `slot`'s path (a budget of 0 keeps nothing).
+    /// Records a file written whole at `slot`'s path (a budget of 0 keeps nothing), and
+    /// deletes the files of the entries the index evicted for it. The index reports an
+    /// entry it replaced as evicted too: when two readers admitted the same block, the
+    /// second's file took the first's name, so that one is not deleted.
     fn admitted(&self, slot: Slot, len: u64) {
         if self.config.budget_bytes == 0 {
             let _ = std::fs::remove_file(self.path_of(slot));
             return;
         }
-        self.index.insert(slot, len);
+        for gone in self.index.insert_with_lifecycle(slot, len) {
+            if gone != slot {
+                let _ = std::fs::remove_file(self.path_of(gone));
+            }
+        }
     }
 
     /// The bytes `[tail_offset, size)` of a file: from disk, or one ranged GET.
@@ -565,6 +573,60 @@ mod tests {
         );
     }
 
+    /// Many readers missing the same blocks at once each admit them: every block the index
+    /// holds keeps its file (the index reports a replaced entry as evicted, which deleted
+    /// the file the second admission had just put in place, so each later read missed,
+    /// fetched and admitted again), and a second pass reads everything from disk.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_admits_of_one_block_keep_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = BlockCache::new(CacheConfig {
+            dir: dir.path().to_path_buf(),
+            block_bytes: 64 << 10,
+            budget_bytes: 1 << 30,
+        })
+        .unwrap();
+        let store: StoreRef = Arc::new(object_store::memory::InMemory::new());
+        let size = 4u64 << 20;
+        for f in 0..4 {
+            let path = Path::from(format!("t/{f}.parquet"));
+            store
+                .put(&path, PutPayload::from(vec![f as u8; size as usize]))
+                .await
+                .unwrap();
+        }
+        let pass = |cache: Arc<BlockCache>, store: StoreRef| async move {
+            let mut tasks = Vec::new();
+            for t in 0..32u64 {
+                let (cache, store) = (cache.clone(), store.clone());
+                tasks.push(tokio::spawn(async move {
+                    for i in 0..100u64 {
+                        let f = (t + i) % 4;
+                        let path = Path::from(format!("t/{f}.parquet"));
+                        let s = (i * 7919 * 4096) % (size - 100);
+                        let got = cache
+                            .read_ranges(&store, &path, size, std::slice::from_ref(&(s..s + 100)))
+                            .await
+                            .unwrap();
+                        assert!(got[0].iter().all(|b| *b == f as u8));
+                    }
+                }));
+            }
+            for t in tasks {
+                t.await.unwrap();
+            }
+        };
+        pass(cache.clone(), store.clone()).await;
+        let (_, files, _, misses) = cache.stats();
+        assert_eq!(bytes_in(&dir.path().join("blocks")).1, files);
+        pass(cache.clone(), store.clone()).await;
+        assert_eq!(
+            cache.stats().3,
+            misses,
+            "a block the index holds lost its file"
+        );
+    }
+
     /// Tails a previous process left are counted at start, so they leave under the budget
     /// as new ones come; its temporary files are removed.
     #[tokio::test]
@@ -585,7 +647,11 @@ mod tests {
         .unwrap();
         let (bytes, files, _, _) = cache.stats();
         assert!(files > 0 && bytes <= budget, "{files} tails, {bytes} bytes");
-        assert_eq!(bytes_in(&tails), (bytes, files), "the index counts what is on disk");
+        assert_eq!(
+            bytes_in(&tails),
+            (bytes, files),
+            "the index counts what is on disk"
+        );
         let store: StoreRef = Arc::new(object_store::memory::InMemory::new());
         let body: Vec<u8> = (0..6000u32).map(|i| (i % 241) as u8).collect();
         for f in 0..30 {
@@ -599,7 +665,11 @@ mod tests {
         }
         let (bytes, files, _, _) = cache.stats();
         assert!(bytes <= budget, "{bytes} bytes held");
-        assert_eq!(bytes_in(&tails), (bytes, files), "the index counts what is on disk");
+        assert_eq!(
+            bytes_in(&tails),
+            (bytes, files),
+            "the index counts what is on disk"
+        );
     }
 
     /// A tail read again comes from the local disk; with a budget of 0 nothing is kept.
