@@ -76,12 +76,18 @@ pub(crate) struct ReadGuard {
 
 impl Drop for ReadGuard {
     fn drop(&mut self) {
-        let mut r = self.tree.readers.lock();
-        if let Some(n) = r.get_mut(&self.version) {
-            *n -= 1;
-            if *n == 0 {
-                r.remove(&self.version);
-            }
+        release(&self.tree.readers, self.version);
+    }
+}
+
+/// One holder of `key` fewer (a snapshot pin, a read of a manifest version); the key goes
+/// with its last holder.
+fn release(counts: &Mutex<BTreeMap<u64, usize>>, key: u64) {
+    let mut c = counts.lock();
+    if let Some(n) = c.get_mut(&key) {
+        *n -= 1;
+        if *n == 0 {
+            c.remove(&key);
         }
     }
 }
@@ -185,6 +191,21 @@ impl Tree {
                 version: v,
             },
         )
+    }
+
+    /// Pins the newest visible sequence number until [`Tree::unpin`]: versions visible at
+    /// it survive compaction. Read under the pins' lock, so a compaction that reads the
+    /// pins after it sees the pin.
+    pub(crate) fn pin_latest(&self) -> u64 {
+        let mut pins = self.pins.lock();
+        let seq = self.last_seq.load(Ordering::Acquire);
+        *pins.entry(seq).or_default() += 1;
+        seq
+    }
+
+    /// Drops one pin of `seq`.
+    pub(crate) fn unpin(&self, seq: u64) {
+        release(&self.pins, seq);
     }
 
     /// The pinned snapshot sequence numbers now (compaction keeps what they see).

@@ -161,13 +161,7 @@ impl ShardSnapshot {
 
 impl Drop for ShardSnapshot {
     fn drop(&mut self) {
-        let mut pins = self.tree.pins.lock();
-        if let Some(n) = pins.get_mut(&self.seq) {
-            *n -= 1;
-            if *n == 0 {
-                pins.remove(&self.seq);
-            }
-        }
+        self.tree.unpin(self.seq);
     }
 }
 
@@ -418,9 +412,7 @@ impl Shard {
 
     /// Pins the current state: versions visible at it survive compaction until dropped.
     pub fn snapshot(&self) -> ShardSnapshot {
-        let mut pins = self.inner.tree.pins.lock();
-        let seq = self.last_seq();
-        *pins.entry(seq).or_default() += 1;
+        let seq = self.inner.tree.pin_latest();
         ShardSnapshot {
             tree: self.inner.tree.clone(),
             seq,

@@ -73,9 +73,7 @@ impl Offloader {
     }
 
     fn hotness_key(&self, key: &[u8]) -> Vec<u8> {
-        let mut k = self.hotness_prefix.clone();
-        k.extend_from_slice(key);
-        k
+        crate::shard::promote::hotness_key(&self.hotness_prefix, key)
     }
 
     /// Plans jobs on `state` and this shard's settings now (see [`Planner`]).
@@ -259,11 +257,8 @@ impl Offloader {
         let (block, bloom) = (self.config.sst_block_bytes, self.config.bloom_bits_per_key);
         let (outs, promoted) = tokio::task::spawn_blocking(
             move || -> Result<(Vec<crate::compaction::Output>, u64)> {
-                let hot = |k: &[u8]| {
-                    let mut key = prefix.clone();
-                    key.extend_from_slice(k);
-                    tracker.is_hot(&key)
-                };
+                let hot =
+                    |k: &[u8]| tracker.is_hot(&crate::shard::promote::hotness_key(&prefix, k));
                 let mut outs = Vec::new();
                 let mut promoted = 0u64;
                 for (h, id, path) in inputs {

@@ -270,6 +270,8 @@ impl Shard {
             lock: compaction_lock.clone(),
         });
         let table_id = table.entry.id;
+        let job_prefix = offload::job_prefix(table_id, shard_id);
+        let hotness_prefix = promote::hotness_prefix(table_id, shard_id);
         let offloader = Arc::new(offload::Offloader {
             name: name.clone(),
             table: table.clone(),
@@ -277,11 +279,11 @@ impl Shard {
             clock: clock.clone(),
             stats: stats.clone(),
             epoch,
-            job_prefix: offload::job_prefix(table_id, shard_id),
+            job_prefix: job_prefix.clone(),
             layout: s3.layout.clone(),
             jobs_published: s3.jobs_published.clone(),
             hotness: s3.hotness.clone(),
-            hotness_prefix: promote::hotness_prefix(table_id, shard_id),
+            hotness_prefix: hotness_prefix.clone(),
             files: files.clone(),
             tree: tree.clone(),
             signals: signals.clone(),
@@ -290,7 +292,7 @@ impl Shard {
         });
         let promoter = Arc::new(promote::Promoter {
             name: name.clone(),
-            key_prefix: promote::hotness_prefix(table_id, shard_id),
+            key_prefix: hotness_prefix,
             hotness: s3.hotness.clone(),
             config: config.clone(),
             stats: stats.clone(),
@@ -304,7 +306,7 @@ impl Shard {
             clock: clock.clone(),
             epoch,
             layout: s3.layout.clone(),
-            job_prefix: offload::job_prefix(table_id, shard_id),
+            job_prefix,
             files: files.clone(),
             tree: tree.clone(),
             signals: signals.clone(),

@@ -37,13 +37,18 @@ pub(crate) fn hotness_prefix(table_id: u64, shard_id: u32) -> Vec<u8> {
     k
 }
 
+/// `key` as the hotness tracker knows it, after its shard's [`hotness_prefix`].
+pub(crate) fn hotness_key(prefix: &[u8], key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(prefix.len() + key.len());
+    k.extend_from_slice(prefix);
+    k.extend_from_slice(key);
+    k
+}
+
 impl Promoter {
     /// A key as the process-wide hotness tracker knows it: table id, shard id, key.
     pub(crate) fn hotness_key(&self, key: &[u8]) -> Vec<u8> {
-        let mut k = Vec::with_capacity(self.key_prefix.len() + key.len());
-        k.extend_from_slice(&self.key_prefix);
-        k.extend_from_slice(key);
-        k
+        hotness_key(&self.key_prefix, key)
     }
 
     /// Records a point read that found `key` (its newest version `value_len` bytes) in the
