@@ -30,7 +30,23 @@ except psycopg.OperationalError as e:
     assert "too many clients already" in str(e), e
     assert "query.postgres_connections_max" in str(e), e
 held.pop().close()
-spare = connect(autocommit=True)
+
+
+def connect_when_freed(deadline_s=10.0):
+    # The server gives a slot back when it sees the connection end, which comes a moment
+    # after close() returns here (PostgreSQL's backends exit the same way), so the freed
+    # slot is awaited, within a bound, rather than assumed at once.
+    end = time.monotonic() + deadline_s
+    while True:
+        try:
+            return connect(autocommit=True)
+        except psycopg.OperationalError as e:
+            if "too many clients already" not in str(e) or time.monotonic() > end:
+                raise
+            time.sleep(0.05)
+
+
+spare = connect_when_freed()
 assert spare.execute("SELECT 1").fetchone() == (1,)
 spare.close()
 for c in held:
@@ -38,7 +54,7 @@ for c in held:
 
 # Cancel: a statement that would run for minutes (a cross join of 40^6 rows), cancelled
 # from another thread after it started, fails with 57014 at once; the connection stays.
-with connect(autocommit=True) as conn:
+with connect_when_freed() as conn:
     conn.execute("CREATE TABLE ops.t (id BIGINT, PRIMARY KEY (id))")
     with conn.cursor() as cur:
         cur.executemany("INSERT INTO ops.t VALUES (%s)", [(i,) for i in range(40)])
@@ -73,7 +89,7 @@ with connect(autocommit=True) as conn:
 
 # One query string of several statements (the simple protocol, as psql -c sends it): each
 # runs and answers before the next, so the first count is read before the insert.
-with connect(autocommit=True) as conn:
+with connect_when_freed() as conn:
     cur = conn.cursor()
     cur.execute("SELECT count(*) FROM ops.t; SELECT 7; INSERT INTO ops.t VALUES (100), (101)")
     assert cur.fetchone() == (40,)
