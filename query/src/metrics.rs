@@ -315,7 +315,7 @@ impl ServiceMetrics {
             (
                 "strata_block_cache_bytes",
                 "gauge",
-                "Bytes of columnar files' data blocks and tails held on the local disk (at most engine.cache_bytes_max)",
+                "Bytes of columnar files' data blocks and tails held on the local disk (at most engine.cache_bytes_max; none for a local-directory bucket, read in place)",
                 block_bytes,
             ),
             (
