@@ -11,8 +11,8 @@
 //! counted. Files compacted away are never read again and age out.
 //!
 //! A local-directory bucket is read in place: its first GET hands over the object's file
-//! (`GetResultPayload::File`), and from then on every range is read from the bucket's own
-//! file, nothing is copied into the cache's directory and nothing is counted as a hit or a
+//! (`GetResultPayload::File`), and from then on a read's ranges are one request that the
+//! store answers by reading its own file (one hop to its blocking pool), nothing is copied into the cache's directory and nothing is counted as a hit or a
 //! miss. Copying a file of the same disk into a second file bought no round trip and cost a
 //! file creation, a write and twice the space per block: 64 readers over a columnar level
 //! fresh from compaction spent about a fifth of the cold start creating and writing block
@@ -257,27 +257,18 @@ impl BlockCache {
         ranges: &[Range<u64>],
     ) -> Result<Vec<Bytes>> {
         if self.in_place.load(Ordering::Relaxed) {
-            // Bounded to the ranges, so the request's bytes are counted as what is read.
-            let lo = ranges.iter().map(|r| r.start).min().unwrap_or(0);
-            let hi = ranges.iter().map(|r| r.end).max().unwrap_or(0);
-            if hi <= lo {
-                return Ok(ranges.iter().map(|_| Bytes::new()).collect());
+            // One request for every range: the local-directory store opens the file and
+            // reads the ranges in one call on its blocking pool (a GET handing over the
+            // file, then a read of it, took two hops per page a lookup missed).
+            if let Some(r) = ranges.iter().find(|r| r.end > size || r.start > r.end) {
+                return Err(Error::Corrupt(format!(
+                    "parquet {path}: range {r:?} past the end of the object ({size} bytes)"
+                )));
             }
-            let got = store
-                .get_opts(
-                    path,
-                    GetOptions {
-                        range: Some(GetRange::Bounded(lo..hi)),
-                        ..Default::default()
-                    },
-                )
+            return store
+                .get_ranges(path, ranges)
                 .await
-                .map_err(Error::store(format!("read {path}")))?;
-            if let GetResultPayload::File(file, _) = got.payload {
-                return read_in_place(file, path, ranges).await;
-            }
-            // Not a file after all (a store that hands over files only sometimes): through
-            // the cache.
+                .map_err(Error::store(format!("read {path}")));
         }
         let bs = self.config.block_bytes.max(4096);
         let file = file_key(path);
