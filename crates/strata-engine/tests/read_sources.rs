@@ -147,3 +147,42 @@ async fn point_reads_through_a_view_count_and_feed_the_tracker() {
     assert!(!tracker.is_hot(&key(9)), "a miss is not an access");
     db.close().await;
 }
+
+/// A loop of point reads answered from memory never waits on anything, yet it yields the
+/// thread within a bounded number of reads (tokio's cooperative budget, one unit per two
+/// reads), so a task queued behind it on the same thread (a flush, a compaction, another
+/// client) gets its turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn a_loop_of_reads_from_memory_yields_the_thread() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = common::memory_store();
+    let db = common::open(&store, tmp.path(), common::small_config()).await;
+    db.create_table("t", common::schema(), &["id"])
+        .await
+        .unwrap();
+    let t = db.table("t").await.unwrap();
+    t.upsert(rows(&[1], &[Some("one")], &[Some(1)]))
+        .await
+        .unwrap();
+    let reader = tokio::spawn(async move {
+        let other_ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = other_ran.clone();
+        // Queued on this (the only) worker behind the reader: it runs only when the
+        // reader yields.
+        tokio::spawn(async move { flag.store(true, std::sync::atomic::Ordering::SeqCst) });
+        for i in 0..10_000 {
+            let got = t.get(&[Value::Int(1)], None, None).await.unwrap();
+            assert_eq!(got.map(|b| b.num_rows()), Some(1));
+            if other_ran.load(std::sync::atomic::Ordering::SeqCst) {
+                return Some(i + 1);
+            }
+        }
+        None
+    });
+    let reads = reader.await.unwrap();
+    assert!(
+        reads.is_some_and(|n| n <= 512),
+        "the other task ran after {reads:?} reads"
+    );
+    db.close().await;
+}

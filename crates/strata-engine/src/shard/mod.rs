@@ -530,7 +530,7 @@ impl Shard {
         }
         // A read answered from memory never waits; without this, a loop of them on a
         // runtime thread would starve flushes and compactions queued behind it.
-        tokio::task::consume_budget().await;
+        spend_budget().await;
         Ok(row)
     }
 
@@ -598,5 +598,30 @@ impl Shard {
             tracing::warn!(shard = %self.inner.name, "close: WAL uploads still pending after {CLOSE_UPLOAD_WAIT:?}; locally acknowledged writes stay on this node's disk until the shard reopens here");
         }
         self.inner.signals.cancel.cancel();
+    }
+}
+
+/// Reads answered from memory per unit of tokio's cooperative budget.
+///
+/// tokio gives a task 128 units per turn and spends one per ready resource (a channel
+/// message, a socket read): fractions of a microsecond each. A point read costs several
+/// microseconds, so one unit each already makes a turn of over a millisecond; the task
+/// still yields within a bounded time (two reads per unit: 256 reads per turn).
+const READS_PER_BUDGET_UNIT: u32 = 2;
+
+/// Spends one unit of the task's budget every [`READS_PER_BUDGET_UNIT`] reads on this
+/// thread (yielding when the budget is gone), so a loop of reads answered from memory
+/// cannot starve the tasks queued behind it.
+async fn spend_budget() {
+    thread_local! {
+        static READS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    }
+    let n = READS.with(|c| {
+        let n = c.get().wrapping_add(1);
+        c.set(n);
+        n
+    });
+    if n.is_multiple_of(READS_PER_BUDGET_UNIT) {
+        tokio::task::consume_budget().await;
     }
 }
