@@ -510,3 +510,74 @@ async fn local_dir_takes_a_source_file_in_place_of_an_empty_payload() {
     assert_eq!(faults.counts().lost_responses, 1);
     assert_eq!(read("t/s/sst/4.sst"), bytes);
 }
+
+/// Small create-only puts (WAL segments) are written into spare unnamed files made ahead of
+/// time and linked into place: the same syncs, the same create-only refusal, the same
+/// e-tags, and nothing in the directories but the objects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_dir_small_creates_fill_spare_unnamed_files() {
+    use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let store = LocalDirStore::new(dir.path()).unwrap();
+    let create = || PutOptions::from(PutMode::Create);
+    let mut names = Vec::new();
+    for i in 0..20u32 {
+        // Spares are made on the blocking pool after a put; give the refill a moment.
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        let at = Path::from(format!("wal/s{}/{i:020}.wal", i / 10));
+        let before = store.syncs();
+        let put = store
+            .put_opts(&at, format!("segment {i}").into_bytes().into(), create())
+            .await
+            .unwrap();
+        if i % 10 != 0 {
+            assert_eq!(store.syncs() - before, 2, "file + directory, put {i}");
+        }
+        assert_eq!(put.e_tag, store.head(&at).await.unwrap().e_tag, "put {i}");
+        names.push(at);
+    }
+    assert!(
+        store.unnamed_puts() >= 10,
+        "{} of 20 puts went through a spare",
+        store.unnamed_puts()
+    );
+    for (i, at) in names.iter().enumerate() {
+        let got = store.get(at).await.unwrap().bytes().await.unwrap();
+        assert_eq!(got.as_ref(), format!("segment {i}").as_bytes());
+    }
+    // A spare never takes a name that is already an object's.
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let used = store.unnamed_puts();
+    let err = store
+        .put_opts(&names[3], b"other".to_vec().into(), create())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, object_store::Error::AlreadyExists { .. }),
+        "{err}"
+    );
+    assert_eq!(
+        store.unnamed_puts(),
+        used,
+        "the refused put was not counted"
+    );
+    let got = store.get(&names[3]).await.unwrap().bytes().await.unwrap();
+    assert_eq!(got.as_ref(), b"segment 3");
+    // Nothing but the objects on the disk: spares have no names.
+    let mut on_disk = Vec::new();
+    let mut stack = vec![dir.path().to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                on_disk.push(p.strip_prefix(dir.path()).unwrap().display().to_string());
+            }
+        }
+    }
+    on_disk.sort();
+    let mut want: Vec<String> = names.iter().map(|p| p.to_string()).collect();
+    want.sort();
+    assert_eq!(on_disk, want);
+}
