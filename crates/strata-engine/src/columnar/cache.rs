@@ -832,26 +832,36 @@ mod tests {
             .put(&path, PutPayload::from(body.clone()))
             .await
             .unwrap();
-        let size = body.len() as u64;
         for round in 0..400 {
-            let n = rng.random_range(1..5);
-            let ranges: Vec<Range<u64>> = (0..n)
-                .map(|_| {
-                    let start = rng.random_range(0..size - 1);
-                    start..(start + rng.random_range(1..10_000)).min(size)
-                })
-                .collect();
-            let got = cache
-                .read_ranges(&store, &path, size, &ranges)
-                .await
-                .unwrap();
-            for (r, g) in ranges.iter().zip(&got) {
-                assert_eq!(
-                    &g[..],
-                    &body[r.start as usize..r.end as usize],
-                    "round {round}, {r:?} of {ranges:?}"
-                );
-            }
+            read_random_ranges(&cache, &store, &path, &body, &mut rng, round).await;
+        }
+    }
+
+    /// One round of random reads: one to four ranges of `body` (stored at `path`), each
+    /// up to 10,000 bytes, read through `cache` and checked byte for byte.
+    async fn read_random_ranges(
+        cache: &BlockCache,
+        store: &StoreRef,
+        path: &Path,
+        body: &[u8],
+        rng: &mut rand::rngs::StdRng,
+        round: usize,
+    ) {
+        let size = body.len() as u64;
+        let n = rng.random_range(1..5);
+        let ranges: Vec<Range<u64>> = (0..n)
+            .map(|_| {
+                let start = rng.random_range(0..size - 1);
+                start..(start + rng.random_range(1..10_000)).min(size)
+            })
+            .collect();
+        let got = cache.read_ranges(store, path, size, &ranges).await.unwrap();
+        for (r, g) in ranges.iter().zip(&got) {
+            assert_eq!(
+                &g[..],
+                &body[r.start as usize..r.end as usize],
+                "round {round}, {r:?} of {ranges:?}"
+            );
         }
     }
 
@@ -884,24 +894,7 @@ mod tests {
         let size = body.len() as u64;
         let mut after_first = (0, 0, 0, 0);
         for round in 0..200 {
-            let n = rng.random_range(1..5);
-            let ranges: Vec<Range<u64>> = (0..n)
-                .map(|_| {
-                    let start = rng.random_range(0..size - 1);
-                    start..(start + rng.random_range(1..10_000)).min(size)
-                })
-                .collect();
-            let got = cache
-                .read_ranges(&store, &path, size, &ranges)
-                .await
-                .unwrap();
-            for (r, g) in ranges.iter().zip(&got) {
-                assert_eq!(
-                    &g[..],
-                    &body[r.start as usize..r.end as usize],
-                    "round {round}, {r:?} of {ranges:?}"
-                );
-            }
+            read_random_ranges(&cache, &store, &path, &body, &mut rng, round).await;
             let tail = cache.tail(&store, &path, size - 100, size).await.unwrap();
             assert_eq!(&tail[..], &body[body.len() - 100..]);
             if round == 0 {
