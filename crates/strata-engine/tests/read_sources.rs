@@ -22,6 +22,20 @@ async fn three_tiers(t: &strata_engine::Table) {
         .unwrap();
 }
 
+/// A `Db` on `store` with the table `t` (the common schema, keyed by `id`) created.
+async fn open_with_t(
+    store: &strata_objstore::StoreRef,
+    dir: &std::path::Path,
+    config: strata_engine::EngineConfig,
+) -> (strata_engine::Db, strata_engine::Table) {
+    let db = common::open(store, dir, config).await;
+    db.create_table("t", common::schema(), &["id"])
+        .await
+        .unwrap();
+    let t = db.table("t").await.unwrap();
+    (db, t)
+}
+
 /// Point reads so far by the tier that answered: (memtable, NVMe, S3).
 fn counts(t: &strata_engine::Table) -> (u64, u64, u64) {
     let s = t.shards().next().unwrap().stats();
@@ -47,11 +61,7 @@ async fn tracker_key(
 async fn point_reads_count_the_tier_that_answered() {
     let tmp = tempfile::tempdir().unwrap();
     let store = common::memory_store();
-    let db = common::open(&store, tmp.path(), common::small_config()).await;
-    db.create_table("t", common::schema(), &["id"])
-        .await
-        .unwrap();
-    let t = db.table("t").await.unwrap();
+    let (db, t) = open_with_t(&store, tmp.path(), common::small_config()).await;
     three_tiers(&t).await;
     assert_eq!(counts(&t), (0, 0, 0));
     for (id, want) in [(3, (1, 0, 0)), (2, (1, 1, 0)), (1, (1, 1, 1))] {
@@ -75,11 +85,7 @@ async fn point_reads_feed_the_hotness_tracker() {
     let mut config = common::small_config();
     config.hotness.enabled = true;
     config.hotness.nvme_budget_bytes = 1 << 20;
-    let db = common::open(&store, tmp.path(), config.clone()).await;
-    db.create_table("t", common::schema(), &["id"])
-        .await
-        .unwrap();
-    let t = db.table("t").await.unwrap();
+    let (db, t) = open_with_t(&store, tmp.path(), config.clone()).await;
     let ids: Vec<i64> = (0..100).collect();
     let names: Vec<Option<&str>> = ids.iter().map(|_| Some("some value")).collect();
     let nums: Vec<Option<i64>> = ids.iter().map(|i| Some(*i)).collect();
@@ -117,11 +123,7 @@ async fn point_reads_through_a_view_count_and_feed_the_tracker() {
     let mut config = common::small_config();
     config.hotness.enabled = true;
     config.hotness.nvme_budget_bytes = 1 << 20;
-    let db = common::open(&store, tmp.path(), config).await;
-    db.create_table("t", common::schema(), &["id"])
-        .await
-        .unwrap();
-    let t = db.table("t").await.unwrap();
+    let (db, t) = open_with_t(&store, tmp.path(), config).await;
     three_tiers(&t).await;
     assert_eq!(counts(&t), (0, 0, 0));
     for (id, name, want) in [
@@ -156,11 +158,7 @@ async fn point_reads_through_a_view_count_and_feed_the_tracker() {
 async fn a_loop_of_reads_from_memory_yields_the_thread() {
     let tmp = tempfile::tempdir().unwrap();
     let store = common::memory_store();
-    let db = common::open(&store, tmp.path(), common::small_config()).await;
-    db.create_table("t", common::schema(), &["id"])
-        .await
-        .unwrap();
-    let t = db.table("t").await.unwrap();
+    let (db, t) = open_with_t(&store, tmp.path(), common::small_config()).await;
     t.upsert(rows(&[1], &[Some("one")], &[Some(1)]))
         .await
         .unwrap();
