@@ -127,9 +127,14 @@ impl LocalDirStore {
         self.syncs.load(Ordering::Relaxed)
     }
 
-    /// How many puts were written into a spare unnamed file and linked into place.
-    pub fn unnamed_puts(&self) -> u64 {
-        self.spares.used.load(Ordering::Relaxed)
+    /// How many puts took a spare unnamed file (see the module doc), refused ones included.
+    pub fn spares_taken(&self) -> u64 {
+        self.spares.taken.load(Ordering::Relaxed)
+    }
+
+    /// Spare unnamed files ready for the next small create-only puts.
+    pub fn spares_ready(&self) -> usize {
+        self.spares.files.lock().len()
     }
 
     /// Writes `payload` at `location`, durably (see the module doc); `create_only` refuses
@@ -162,14 +167,9 @@ impl LocalDirStore {
             if create_only
                 && payload.content_length() <= BULK_SLICE_BYTES
                 && let Some(spare) = spares.take()
+                && let Some(put) = put_unnamed(&root, spare, &payload, &dest, &syncs, &spares)?
             {
-                match put_unnamed(&root, spare, &payload, &dest, &syncs)? {
-                    Some(put) => {
-                        spares.used.fetch_add(1, Ordering::Relaxed);
-                        return Ok(put);
-                    }
-                    None => spares.unsupported.store(true, Ordering::Relaxed),
-                }
+                return Ok(put);
             }
             let (file, staging) = open_staging(&root, &dest, &syncs)?;
             if let Err(e) = write_sliced(&file, &payload, 0, false, &syncs) {
@@ -600,13 +600,17 @@ struct Spares {
     refilling: AtomicBool,
     /// The file system cannot make or link unnamed files: puts stage named ones.
     unsupported: AtomicBool,
-    /// Puts answered through a spare.
-    used: AtomicU64,
+    /// Puts that took a spare.
+    taken: AtomicU64,
 }
 
 impl Spares {
     fn take(&self) -> Option<std::fs::File> {
-        self.files.lock().pop()
+        let file = self.files.lock().pop();
+        if file.is_some() {
+            self.taken.fetch_add(1, Ordering::Relaxed);
+        }
+        file
     }
 
     /// Tops the spares up to [`SPARE_FILES`] on the blocking pool, unless a refill is
@@ -629,8 +633,10 @@ impl Spares {
                 match unnamed_file(&root) {
                     Ok(file) => spares.files.lock().push(file),
                     Err(e) => {
-                        tracing::debug!(root = %root.display(), "no unnamed files, puts stage named ones: {e}");
-                        spares.unsupported.store(true, Ordering::Relaxed);
+                        tracing::debug!(root = %root.display(), "no spare unnamed file, puts stage named ones: {e}");
+                        if cannot_unnamed(&e) {
+                            spares.unsupported.store(true, Ordering::Relaxed);
+                        }
                         break;
                     }
                 }
@@ -681,19 +687,20 @@ fn link_unnamed(_file: &std::fs::File, _dest: &std::path::Path) -> std::io::Resu
 /// A create-only put through a spare: `payload` written into the unnamed `file` and
 /// `fsync`ed, the file linked at `dest` (creating its missing directories durably), the
 /// directory `fsync`ed. `None` when the link is refused for a reason other than the name
-/// being taken (the caller stages a named file instead).
+/// being taken (the caller stages a named file instead); when the reason means unnamed
+/// files cannot be linked here at all (another device, no permission, no support), later
+/// puts stop taking spares.
 fn put_unnamed(
     root: &std::path::Path,
     file: std::fs::File,
     payload: &PutPayload,
     dest: &std::path::Path,
     syncs: &AtomicU64,
+    spares: &Spares,
 ) -> Result<Option<PutResult>> {
     let meta = write_sliced(&file, payload, 0, false, syncs)
-        .and_then(|()| file.sync_all())
-        .and_then(|()| file.metadata())
+        .and_then(|()| synced_meta(&file, syncs))
         .map_err(|e| io_error(dest, e))?;
-    syncs.fetch_add(1, Ordering::Relaxed);
     let mut linked = link_unnamed(&file, dest);
     if linked
         .as_ref()
@@ -712,10 +719,34 @@ fn put_unnamed(
         }
         Err(e) if e.kind() == ErrorKind::AlreadyExists => Err(already_exists(dest, e)),
         Err(e) => {
+            if cannot_unnamed(&e) {
+                spares.unsupported.store(true, Ordering::Relaxed);
+            }
             tracing::debug!(dest = %dest.display(), "an unnamed file could not be linked, staging a named one: {e}");
             Ok(None)
         }
     }
+}
+
+/// Whether `e` means unnamed files cannot be made or linked here at all (another device,
+/// no permission, no `O_TMPFILE` support), not that this attempt failed (a full disk, too
+/// many open files, a directory removed meanwhile): then puts stop taking spares.
+fn cannot_unnamed(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::CrossesDevices
+            | ErrorKind::PermissionDenied
+            | ErrorKind::Unsupported
+            | ErrorKind::InvalidInput
+            | ErrorKind::IsADirectory
+    )
+}
+
+/// `fsync`s a written file (counted in `syncs`); its metadata after the sync.
+fn synced_meta(file: &std::fs::File, syncs: &AtomicU64) -> std::io::Result<std::fs::Metadata> {
+    file.sync_all()?;
+    syncs.fetch_add(1, Ordering::Relaxed);
+    file.metadata()
 }
 
 fn already_exists(dest: &std::path::Path, e: std::io::Error) -> object_store::Error {
@@ -785,14 +816,13 @@ fn publish(
     create_only: bool,
     syncs: &AtomicU64,
 ) -> Result<PutResult> {
-    let meta = match file.sync_all().and_then(|()| file.metadata()) {
+    let meta = match synced_meta(file, syncs) {
         Ok(meta) => meta,
         Err(e) => {
             let _ = std::fs::remove_file(staging);
             return Err(io_error(dest, e));
         }
     };
-    syncs.fetch_add(1, Ordering::Relaxed);
     place(staging, dest, create_only, syncs)?;
     Ok(PutResult {
         e_tag: Some(e_tag(&meta)),

@@ -520,34 +520,47 @@ async fn local_dir_small_creates_fill_spare_unnamed_files() {
     let dir = tempfile::tempdir().unwrap();
     let store = LocalDirStore::new(dir.path()).unwrap();
     let create = || PutOptions::from(PutMode::Create);
+    // Spares are made on the blocking pool after a create-only put: wait for one.
+    async fn spare_ready(store: &LocalDirStore) {
+        for _ in 0..500 {
+            if store.spares_ready() > 0 {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+        panic!("no spare unnamed file made within a second");
+    }
+    assert_eq!(store.spares_ready(), 0, "none before the first put");
     let mut names = Vec::new();
     for i in 0..20u32 {
-        // Spares are made on the blocking pool after a put; give the refill a moment.
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        if i > 0 {
+            spare_ready(&store).await;
+        }
         let at = Path::from(format!("wal/s{}/{i:020}.wal", i / 10));
         let before = store.syncs();
         let put = store
             .put_opts(&at, format!("segment {i}").into_bytes().into(), create())
             .await
             .unwrap();
-        if i % 10 != 0 {
-            assert_eq!(store.syncs() - before, 2, "file + directory, put {i}");
-        }
+        // File + directory, and each directory the put created: `wal` and `wal/s0` for
+        // the first, `wal/s1` for the eleventh.
+        let new_dirs = match i {
+            0 => 2,
+            10 => 1,
+            _ => 0,
+        };
+        assert_eq!(store.syncs() - before, 2 + new_dirs, "put {i}");
         assert_eq!(put.e_tag, store.head(&at).await.unwrap().e_tag, "put {i}");
         names.push(at);
     }
-    assert!(
-        store.unnamed_puts() >= 10,
-        "{} of 20 puts went through a spare",
-        store.unnamed_puts()
-    );
+    // Every put after the first (including the one into a new directory) took a spare.
+    assert_eq!(store.spares_taken(), 19);
     for (i, at) in names.iter().enumerate() {
         let got = store.get(at).await.unwrap().bytes().await.unwrap();
         assert_eq!(got.as_ref(), format!("segment {i}").as_bytes());
     }
     // A spare never takes a name that is already an object's.
-    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    let used = store.unnamed_puts();
+    spare_ready(&store).await;
     let err = store
         .put_opts(&names[3], b"other".to_vec().into(), create())
         .await
@@ -556,11 +569,7 @@ async fn local_dir_small_creates_fill_spare_unnamed_files() {
         matches!(err, object_store::Error::AlreadyExists { .. }),
         "{err}"
     );
-    assert_eq!(
-        store.unnamed_puts(),
-        used,
-        "the refused put was not counted"
-    );
+    assert_eq!(store.spares_taken(), 20, "the refused put took a spare");
     let got = store.get(&names[3]).await.unwrap().bytes().await.unwrap();
     assert_eq!(got.as_ref(), b"segment 3");
     // Nothing but the objects on the disk: spares have no names.
