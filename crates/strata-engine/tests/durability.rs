@@ -267,3 +267,99 @@ fn walk(root: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// Locally acknowledged writes filling more than one file of the local log (4 MiB each), none
+/// uploaded, survive a crash (every task dropped, no orderly close): the reopen uploads and
+/// replays each of them, and leaves no log file behind. (A writer keeps at most
+/// `wal_uploads_in_flight` segments ahead of the bucket, locally durable or not: the ninth
+/// write here would wait for the bucket.)
+#[test]
+fn locally_acknowledged_writes_over_several_log_files_survive_a_crash() {
+    let fault = std::sync::Arc::new(strata_objstore::FaultInjectingStore::new(
+        memory_store(),
+        Default::default(),
+    ));
+    let store: strata_objstore::StoreRef = fault.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let big = "x".repeat(700_000);
+    let mut config = small_config();
+    config.wal_uploads_in_flight = 8;
+    let crashed = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    crashed.block_on(async {
+        let db = open(&store, dir.path(), config.clone()).await;
+        db.create_table("t", schema(), &["id"]).await.unwrap();
+        let t = db.table("t").await.unwrap();
+        // The bucket refuses every PUT from now on: every segment stays in the local log.
+        fault.fail_next(strata_objstore::FaultOp::Put, 1_000_000);
+        let local = WriteOptions {
+            durability: Durability::Local,
+        };
+        for k in 0..8i64 {
+            let v = format!("{k}:{big}");
+            t.write(
+                &[Mutation::Upsert(rows(
+                    &[k],
+                    &[Some(v.as_str())],
+                    &[Some(k)],
+                ))],
+                local,
+            )
+            .await
+            .expect("acknowledged after the local sync");
+        }
+        let logs = log_files(dir.path());
+        assert!(
+            logs.len() >= 2,
+            "5.6 MB of segments span log files: {logs:?}"
+        );
+        // A crash: the Db dropped without close, its tasks with the runtime.
+        drop(t);
+        drop(db);
+    });
+    crashed.shutdown_timeout(std::time::Duration::from_secs(10));
+    fault.clear_scripted();
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let db = open(&store, dir.path(), config.clone()).await;
+        let t = db.table("t").await.unwrap();
+        for k in 0..8i64 {
+            let row = t.get(&[Value::Int(k)], None, None).await.unwrap();
+            assert!(row.is_some(), "row {k} after the crash");
+        }
+        assert!(
+            log_files(dir.path()).is_empty(),
+            "the reopen removes the log"
+        );
+        db.close().await;
+        // Every one of them is in the bucket: a node with an empty local directory reads them.
+        let other = tempfile::tempdir().unwrap();
+        let db = open(&store, other.path(), config).await;
+        let t = db.table("t").await.unwrap();
+        for k in 0..8i64 {
+            assert!(t.get(&[Value::Int(k)], None, None).await.unwrap().is_some());
+        }
+        db.close().await;
+    });
+}
+
+/// The local log's files anywhere under `dir`.
+fn log_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "walog") {
+                out.push(p);
+            }
+        }
+    }
+    out
+}

@@ -94,6 +94,16 @@ struct Args {
     /// RNG seed.
     #[arg(long, default_value_t = 7)]
     seed: u64,
+    /// Durability of the run's writes (the load is always `remote`): `remote` (acknowledged
+    /// once in the bucket) or `local` (once synced to the node's disk).
+    #[arg(long, value_enum, default_value = "remote")]
+    durability: DurabilityArg,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum DurabilityArg {
+    Remote,
+    Local,
 }
 
 fn schema() -> SchemaRef {
@@ -175,10 +185,26 @@ impl Client {
         Ok(())
     }
 
-    async fn write(&mut self, keys: &[i64], values: &[String]) -> Result<(), BoxError> {
+    async fn write(
+        &mut self,
+        keys: &[i64],
+        values: &[String],
+        durability: DurabilityArg,
+    ) -> Result<(), BoxError> {
+        let local = durability == DurabilityArg::Local;
         match self {
             Client::Embedded(t) => {
-                t.upsert(batch(keys, values)).await?;
+                let durability = if local {
+                    strata_engine::Durability::Local
+                } else {
+                    strata_engine::Durability::Remote
+                };
+                let opts = strata_engine::WriteOptions { durability };
+                t.write(
+                    &[strata_engine::Mutation::Upsert(batch(keys, values))],
+                    opts,
+                )
+                .await?;
             }
             Client::Http { client, base } => {
                 let rows: Vec<serde_json::Value> = keys
@@ -186,8 +212,9 @@ impl Client {
                     .zip(values)
                     .map(|(k, v)| serde_json::json!({"k": k, "v": v}))
                     .collect();
+                let query = if local { "?durability=local" } else { "" };
                 let r = client
-                    .post(format!("{base}/v1/tables/usertable/rows"))
+                    .post(format!("{base}/v1/tables/usertable/rows{query}"))
                     .json(&rows)
                     .send()
                     .await?;
@@ -206,6 +233,11 @@ impl Client {
                     table: "usertable".into(),
                     kind: pb::WriteKind::Upsert as i32,
                     arrow_ipc: ipc(&batch(keys, values))?,
+                    durability: if local {
+                        pb::Durability::Local as i32
+                    } else {
+                        pb::Durability::Remote as i32
+                    },
                 })
                 .await?;
             }
@@ -365,7 +397,7 @@ async fn run(clients: &[Client], args: &Args, w: Workload) -> Result<Outcome, Bo
                     (c.read(k).await, &mut read)
                 } else {
                     let v = value(&mut rng, args.value_bytes);
-                    (c.write(&[k], &[v]).await, &mut update)
+                    (c.write(&[k], &[v], args.durability).await, &mut update)
                 };
                 match r {
                     Ok(()) => h.record(t0.elapsed().as_micros().max(1) as u64)?,
@@ -487,7 +519,7 @@ async fn main() -> Result<(), BoxError> {
                         .iter()
                         .map(|_| value(&mut rng, args.value_bytes))
                         .collect();
-                    c.write(&keys, &values).await?;
+                    c.write(&keys, &values, DurabilityArg::Remote).await?;
                 }
             }));
         }

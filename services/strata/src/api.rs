@@ -46,7 +46,9 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Map, Value as Json, json};
 use strata_engine::value::build_array;
-use strata_engine::{Db, Error as EngineError, Mutation, ScanOptions, Table, Value, WriteOptions};
+use strata_engine::{
+    Db, Durability, Error as EngineError, Mutation, ScanOptions, Table, Value, WriteOptions,
+};
 use strata_query::auth::{Authenticator, Principal, Scope, split_name};
 use strata_query::error::{QueryError, QueryErrorKind};
 use strata_query::http::{Format, encode, error_response};
@@ -851,14 +853,38 @@ fn mutations(
     }
 }
 
+/// A write's query parameters: `durability=remote` (the default: acknowledged once the WAL
+/// segment is in the bucket) or `durability=local` (once it is synced to this node's disk,
+/// uploaded right after).
+#[derive(Deserialize)]
+struct WriteParams {
+    durability: Option<String>,
+}
+
+impl WriteParams {
+    fn options(&self) -> ApiResult<WriteOptions> {
+        let durability = match self.durability.as_deref() {
+            None | Some("remote") => Durability::Remote,
+            Some("local") => Durability::Local,
+            Some(other) => {
+                return Err(ApiError::bad(format!(
+                    "durability: {other:?} is not a durability (remote or local)"
+                )));
+            }
+        };
+        Ok(WriteOptions { durability })
+    }
+}
+
 async fn write(
     db: &Db,
     who: &Caller,
     table: &str,
-    kind: WriteKind,
+    (kind, params): (WriteKind, WriteParams),
     headers: &HeaderMap,
     body: &Bytes,
 ) -> ApiResult<Response> {
+    let options = params.options()?;
     who.check(table, Scope::Write)?;
     let t = db.table(table).await?;
     let ms = mutations(&t, kind, headers, body)?;
@@ -871,7 +897,7 @@ async fn write(
     let seq = if rows == 0 {
         0
     } else {
-        t.write(&ms, WriteOptions::default()).await?
+        t.write(&ms, options).await?
     };
     Ok(axum::Json(json!({"rows": rows, "seq": seq})).into_response())
 }
@@ -880,30 +906,36 @@ async fn upsert(
     State(st): Shared,
     who: Caller,
     Path(table): Path<String>,
+    Query(params): Query<WriteParams>,
     headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult<Response> {
-    write(&st.db, &who, &table, WriteKind::Upsert, &headers, &body).await
+    let kind = (WriteKind::Upsert, params);
+    write(&st.db, &who, &table, kind, &headers, &body).await
 }
 
 async fn update(
     State(st): Shared,
     who: Caller,
     Path(table): Path<String>,
+    Query(params): Query<WriteParams>,
     headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult<Response> {
-    write(&st.db, &who, &table, WriteKind::Update, &headers, &body).await
+    let kind = (WriteKind::Update, params);
+    write(&st.db, &who, &table, kind, &headers, &body).await
 }
 
 async fn delete(
     State(st): Shared,
     who: Caller,
     Path(table): Path<String>,
+    Query(params): Query<WriteParams>,
     headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult<Response> {
-    write(&st.db, &who, &table, WriteKind::Delete, &headers, &body).await
+    let kind = (WriteKind::Delete, params);
+    write(&st.db, &who, &table, kind, &headers, &body).await
 }
 
 /// Key values from query parameters (one per key column, or a prefix), by key type.

@@ -8,7 +8,7 @@ use std::pin::Pin;
 use arrow::array::RecordBatch;
 use axum::body::Bytes;
 use futures::{Stream, StreamExt};
-use strata_engine::{Db, Mutation, ScanOptions, WriteOptions};
+use strata_engine::{Db, Durability, Mutation, ScanOptions, WriteOptions};
 use strata_query::auth::{Authenticator, Principal, Scope, split_name};
 use tonic::{Request, Response, Status, Streaming};
 
@@ -138,6 +138,16 @@ impl DataService {
         let kind = pb::WriteKind::try_from(req.kind).map_err(|_| {
             Status::invalid_argument(format!("kind: unknown write kind {}", req.kind))
         })?;
+        let durability = match pb::Durability::try_from(req.durability) {
+            Ok(pb::Durability::Remote) => Durability::Remote,
+            Ok(pb::Durability::Local) => Durability::Local,
+            Err(_) => {
+                return Err(Status::invalid_argument(format!(
+                    "durability: unknown durability {}",
+                    req.durability
+                )));
+            }
+        };
         let batches = arrow_batches(&Bytes::from(req.arrow_ipc)).map_err(status)?;
         let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
         if rows == 0 {
@@ -152,7 +162,7 @@ impl DataService {
             })
             .collect();
         let seq = t
-            .write(&ms, WriteOptions::default())
+            .write(&ms, WriteOptions { durability })
             .await
             .map_err(engine)?;
         Ok((rows as u64, seq))
@@ -480,6 +490,7 @@ mod fuzz {
             table: "t".into(),
             kind: pb::WriteKind::Update as i32,
             arrow_ipc: vec![0xff, 0xff, 0xff, 0xff, 8, 0, 0, 0],
+            durability: pb::Durability::Local as i32,
         }
         .encode_to_vec()
     }

@@ -95,6 +95,36 @@ fn tables_and_rows_over_http() {
     );
     assert_eq!(st, 200, "{body}");
 
+    // Durability per request: `local` acknowledges once on this node's disk; anything but
+    // `local` or `remote` is refused before anything is written.
+    let (st, body) = request(
+        &h,
+        "POST",
+        "/v1/tables/users/rows?durability=local",
+        r#"[{"id": 9, "name": "local"}]"#,
+    );
+    assert_eq!(st, 200, "{body}");
+    let (st, body) = request(&h, "GET", "/v1/tables/users/rows/get?key=9", "");
+    assert_eq!(st, 200, "{body}");
+    assert!(body.contains("local"), "{body}");
+    let (st, body) = request(
+        &h,
+        "POST",
+        "/v1/tables/users/delete?durability=eventually",
+        r#"[{"id": 9}]"#,
+    );
+    assert_eq!(st, 400, "{body}");
+    assert!(body.contains("durability"), "{body}");
+    let (st, body) = request(&h, "GET", "/v1/tables/users/rows/get?key=9", "");
+    assert_eq!(st, 200, "the refused delete changed nothing: {body}");
+    let (st, body) = request(
+        &h,
+        "POST",
+        "/v1/tables/users/delete?durability=remote",
+        r#"[{"id": 9}]"#,
+    );
+    assert_eq!(st, 200, "{body}");
+
     // Bad input: the field path, and nothing written.
     for (rows, path) in [
         (

@@ -52,6 +52,7 @@ fn write(table: &str, kind: pb::WriteKind, batch: &RecordBatch) -> pb::WriteRequ
         table: table.into(),
         kind: kind as i32,
         arrow_ipc: ipc(batch),
+        durability: pb::Durability::Remote as i32,
     }
 }
 
@@ -166,12 +167,24 @@ async fn every_operation_over_grpc() {
     )
     .unwrap();
     msgs.push(write("players", pb::WriteKind::Delete, &keys));
+    // One of them acknowledged once on the node's disk (`local` durability).
+    msgs[1].durability = pb::Durability::Local as i32;
     let r = c
         .write_stream(futures::stream::iter(msgs))
         .await
         .unwrap()
         .into_inner();
     assert_eq!((r.rows, r.writes), (52, 7));
+    // A durability this server does not know is refused, nothing written.
+    let mut bad = write(
+        "players",
+        pb::WriteKind::Upsert,
+        &players(&[4], &["x"], &[1.0]),
+    );
+    bad.durability = 7;
+    let e = c.write(bad).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
+    assert!(e.message().contains("durability"), "{e}");
 
     // Point reads with a projection.
     let got = c
@@ -309,6 +322,7 @@ async fn every_operation_over_grpc() {
         table: "players".into(),
         kind: pb::WriteKind::Upsert as i32,
         arrow_ipc: b"not arrow".to_vec(),
+        durability: pb::Durability::Remote as i32,
     };
     let e = c
         .write_stream(futures::stream::iter(vec![

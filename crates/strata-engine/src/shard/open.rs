@@ -347,6 +347,10 @@ impl Shard {
                 files: inner.files.clone(),
                 tree: inner.tree.clone(),
                 signals: signals.clone(),
+                local_log: Arc::new(std::sync::Mutex::new(crate::wal::local::LocalLog::new(
+                    inner.files.local_dir.clone(),
+                    crate::wal::local::LOG_FILE_BYTES,
+                ))),
             }),
             rx,
             next_id,

@@ -1,7 +1,8 @@
 //! The shard's writer task: group commit. Queued writes become one WAL segment stored in
 //! the bucket with a create-if-absent PUT (a newer writer's fence makes it fail), then are
 //! applied to the active memtable and acknowledged; a full memtable is frozen for the
-//! flush task. Locally durable writes go to a local segment first and are uploaded after.
+//! flush task. Locally durable writes are appended to the shard's local log first
+//! ([`crate::wal::local`]) and uploaded after.
 //!
 //! Up to [`crate::wal::UPLOADS_IN_FLIGHT`] segments are uploaded at once, so a group commit
 //! does not wait for the previous one's round trip; segments are applied and acknowledged
@@ -13,6 +14,8 @@ use std::collections::VecDeque;
 
 use futures::StreamExt;
 use futures::stream::FuturesOrdered;
+
+use crate::wal::local::LocalLog;
 
 use super::*;
 
@@ -27,6 +30,9 @@ pub(super) struct GroupCommit {
     pub(super) files: Arc<files::Files>,
     pub(super) tree: Arc<commit::Tree>,
     pub(super) signals: Arc<signals::Signals>,
+    /// Where locally durable segments wait for their upload (the writer task alone uses
+    /// it, from the blocking pool for appends).
+    pub(super) local_log: Arc<std::sync::Mutex<LocalLog>>,
 }
 
 impl GroupCommit {
@@ -41,7 +47,7 @@ struct Pending {
     writes: Vec<PendingWrite>,
     data_len: u64,
     /// A locally durable write is in it: already applied (and its local writes already
-    /// acknowledged); its local segment file is removed once the upload lands.
+    /// acknowledged); the local log may reuse its space once the upload lands.
     local: bool,
 }
 
@@ -80,11 +86,7 @@ impl InFlight {
         match result {
             Ok(()) => {
                 if done.local {
-                    let path = inner
-                        .files
-                        .local_dir
-                        .join(format!("{:020}.wal", done.wal_id));
-                    let _ = tokio::fs::remove_file(path).await;
+                    lock_log(&inner.local_log).uploaded(done.wal_id);
                 } else {
                     apply(inner, done.wal_id, &done.writes);
                 }
@@ -130,6 +132,24 @@ impl InFlight {
                 false
             }
         }
+    }
+
+    /// Settles uploads in flight, oldest first, until none holds writes not yet applied;
+    /// `false` if the writer must stop.
+    async fn drain_unapplied(
+        &mut self,
+        inner: &GroupCommit,
+        rx: &mut mpsc::Receiver<Request>,
+    ) -> bool {
+        while self.pending.iter().any(|p| !p.local) {
+            let Some(result) = self.uploads.next().await else {
+                break;
+            };
+            if !self.acknowledge(result, inner, rx).await {
+                return false;
+            }
+        }
+        true
     }
 
     /// Settles every upload in flight, oldest first; `false` if the writer must stop.
@@ -250,8 +270,10 @@ pub(super) async fn writer_loop(
             // Only a group with a locally durable write leaves a local segment to remove.
             let mut local = writes.iter().any(|w| w.2 == Durability::Local);
             if local {
-                // Applied now, so everything before it must be applied first.
-                if !flight.drain(&inner, &mut rx).await {
+                // Applied now, so everything before it must be applied first (a group in
+                // flight with a locally durable write already is; the others are once their
+                // uploads land).
+                if !flight.drain_unapplied(&inner, &mut rx).await {
                     return;
                 }
                 match write_local_wal(&inner, wal_id, &data).await {
@@ -311,30 +333,28 @@ pub(super) fn freeze(inner: &GroupCommit) {
     inner.signals.flush_wanted.notify_one();
 }
 
-pub(super) async fn write_local_wal(inner: &GroupCommit, wal_id: u64, data: &Bytes) -> Result<()> {
-    let dir = inner.files.local_dir.clone();
-    let path = dir.join(format!("{wal_id:020}.wal"));
-    let data = data.clone();
-    tokio::task::spawn_blocking(move || -> std::io::Result<()> {
-        use std::io::Write;
-        let mut f = std::fs::File::create(&path)?;
-        f.write_all(&data)?;
-        f.sync_all()?;
-        // The segment's name must survive a crash too: sync the directory that holds it.
-        std::fs::File::open(&dir)?.sync_all()
-    })
-    .await
-    .map_err(|e| Error::Internal(e.to_string()))?
-    .map_err(Error::io("local wal"))
+fn lock_log(log: &std::sync::Mutex<LocalLog>) -> std::sync::MutexGuard<'_, LocalLog> {
+    // A panic mid-append leaves at worst a torn record, which reading back skips.
+    log.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Uploads the local WAL segments above `replay_after` that a previous process left (written
-/// and fsynced for `Durability::Local`, acknowledged, not yet uploaded), in id order, each
+/// Appends the segment to the shard's local log and returns once it is on the local disk.
+pub(super) async fn write_local_wal(inner: &GroupCommit, wal_id: u64, data: &Bytes) -> Result<()> {
+    let (log, data) = (inner.local_log.clone(), data.clone());
+    tokio::task::spawn_blocking(move || lock_log(&log).append(wal_id, &data))
+        .await
+        .map_err(|e| Error::Internal(e.to_string()))?
+        .map_err(Error::io("local wal"))
+}
+
+/// Uploads the local WAL segments above `replay_after` that a previous process left (in its
+/// local log, or an older binary's segment files: written and synced for
+/// `Durability::Local`, acknowledged, perhaps not uploaded), in id order, each
 /// create-if-absent at its own id, so the replay that follows finds them. A segment already
 /// in the bucket with the same bytes was uploaded; one whose id is taken by other bytes
 /// means another writer fenced the WAL there before this reopen: that segment and every
-/// later local one are lost (an error in the log; the mode's documented risk). Every local
-/// segment file is removed afterwards.
+/// later local one are lost (an error in the log; the mode's documented risk). The local log's
+/// files are removed afterwards.
 pub(super) async fn upload_local_segments(
     store: &StoreRef,
     paths: &ShardPaths,
@@ -342,42 +362,39 @@ pub(super) async fn upload_local_segments(
     name: &str,
     replay_after: u64,
 ) -> Result<()> {
-    let mut local: Vec<(u64, PathBuf)> = Vec::new();
-    if let Ok(mut dir) = tokio::fs::read_dir(local_dir).await {
-        while let Ok(Some(e)) = dir.next_entry().await {
-            let file = e.file_name();
-            let id = file
-                .to_str()
-                .and_then(|f| f.strip_suffix(".wal"))
-                .and_then(|n| n.parse::<u64>().ok());
-            if let Some(id) = id {
-                local.push((id, e.path()));
-            }
-        }
-    }
-    local.sort();
+    let dir = local_dir.to_path_buf();
+    let local = tokio::task::spawn_blocking(move || crate::wal::local::recover(&dir))
+        .await
+        .map_err(|e| Error::Internal(e.to_string()))?
+        .map_err(Error::io(format!(
+            "read the local log in {}",
+            local_dir.display()
+        )))?;
     let mut lost_from = None;
-    for (id, file) in &local {
-        if *id <= replay_after || lost_from.is_some() {
+    for (id, data) in local {
+        if id <= replay_after || lost_from.is_some() {
             continue;
         }
-        let data = Bytes::from(
-            tokio::fs::read(file)
-                .await
-                .map_err(Error::io(format!("read {}", file.display())))?,
-        );
-        let created = strata_objstore::create_or_match(store.as_ref(), &paths.wal(*id), &data)
+        let data = Bytes::from(data);
+        let created = strata_objstore::create_or_match(store.as_ref(), &paths.wal(id), &data)
             .await
             .map_err(Error::store(format!("upload local wal {id}")))?;
         if created == Created::Theirs {
-            lost_from = Some(*id);
+            lost_from = Some(id);
         }
     }
     if let Some(id) = lost_from {
         tracing::error!(shard = %name, from = id, "locally acknowledged WAL segments lost: another writer fenced the WAL before they were uploaded");
     }
-    for (_, file) in &local {
-        let _ = tokio::fs::remove_file(file).await;
+    if let Ok(mut dir) = tokio::fs::read_dir(local_dir).await {
+        while let Ok(Some(e)) = dir.next_entry().await {
+            if e.file_name()
+                .to_str()
+                .is_some_and(crate::wal::local::is_local_wal_file)
+            {
+                let _ = tokio::fs::remove_file(e.path()).await;
+            }
+        }
     }
     Ok(())
 }

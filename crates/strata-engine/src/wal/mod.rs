@@ -22,6 +22,7 @@
 //! earlier segment or fence is a deposed writer's upload that landed after it was fenced,
 //! never acknowledged, and is skipped.
 
+pub mod local;
 pub mod segment;
 
 pub use segment::{Segment, SegmentRecord};
