@@ -11,7 +11,10 @@ With `--http` (the default URL is `strata serve`'s), the same point get and one-
 also go through Strata's HTTP data API from this process (one keep-alive connection,
 `http.client`, JSON), with the server's own time per request from `/metrics`
 (`strata_http_request_seconds`, sum over count for the operation): what the network path
-and the client add is the rest.
+and the client add is the rest. The insert runs twice over HTTP: at the default durability
+(`insert_1_row`: acknowledged once the WAL segment is in the bucket) and with
+`?durability=local` (`insert_1_row_local`: once synced to the node's disk, PostgreSQL's own
+guarantee, uploaded right after); both are compared with PostgreSQL's insert.
 """
 
 import argparse
@@ -161,8 +164,17 @@ def run_http(url, rows, n, seed):
         next_id[0] += 1
         call("POST", "/v1/tables/kv/rows", json.dumps([{"id": k, "name": f"name-{k}", "score": k * 0.5}]))
 
+    def insert_local():
+        # Acknowledged once synced to the node's disk (as PostgreSQL's commit is), uploaded
+        # to the bucket right after.
+        k = next_id[0]
+        next_id[0] += 1
+        body = json.dumps([{"id": k, "name": f"name-{k}", "score": k * 0.5}])
+        call("POST", "/v1/tables/kv/rows?durability=local", body)
+
     timed("point_get", "GET /v1/tables/{table}/rows/get", point_get, n)
     timed("insert_1_row", "POST /v1/tables/{table}/rows", insert, max(1, n // 3))
+    timed("insert_1_row_local", "POST /v1/tables/{table}/rows", insert_local, max(1, n // 3))
     conn.close()
     return out
 
@@ -195,7 +207,7 @@ def main():
         print("HTTP data API (one keep-alive connection, JSON), beside PostgreSQL over psycopg:")
         print(f"{'operation':<14}{'HTTP p50':>10}{'p99':>9}{'mean':>9}{'server mean':>13}{'PostgreSQL p50':>16}{'p99':>9}{'ratio p50':>11}{'store req/op':>14}")
         for op, h in results["strata_http"].items():
-            p = results["postgres"][op]
+            p = results["postgres"][op.removesuffix("_local")]
             print(
                 f"{op:<14}{h['p50_ms']:>8.3f}ms{h['p99_ms']:>7.3f}ms{h['mean_ms']:>7.3f}ms{h['server_mean_ms']:>11.3f}ms"
                 f"{p['p50_ms']:>14.3f}ms{p['p99_ms']:>7.3f}ms{h['p50_ms'] / p['p50_ms']:>10.2f}x{h['store_requests_per_op']:>14.4f}"
