@@ -10,6 +10,7 @@
 //! - [`scan`]: the scan operator (tiers merged by key, batches streamed with bounded memory).
 //! - [`pushdown`]: key predicates become a key range; other predicates run after versions
 //!   are reconciled (never used to skip files by their statistics).
+//! - [`coop`]: joins yield between output batches, so a timed-out query stops.
 //! - [`service`]: sessions with the safety rules (no file or URL access, no DDL, memory limit
 //!   and timeout per query).
 //! - [`shapes`]: optimized plans of read-only statements kept by shape (literals compared
@@ -25,6 +26,7 @@
 
 pub mod auth;
 pub mod catalog;
+pub mod coop;
 pub mod error;
 pub mod flight;
 pub mod http;

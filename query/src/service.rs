@@ -494,6 +494,8 @@ impl QueryService {
             .with_config(config)
             .with_runtime_env(runtime)
             .with_default_features()
+            // A timed-out query stops where its joins yield (see `crate::coop`).
+            .with_physical_optimizer_rule(Arc::new(crate::coop::YieldAboveJoins))
             .build();
         // Scalar subqueries with PostgreSQL's meaning, on every path (see `checked_plan`).
         datafusion::execution::FunctionRegistry::register_udaf(
