@@ -405,6 +405,11 @@ mod tests {
     }
 
     fn table() -> TableSchema {
+        table_of_levels(Vec::new())
+    }
+
+    /// The test table with `layout` (empty: the default).
+    fn table_of_levels(column_groups: Vec<Vec<Vec<String>>>) -> TableSchema {
         TableSchema::new(TableEntry {
             id: 1,
             name: "t".into(),
@@ -415,7 +420,7 @@ mod tests {
             ]),
             primary_key: vec!["id".into()],
             shards: Vec::new(),
-            column_groups: Vec::new(),
+            column_groups,
             created_at_ms: 0,
         })
         .unwrap()
@@ -526,5 +531,161 @@ mod tests {
                 .collect();
             assert_eq!(got, want, "{what}");
         }
+    }
+
+    /// A state with empty row levels over columnar levels of one group each, level `i`
+    /// holding `columnar[i]`.
+    fn columnar_state(columnar: Vec<Vec<ParquetFileInfo>>) -> ShardState {
+        let mut st = state(vec![vec![], vec![]], vec![]);
+        let mut m = st.manifest.value.clone();
+        m.s3_levels = columnar
+            .into_iter()
+            .map(|files| S3Level {
+                groups: vec![GroupRun { files }],
+            })
+            .collect();
+        st.manifest = Arc::new(Versioned {
+            version: 1,
+            value: m,
+        });
+        st
+    }
+
+    /// The jobs between columnar levels: a run over its level's target moves the file that
+    /// rewrites the least below it per byte; forced, whole runs move; once the shard has
+    /// settled and nothing else is due, a straggler interleaving with the deepest level.
+    #[test]
+    fn the_planner_moves_columnar_runs_down_and_stragglers_once_settled() {
+        // Three columnar levels of one group each.
+        let table = table_of_levels(vec![vec![vec!["a".to_string()]]; 3]);
+        let (p1, p2, p3) = (
+            parquet("p1", 0, 9),
+            parquet("p2", 10, 19),
+            parquet("p3", 20, 29),
+        );
+        let q = parquet("q", 5, 14);
+        let defaults = EngineConfig::default();
+        let small_levels = EngineConfig {
+            s3_level_bytes_base: 1500,
+            ..EngineConfig::default()
+        };
+        // (what, settings, columnar levels, force, when L0 last grew, (source level, files,
+        // target level, bottommost) of each job)
+        type Case<'a> = (
+            &'a str,
+            &'a EngineConfig,
+            Vec<Vec<ParquetFileInfo>>,
+            bool,
+            u64,
+            Vec<(usize, Vec<&'a str>, usize, bool)>,
+        );
+        let settled = 0;
+        let just_grown = 99_000;
+        let cases: Vec<Case> = vec![
+            (
+                "one file in the top level, nothing below: nothing",
+                &defaults,
+                vec![vec![p1.clone()], vec![]],
+                false,
+                settled,
+                vec![],
+            ),
+            (
+                "a run over its target: the file whose move rewrites least below",
+                &small_levels,
+                vec![vec![p1.clone(), p2.clone()], vec![parquet("q0", 0, 9)]],
+                false,
+                just_grown,
+                vec![(0, vec!["p2"], 1, true)],
+            ),
+            (
+                "the same over a level under the target level: not bottommost (equal scores: the last)",
+                &small_levels,
+                vec![
+                    vec![p1.clone(), p2.clone()],
+                    vec![],
+                    vec![parquet("deep", 0, 99)],
+                ],
+                false,
+                just_grown,
+                vec![(0, vec!["p2"], 1, false)],
+            ),
+            (
+                "forced: every run with files moves whole, whatever the targets",
+                &defaults,
+                vec![vec![p1.clone(), p2.clone()], vec![p3.clone()], vec![]],
+                true,
+                just_grown,
+                vec![(0, vec!["p1", "p2"], 1, true), (1, vec!["p3"], 2, true)],
+            ),
+            (
+                "settled, nothing due: the file interleaving with the deepest level",
+                &defaults,
+                vec![vec![p1.clone(), p3.clone()], vec![q.clone()]],
+                false,
+                settled,
+                vec![(0, vec!["p1"], 1, true)],
+            ),
+            (
+                "a flush within the settle time: no straggler yet",
+                &defaults,
+                vec![vec![p1.clone(), p3.clone()], vec![q.clone()]],
+                false,
+                just_grown,
+                vec![],
+            ),
+            (
+                "settled, but no file of the level above overlaps the deepest one: nothing",
+                &defaults,
+                vec![vec![p3.clone()], vec![q.clone()]],
+                false,
+                settled,
+                vec![],
+            ),
+        ];
+        for (what, config, columnar, force, l0_grown_ms, want) in cases {
+            let state = columnar_state(columnar);
+            let planner = Planner {
+                config,
+                table: &table,
+                state: &state,
+                shard_dir: "t/0".into(),
+                pins: Vec::new(),
+                keep_above: u64::MAX,
+                now_ms: 100_000,
+                l0_grown_ms,
+                retained: HashSet::new(),
+                hot_size: |_: &[u8], _: &[u8]| 0,
+            };
+            let got: Vec<(usize, Vec<&str>, usize, bool)> = planner
+                .candidates(force)
+                .into_iter()
+                .map(|(spec, res)| {
+                    let JobSource::Group {
+                        level,
+                        group,
+                        files,
+                    } = &spec.source
+                    else {
+                        panic!("{what}: a cross-tier job {spec:?}");
+                    };
+                    assert_eq!(*group, 0, "{what}");
+                    let held =
+                        HashSet::from([Resource::Run(*level, 0), Resource::Run(*level + 1, 0)]);
+                    assert_eq!(res, held, "{what}");
+                    let names = files.iter().map(|f| want_name(&want, &f.name)).collect();
+                    (*level, names, spec.target_level, spec.bottommost)
+                })
+                .collect();
+            assert_eq!(got, want, "{what}");
+        }
+    }
+
+    /// `name` as one of the `&str`s of `want` (so both sides compare as `&str`).
+    fn want_name<'a>(want: &[(usize, Vec<&'a str>, usize, bool)], name: &str) -> &'a str {
+        want.iter()
+            .flat_map(|(_, names, _, _)| names.iter().copied())
+            .find(|n| *n == name)
+            .unwrap_or("(a file not expected)")
     }
 }

@@ -335,10 +335,20 @@ impl Tree {
         }
     }
 
-    /// Installs a state change that the manifest does not record (the group-commit task's
-    /// memtable rotations): `change` edits a copy of the current state, which then
-    /// replaces it. Edits of the tree go through [`Editor::commit`] instead.
-    pub(crate) fn install<R>(&self, change: impl FnOnce(&mut ShardState) -> R) -> R {
+    /// Freezes the active memtable: a fresh one takes writes, the old one waits for its
+    /// flush at the head of the frozen ones. The one state change the manifest does not
+    /// record (the group-commit task makes it); edits of the tree go through
+    /// [`Editor::commit`].
+    pub(crate) fn rotate_memtable(&self) {
+        self.install(|next| {
+            let old =
+                std::mem::replace(&mut next.active, Arc::new(crate::memtable::Memtable::new()));
+            next.frozen.insert(0, old);
+        });
+    }
+
+    /// Replaces the state with a copy `change` edited.
+    fn install<R>(&self, change: impl FnOnce(&mut ShardState) -> R) -> R {
         let mut guard = self.state.write();
         let mut next = (**guard).clone();
         let r = change(&mut next);
@@ -347,8 +357,9 @@ impl Tree {
     }
 
     /// Settles job `id` (committed, abandoned, or never published): it leaves the
-    /// outstanding jobs and its inputs are unlocked.
-    pub(crate) fn settle_job(&self, id: &str) {
+    /// outstanding jobs and its inputs are unlocked. Only under the manifest lock
+    /// ([`Editor::commit`], [`Editor::abandon_job`]).
+    fn settle_job(&self, id: &str) {
         self.jobs.lock().settle(id);
     }
 }
@@ -357,6 +368,14 @@ impl Editor<'_> {
     /// The shard's state; no other edit changes it while the editor is held.
     pub(crate) fn current(&self) -> Arc<ShardState> {
         self.inner.current()
+    }
+
+    /// Releases job `id` without committing it (never published, its inputs changed, or
+    /// its spec vanished from the bucket): it leaves the outstanding jobs and its inputs
+    /// are unlocked for a later job. Under the manifest lock, like every release, so no
+    /// commit sees the job half gone.
+    pub(crate) fn abandon_job(&self, id: &str) {
+        self.inner.settle_job(id);
     }
 
     /// Commits `edit`: the manifest by CAS (a lost race fences the shard), then the state

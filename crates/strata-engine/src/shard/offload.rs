@@ -142,9 +142,10 @@ impl Offloader {
         while let Some(spec) = admitted.next() {
             if let Err(e) = jobs::publish(&self.files.store, &self.layout, &spec).await {
                 // Neither this job nor the ones after it were published.
-                self.tree.settle_job(&spec.id);
+                let editor = self.tree.editor().await;
+                editor.abandon_job(&spec.id);
                 for rest in admitted {
-                    self.tree.settle_job(&rest.id);
+                    editor.abandon_job(&rest.id);
                 }
                 return Err(e);
             }
@@ -172,7 +173,7 @@ impl Offloader {
                 );
                 if due && !jobs::spec_exists(store, &self.layout, &id).await? {
                     tracing::warn!(shard = %self.name, job = %id, "job spec vanished from the bucket; job abandoned");
-                    self.tree.settle_job(&id);
+                    self.tree.editor().await.abandon_job(&id);
                     jobs::remove(store, &self.layout, &id).await?;
                     settled += 1;
                 }
@@ -183,11 +184,11 @@ impl Offloader {
             };
             let committed = self.commit_job(&o.spec, &result).await;
             match &committed {
-                // The commit point released the job, under the manifest lock.
+                // The commit point released the job under the manifest lock, committed
+                // or abandoned.
                 Ok(true) => {}
                 Ok(false) => {
                     tracing::info!(shard = %self.name, job = %id, "inputs changed; job abandoned");
-                    self.tree.settle_job(&id);
                 }
                 Err(Error::Fenced { .. }) => return committed.map(|_| settled),
                 Err(e) => {
@@ -392,6 +393,7 @@ impl Offloader {
             .iter()
             .all(|t| present(tl, t.group, &t.overlapping));
         if !inputs_ok {
+            editor.abandon_job(&spec.id);
             return Ok(false);
         }
         let floor = match &spec.source {

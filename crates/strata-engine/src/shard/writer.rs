@@ -326,10 +326,7 @@ pub(super) fn apply(inner: &GroupCommit, wal_id: u64, writes: &[PendingWrite]) {
 }
 
 pub(super) fn freeze(inner: &GroupCommit) {
-    inner.tree.install(|next| {
-        let old = std::mem::replace(&mut next.active, Arc::new(Memtable::new()));
-        next.frozen.insert(0, old);
-    });
+    inner.tree.rotate_memtable();
     inner.signals.flush_wanted.notify_one();
 }
 
