@@ -564,7 +564,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         );
     }
     if args.drain_after_load {
-        table.drain_to_s3().await?;
+        table.drain_to_bucket().await?;
     }
 
     // Run phase.

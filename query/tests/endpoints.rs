@@ -150,7 +150,7 @@ async fn separate_query_process_sees_every_acknowledged_write() {
     // S3 levels, then NVMe SSTs, then rows only in the WAL (and the writer's memtable).
     put(&t, 0..100, "s3-").await;
     t.flush().await.expect("flush");
-    t.drain_to_s3().await.expect("drain");
+    t.drain_to_bucket().await.expect("drain");
     t.wait_jobs().await.expect("jobs");
     put(&t, 50..120, "sst-").await;
     t.flush().await.expect("flush");

@@ -116,7 +116,7 @@ async fn apply(t: &Table, model: &mut Model, op: &Op) {
         }
         Op::Drain => {
             t.flush().await.expect("flush");
-            t.drain_to_s3().await.expect("drain");
+            t.drain_to_bucket().await.expect("drain");
             t.wait_jobs().await.expect("jobs")
         }
     }

@@ -48,7 +48,7 @@ async fn explain_shows_key_range_file_pruning_and_column_groups() {
         .expect("batch");
         t.upsert(batch).await.expect("upsert");
         t.flush().await.expect("flush");
-        t.drain_to_s3().await.expect("drain");
+        t.drain_to_bucket().await.expect("drain");
         t.wait_jobs().await.expect("jobs");
     }
     let q = common::service(&db, false);

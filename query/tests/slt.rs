@@ -116,11 +116,11 @@ impl Strata {
             }
             "drain" => {
                 t.flush().await?;
-                t.drain_to_s3().await?;
+                t.drain_to_bucket().await?;
                 let levels = t.table_schema().groups.len();
                 for level in 0..levels.saturating_sub(1) {
                     for g in 0..t.table_schema().groups[level].len() {
-                        t.compact_s3_group(level, g).await?;
+                        t.compact_column_group(level, g).await?;
                     }
                 }
                 t.wait_jobs().await?

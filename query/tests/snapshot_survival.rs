@@ -38,8 +38,8 @@ async fn churn(t: &Table) -> strata_engine::GcReport {
         put(t, 0..2000, &format!("new{round}-")).await;
         t.flush().await.expect("flush");
         t.compact().await.expect("compact");
-        t.drain_to_s3().await.expect("drain");
-        t.compact_s3_group(0, 0).await.expect("compact s3");
+        t.drain_to_bucket().await.expect("drain");
+        t.compact_column_group(0, 0).await.expect("compact s3");
         t.wait_jobs().await.expect("jobs");
     }
     t.gc().await.expect("gc")
@@ -69,7 +69,7 @@ async fn setup(tmp: &std::path::Path) -> (Db, Table) {
     let t = db.table("s").await.expect("table");
     put(&t, 0..2000, "old-").await;
     t.flush().await.expect("flush");
-    t.drain_to_s3().await.expect("drain");
+    t.drain_to_bucket().await.expect("drain");
     t.wait_jobs().await.expect("jobs");
     put(&t, 1000..1500, "mid-").await;
     t.flush().await.expect("flush");

@@ -63,8 +63,8 @@ async fn pristine(bucket: &Path) {
     for chunk in ids.chunks(150) {
         load(&t, chunk, "first").await;
     }
-    t.drain_to_s3().await.unwrap();
-    t.compact_s3_group(0, 0).await.unwrap();
+    t.drain_to_bucket().await.unwrap();
+    t.compact_column_group(0, 0).await.unwrap();
     let newer: Vec<i64> = (100..300).collect();
     load(&t, &newer, "second").await;
     t.flush().await.unwrap();

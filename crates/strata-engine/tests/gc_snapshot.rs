@@ -110,7 +110,7 @@ async fn dropped_tables_are_collected() {
         let a: Vec<Option<&str>> = ids.iter().map(|_| Some("x")).collect();
         let b: Vec<Option<i64>> = ids.iter().map(|i| Some(*i)).collect();
         t.upsert(common::rows(&ids, &a, &b)).await.unwrap();
-        t.drain_to_s3().await.unwrap();
+        t.drain_to_bucket().await.unwrap();
     }
     let gone = db.describe("gone").await.unwrap().id;
     let count = |id: u64| {
@@ -122,9 +122,16 @@ async fn dropped_tables_are_collected() {
         }
     };
     assert!(count(gone).await > 0);
+    // Each table's shards keep their NVMe tier under the node's directory.
+    let local = |id: u64| dir.path().join(format!("tables/{id:020}"));
+    let kept_id = db.describe("kept").await.unwrap().id;
+    assert!(local(gone).is_dir() && local(kept_id).is_dir());
     db.drop_table("gone").await.unwrap();
     assert!(db.collect_dropped().await.unwrap() > 0);
     assert_eq!(count(gone).await, 0);
+    // The dropped table's local directory goes with its objects; the other stays.
+    assert!(!local(gone).exists(), "{}", local(gone).display());
+    assert!(local(kept_id).is_dir());
     // The next pass finds nothing and forgets the table.
     assert_eq!(db.collect_dropped().await.unwrap(), 0);
     let mut versions: Vec<_> = store

@@ -63,7 +63,7 @@ async fn rewritten(ratio: f64, drain: bool) -> Rounds {
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
     if drain {
-        t.drain_to_s3().await.unwrap();
+        t.drain_to_bucket().await.unwrap();
     }
     Rounds {
         _tmp: tmp,

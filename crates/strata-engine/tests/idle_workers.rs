@@ -32,7 +32,7 @@ async fn idle_workers_back_off_and_wake_on_a_published_job() {
     t.upsert(rows(&ids, &a, &b)).await.unwrap();
     t.flush().await.unwrap();
     let started = Instant::now();
-    t.drain_to_s3().await.unwrap();
+    t.drain_to_bucket().await.unwrap();
     let took = started.elapsed();
     assert!(
         took < Duration::from_millis(1_500),

@@ -227,10 +227,13 @@ async fn run(ops: Vec<Op>, store: StoreRef, root_prefix: &str, layout_n: usize, 
                     check(&table, m, Some(snap)).await;
                 }
             }
-            Op::DrainToS3 => table.drain_to_s3().await.unwrap(),
+            Op::DrainToS3 => table.drain_to_bucket().await.unwrap(),
             Op::CompactS3 { level, group } => {
                 let groups = layout(layout_n)[level].len();
-                table.compact_s3_group(level, group % groups).await.unwrap()
+                table
+                    .compact_column_group(level, group % groups)
+                    .await
+                    .unwrap()
             }
             Op::Reopen { fresh_local_dir } => {
                 pinned.clear();

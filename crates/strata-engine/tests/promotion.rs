@@ -51,7 +51,7 @@ async fn in_s3(local: &std::path::Path) -> (Db, Table) {
     let a: Vec<Option<&str>> = names.iter().map(|s| Some(s.as_str())).collect();
     let b: Vec<Option<i64>> = ids.iter().map(|i| Some(*i)).collect();
     t.upsert(rows(&ids, &a, &b)).await.unwrap();
-    t.drain_to_s3().await.unwrap();
+    t.drain_to_bucket().await.unwrap();
     (db, t)
 }
 
@@ -165,8 +165,8 @@ async fn reads_from_s3_are_promoted_and_newer_versions_win() {
         .collect();
     for step in ["promoted", "drained", "s3-compacted", "nvme-compacted"] {
         match step {
-            "drained" => t.drain_to_s3().await.unwrap(),
-            "s3-compacted" => t.compact_s3_group(0, 0).await.unwrap(),
+            "drained" => t.drain_to_bucket().await.unwrap(),
+            "s3-compacted" => t.compact_column_group(0, 0).await.unwrap(),
             "nvme-compacted" => {
                 t.flush().await.unwrap();
                 t.compact().await.unwrap()
@@ -204,7 +204,7 @@ async fn promotions_alone_start_compactions() {
     let a: Vec<Option<&str>> = names.iter().map(|s| Some(s.as_str())).collect();
     let b: Vec<Option<i64>> = ids.iter().map(|i| Some(*i)).collect();
     t.upsert(rows(&ids, &a, &b)).await.unwrap();
-    t.drain_to_s3().await.unwrap();
+    t.drain_to_bucket().await.unwrap();
     // Hot keys 0..300, read in rounds: each round fills the small cache many times over.
     for _ in 0..6 {
         for k in 0..300 {
@@ -275,7 +275,7 @@ async fn promotion_races_never_resurrect_old_versions() {
     let zeros: Vec<Option<i64>> = ids.iter().map(|_| Some(0)).collect();
     let names: Vec<Option<&str>> = ids.iter().map(|_| Some("w0")).collect();
     t.upsert(rows(&ids, &names, &zeros)).await.unwrap();
-    t.drain_to_s3().await.unwrap();
+    t.drain_to_bucket().await.unwrap();
 
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     // The writer: version numbers grow per key; the oracle holds the acknowledged ones.
@@ -303,7 +303,7 @@ async fn promotion_races_never_resurrect_old_versions() {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 i += 1;
                 match i % 3 {
-                    0 => t.drain_to_s3().await.unwrap(),
+                    0 => t.drain_to_bucket().await.unwrap(),
                     1 => t.flush().await.unwrap(),
                     _ => t.compact().await.unwrap(),
                 }
@@ -363,7 +363,7 @@ async fn promotion_races_never_resurrect_old_versions() {
         assert_eq!(get(&t, k).await, Some(want[k as usize].clone()), "key {k}");
     }
     assert_eq!(everything(&db, &t).await, want);
-    t.drain_to_s3().await.unwrap();
+    t.drain_to_bucket().await.unwrap();
     assert_eq!(everything(&db, &t).await, want, "after a last drain");
     db.close().await;
 }

@@ -12,7 +12,7 @@ async fn three_tiers(t: &strata_engine::Table) {
     t.upsert(rows(&[1], &[Some("one")], &[Some(1)]))
         .await
         .unwrap();
-    t.drain_to_s3().await.unwrap();
+    t.drain_to_bucket().await.unwrap();
     t.upsert(rows(&[2], &[Some("two")], &[Some(2)]))
         .await
         .unwrap();
@@ -90,7 +90,7 @@ async fn point_reads_feed_the_hotness_tracker() {
     let names: Vec<Option<&str>> = ids.iter().map(|_| Some("some value")).collect();
     let nums: Vec<Option<i64>> = ids.iter().map(|i| Some(*i)).collect();
     t.upsert(rows(&ids, &names, &nums)).await.unwrap();
-    t.drain_to_s3().await.unwrap();
+    t.drain_to_bucket().await.unwrap();
     for _ in 0..20 {
         assert!(t.get(&[Value::Int(7)], None, None).await.unwrap().is_some());
     }

@@ -39,7 +39,7 @@ async fn hot_records_stay_on_nvme_and_reads_stay_exact() {
         let s = t.shards().next().unwrap().stats();
         (s.point_reads_nvme, s.point_reads_s3, s.retained_bytes)
     };
-    t.drain_to_s3().await.unwrap();
+    t.drain_to_bucket().await.unwrap();
     let (nvme0, s30, retained) = sources(&t);
     assert!(retained > 0, "nothing retained");
     let stats = t.shards().next().unwrap().stats();
@@ -117,9 +117,9 @@ async fn hot_records_stay_on_nvme_and_reads_stay_exact() {
     check("after retention").await;
     // Pushing the retained copies (and the newer version) down again, and compacting the
     // S3 levels, changes nothing.
-    t.drain_to_s3().await.unwrap();
+    t.drain_to_bucket().await.unwrap();
     check("after a second drain").await;
-    t.compact_s3_group(0, 0).await.unwrap();
+    t.compact_column_group(0, 0).await.unwrap();
     check("after S3 compaction").await;
     t.flush().await.unwrap();
     t.compact().await.unwrap();
@@ -146,7 +146,7 @@ async fn retention_can_be_switched_off() {
     for _ in 0..10 {
         t.get(&[Value::Int(1)], None, None).await.unwrap().unwrap();
     }
-    t.drain_to_s3().await.unwrap();
+    t.drain_to_bucket().await.unwrap();
     let s = t.shards().next().unwrap().stats();
     assert_eq!(s.retained_bytes, 0);
     assert_eq!(s.ssts_per_level.iter().sum::<usize>(), 0, "{s:?}");

@@ -79,8 +79,8 @@ async fn laser_merges_across_tiers_and_column_groups() {
     ]))
     .await
     .unwrap();
-    t.drain_to_s3().await.unwrap();
-    t.compact_s3_group(0, 0).await.unwrap();
+    t.drain_to_bucket().await.unwrap();
+    t.compact_column_group(0, 0).await.unwrap();
     let stats = t.shards().next().unwrap().stats();
     assert_eq!(stats.s3_files[0], vec![0, 1], "{stats:?}");
     assert_eq!(stats.s3_files[1], vec![1, 1, 0], "{stats:?}");
@@ -94,7 +94,7 @@ async fn laser_merges_across_tiers_and_column_groups() {
     ]))
     .await
     .unwrap();
-    t.drain_to_s3().await.unwrap();
+    t.drain_to_bucket().await.unwrap();
     // 108: A,B newer, in an NVMe SST (Fig. 5: C,D come from a deeper level).
     t.update(batch(&[
         ("k", k(&[108])),
@@ -129,9 +129,9 @@ async fn laser_merges_across_tiers_and_column_groups() {
     assert_eq!(proj.num_rows(), 2);
 
     // Everything down to the last level: the same answers.
-    t.drain_to_s3().await.unwrap();
+    t.drain_to_bucket().await.unwrap();
     for group in 0..2 {
-        t.compact_s3_group(0, group).await.unwrap();
+        t.compact_column_group(0, group).await.unwrap();
     }
     let stats = t.shards().next().unwrap().stats();
     assert_eq!(stats.s3_files[0], vec![0, 0], "{stats:?}");
@@ -140,12 +140,12 @@ async fn laser_merges_across_tiers_and_column_groups() {
 
     // A delete hides every older version; a later partial row starts from NULLs.
     t.delete(batch(&[("k", k(&[100]))])).await.unwrap();
-    t.drain_to_s3().await.unwrap();
+    t.drain_to_bucket().await.unwrap();
     assert!(get(&t, 100).await.is_none());
     t.update(batch(&[("k", k(&[100])), ("d", strs(&["d2"]))]))
         .await
         .unwrap();
-    t.drain_to_s3().await.unwrap();
+    t.drain_to_bucket().await.unwrap();
     let row = get(&t, 100).await.unwrap();
     assert_eq!(row, vec![None, None, None, Some("d2".into())]);
     // The partial row carried no a/b: existence markers keep the row visible to a
@@ -166,7 +166,7 @@ async fn laser_merges_across_tiers_and_column_groups() {
         "row 100 exists (re-created by a partial row)"
     );
     for group in 0..2 {
-        t.compact_s3_group(0, group).await.unwrap();
+        t.compact_column_group(0, group).await.unwrap();
     }
     assert_eq!(
         get(&t, 100).await.unwrap(),
@@ -193,7 +193,7 @@ async fn laser_partial_update_example() {
     ]))
     .await
     .unwrap();
-    t.drain_to_s3().await.unwrap();
+    t.drain_to_bucket().await.unwrap();
     t.update(batch(&[
         ("k", k(&[100])),
         ("b", strs(&["b'"])),
@@ -202,8 +202,8 @@ async fn laser_partial_update_example() {
     .await
     .unwrap();
     assert_eq!(get(&t, 100).await.unwrap(), some(&["a", "b'", "c'", "d"]));
-    t.drain_to_s3().await.unwrap();
-    t.compact_s3_group(0, 1).await.unwrap();
+    t.drain_to_bucket().await.unwrap();
+    t.compact_column_group(0, 1).await.unwrap();
     assert_eq!(get(&t, 100).await.unwrap(), some(&["a", "b'", "c'", "d"]));
     db.close().await;
 }
@@ -272,7 +272,7 @@ async fn damaged_parquet_objects_give_clear_errors() {
     ]))
     .await
     .unwrap();
-    t.drain_to_s3().await.unwrap();
+    t.drain_to_bucket().await.unwrap();
     let manifest = t.shards().next().unwrap().manifest();
     let file = manifest.value.parquet_files().next().unwrap().clone();
     db.close().await;
@@ -349,11 +349,11 @@ async fn tombstones_are_dropped_only_at_the_last_s3_level() {
     ]))
     .await
     .unwrap();
-    t.drain_to_s3().await.unwrap();
-    t.compact_s3_group(0, 0).await.unwrap();
-    t.compact_s3_group(0, 1).await.unwrap();
+    t.drain_to_bucket().await.unwrap();
+    t.compact_column_group(0, 0).await.unwrap();
+    t.compact_column_group(0, 1).await.unwrap();
     t.delete(batch(&[("k", k(&[1]))])).await.unwrap();
-    t.drain_to_s3().await.unwrap();
+    t.drain_to_bucket().await.unwrap();
     let rows_at = |t: &Table, level: usize| -> u64 {
         let m = t.shards().next().unwrap().manifest();
         m.value.s3_levels[level]
@@ -371,8 +371,8 @@ async fn tombstones_are_dropped_only_at_the_last_s3_level() {
     );
     assert!(get(&t, 1).await.is_none());
     // At the last level the tombstone and the version it hides both disappear.
-    t.compact_s3_group(0, 0).await.unwrap();
-    t.compact_s3_group(0, 1).await.unwrap();
+    t.compact_column_group(0, 0).await.unwrap();
+    t.compact_column_group(0, 1).await.unwrap();
     assert_eq!(rows_at(&t, 0), 0);
     assert_eq!(
         rows_at(&t, 1),

@@ -59,7 +59,7 @@ async fn cold_point_lookup_costs_at_most_two_reads_per_file() {
     for chunk in ids.chunks(5000) {
         load(&t, chunk).await;
     }
-    t.drain_to_s3().await.unwrap();
+    t.drain_to_bucket().await.unwrap();
     let m = t.shards().next().unwrap().manifest();
     let key = t.table_schema().encode_key(&[Value::Int(12_345)]).unwrap();
     let files: Vec<_> = m
@@ -162,7 +162,7 @@ async fn writes_over_the_sorted_run_limit_are_refused_and_change_nothing() {
     );
 
     // Compaction catches up; writes are accepted again and the stall is recorded.
-    t.drain_to_s3().await.unwrap();
+    t.drain_to_bucket().await.unwrap();
     assert!(shard.stats().sorted_runs <= 3);
     t.upsert(rows(&[100], &[Some("x")], &[Some(1)]))
         .await
@@ -195,7 +195,7 @@ async fn scans_survive_concurrent_compaction_and_gc() {
     let t = db.table("t").await.unwrap();
     let ids: Vec<i64> = (0..3000).collect();
     load(&t, &ids).await;
-    t.drain_to_s3().await.unwrap();
+    t.drain_to_bucket().await.unwrap();
     let want = t.scan(&ScanOptions::default(), None).await.unwrap();
     assert_eq!(want.num_rows(), 3000);
     let want = Arc::new(decode(&want));
@@ -219,8 +219,8 @@ async fn scans_survive_concurrent_compaction_and_gc() {
         // Rewrite the same values so the oracle stays fixed while files churn.
         let part: Vec<i64> = ids.iter().copied().filter(|i| i % 6 == round).collect();
         load(&t, &part).await;
-        t.drain_to_s3().await.unwrap();
-        t.compact_s3_group(0, 0).await.unwrap();
+        t.drain_to_bucket().await.unwrap();
+        t.compact_column_group(0, 0).await.unwrap();
         let r = t.gc().await.unwrap();
         deleted += r.parquet_deleted;
     }
@@ -255,7 +255,7 @@ async fn pending_compaction_bytes_report_due_s3_work() {
     // Publishing happens in the background; with no worker the job stays outstanding.
     let drain = {
         let t = t.clone();
-        tokio::spawn(async move { t.drain_to_s3().await })
+        tokio::spawn(async move { t.drain_to_bucket().await })
     };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
@@ -293,7 +293,7 @@ async fn a_job_whose_spec_vanished_is_published_again() {
     load(&t, &ids).await;
     let drain = {
         let t = t.clone();
-        tokio::spawn(async move { t.drain_to_s3().await })
+        tokio::spawn(async move { t.drain_to_bucket().await })
     };
     // Wait for the published spec, then delete it.
     let jobs_dir = db.layout().jobs_dir();
@@ -364,18 +364,18 @@ async fn a_point_read_gathers_the_parts_of_a_version_across_levels() {
         .await
         .unwrap();
     // The first versions down in level 2, so level 1 is not the bottom and keeps deletes.
-    t.drain_to_s3().await.unwrap();
-    t.compact_s3_group(0, 0).await.unwrap();
-    t.compact_s3_group(0, 1).await.unwrap();
+    t.drain_to_bucket().await.unwrap();
+    t.compact_column_group(0, 0).await.unwrap();
+    t.compact_column_group(0, 1).await.unwrap();
     t.delete(keys(&[1])).await.unwrap();
     // A pinned snapshot keeps the delete beneath the newer upsert through compaction.
     let pinned = t.snapshot();
     t.upsert(rows(&[1], &[Some("y")], &[Some(2)]))
         .await
         .unwrap();
-    t.drain_to_s3().await.unwrap();
+    t.drain_to_bucket().await.unwrap();
     // Group 0 (`b`) of level 1 moves to level 2; group `a` stays.
-    t.compact_s3_group(0, 0).await.unwrap();
+    t.compact_column_group(0, 0).await.unwrap();
     let got = t.get(&[Value::Int(1)], None, None).await.unwrap().unwrap();
     assert_eq!(decode(&got), vec![(1, Some("y".into()), Some(2))]);
     // The scan agrees, and the snapshot still reads the delete.

@@ -858,7 +858,7 @@ impl Sim {
                 p
             }
             52..=56 => {
-                let r = p.run(t.drain_to_s3())?;
+                let r = p.run(t.drain_to_bucket())?;
                 self.maintenance("drain to S3", r)?;
                 p
             }
@@ -866,7 +866,7 @@ impl Sim {
                 let level = self.rng.random_range(0..2usize);
                 let groups = layout(self.layout_n)[level].len();
                 let group = self.rng.random_range(0..groups);
-                let r = p.run(t.compact_s3_group(level, group))?;
+                let r = p.run(t.compact_column_group(level, group))?;
                 self.maintenance("compact S3 group", r)?;
                 p
             }

@@ -295,10 +295,12 @@ async fn apply(t: &strata_engine::Table, op: &Op, layout_n: usize) {
             t.delete(fit(t, keys(&ids))).await.unwrap();
         }
         Op::Flush => t.flush().await.unwrap(),
-        Op::Drain => t.drain_to_s3().await.unwrap(),
+        Op::Drain => t.drain_to_bucket().await.unwrap(),
         Op::CompactS3 { level, group } => {
             let groups = layout(layout_n)[*level].len();
-            t.compact_s3_group(*level, group % groups).await.unwrap()
+            t.compact_column_group(*level, group % groups)
+                .await
+                .unwrap()
         }
     }
 }
@@ -562,8 +564,8 @@ async fn positions_hold_under_truncated_key_statistics() {
         .unwrap()
     };
     t.upsert(batch(0..1200, 1)).await.unwrap();
-    t.drain_to_s3().await.unwrap();
-    t.compact_s3_group(0, 0).await.unwrap();
+    t.drain_to_bucket().await.unwrap();
+    t.compact_column_group(0, 0).await.unwrap();
     t.upsert(batch(450..460, 7)).await.unwrap();
     t.upsert(batch(1200..1210, 7)).await.unwrap();
     let gone: Vec<String> = (600..610).map(id).collect();

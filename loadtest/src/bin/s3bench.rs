@@ -206,11 +206,13 @@ async fn main() -> Res<()> {
         for t in &tables {
             if phase == "cross-tier" {
                 let t = t.clone();
-                tasks.push(tokio::spawn(async move { t.drain_to_s3().await }));
+                tasks.push(tokio::spawn(async move { t.drain_to_bucket().await }));
             } else {
                 for g in 0..2 {
                     let t = t.clone();
-                    tasks.push(tokio::spawn(async move { t.compact_s3_group(0, g).await }));
+                    tasks.push(tokio::spawn(
+                        async move { t.compact_column_group(0, g).await },
+                    ));
                 }
             }
         }

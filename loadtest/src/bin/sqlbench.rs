@@ -158,11 +158,11 @@ async fn spread(
     t.flush().await?;
     phases.push(("load", t0.elapsed().as_secs_f64()));
     let t0 = Instant::now();
-    t.drain_to_s3().await?;
+    t.drain_to_bucket().await?;
     phases.push(("drain NVMe -> S3 level 0", t0.elapsed().as_secs_f64()));
     let t0 = Instant::now();
     for g in groups {
-        t.compact_s3_group(0, *g).await?;
+        t.compact_column_group(0, *g).await?;
     }
     phases.push(("compact S3 level 0 -> 1", t0.elapsed().as_secs_f64()));
     if args.no_updates {
@@ -178,7 +178,7 @@ async fn spread(
     };
     let t0 = Instant::now();
     load(t, &some(rows / 100, 0), batch, make).await?;
-    t.drain_to_s3().await?;
+    t.drain_to_bucket().await?;
     load(t, &some(rows / 100, 0), batch, make).await?;
     t.flush().await?;
     load(t, &some(rows / 500, rows / 100), batch, make).await?;

@@ -152,7 +152,7 @@ async fn killed_worker_job_is_finished_by_another() {
     let mut a = worker(&endpoint, &bucket, &prefix, "worker-a", 60_000);
     let drain = {
         let t = t.clone();
-        tokio::spawn(async move { t.drain_to_s3().await })
+        tokio::spawn(async move { t.drain_to_bucket().await })
     };
     let parquet_dir = strata_manifest::Layout::new(&prefix)
         .shard(1, 0)

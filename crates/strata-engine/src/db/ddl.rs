@@ -129,9 +129,33 @@ impl Db {
         Ok(())
     }
 
+    /// This node's directory of table `id`: its shards' NVMe-tier SSTs and local logs.
+    pub(crate) fn local_table_dir(&self, id: u64) -> std::path::PathBuf {
+        self.inner.local_dir.join(format!("tables/{id:020}"))
+    }
+
+    /// Removes this node's directory of dropped table `id`, unless the table is open here
+    /// (it never is once dropped: [`Db::drop_table`] closes it). Best effort: a directory
+    /// left behind is removed by the next pass.
+    async fn remove_local_table_dir(&self, id: u64) {
+        if self.inner.open.lock().await.contains_key(&id) {
+            return;
+        }
+        let dir = self.local_table_dir(id);
+        match tokio::fs::remove_dir_all(&dir).await {
+            Ok(()) => {
+                tracing::info!(dir = %dir.display(), "removed a dropped table's local directory")
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), error = %e, "removing a dropped table's local directory")
+            }
+        }
+    }
+
     /// Garbage collection of dropped tables: deletes every object of a table dropped at
     /// least `gc.min_age_ms` ago (its shards' directories, compaction jobs and shard
-    /// leases), and
+    /// leases) and this node's local directory of it, and
     /// forgets it in the catalog once a pass finds nothing left (a worker still finishing
     /// one of its jobs may write an output after the first pass). Returns the objects
     /// deleted. Deletes are idempotent, so every ingest node of a cluster may run it.
@@ -175,6 +199,7 @@ impl Db {
                     .map(|m| m.location.clone()),
             );
             if objects.is_empty() {
+                self.remove_local_table_dir(d.id).await;
                 gone.push(d.id);
                 continue;
             }
@@ -203,6 +228,7 @@ impl Db {
             }
             let count = objects.len();
             deleted += crate::gc::delete_all(store, objects).await?;
+            self.remove_local_table_dir(d.id).await;
             tracing::info!(table = d.name, objects = count, "collected a dropped table");
         }
         if !gone.is_empty() {

@@ -46,7 +46,7 @@ struct DbInner {
     clock: ClockRef,
     catalog: catalog::CatalogCache,
     open: tokio::sync::Mutex<HashMap<u64, Table>>,
-    s3: crate::context::ProcessContext,
+    process: crate::context::ProcessContext,
     workers: tokio_util::sync::CancellationToken,
     worker_stats: Vec<Arc<crate::jobs::WorkerStats>>,
     remote: crate::read::view::RemoteViews,
@@ -185,7 +185,7 @@ impl Db {
         } else {
             None
         };
-        let s3 = crate::context::ProcessContext {
+        let process = crate::context::ProcessContext {
             hotness,
             reads: crate::read::ReadContext {
                 cache,
@@ -219,14 +219,14 @@ impl Db {
                 },
                 clock.clone(),
             )
-            .with_wake(s3.jobs_published.clone());
+            .with_wake(process.jobs_published.clone());
             worker_stats.push(w.stats.clone());
             let cancel = workers.clone();
             tokio::spawn(async move { w.run(cancel).await });
         }
         let remote = crate::read::view::RemoteViews::new(
             store.clone(),
-            s3.reads.clone(),
+            process.reads.clone(),
             clock.clone(),
             local_dir.join("views"),
             config.pin_lease_ms,
@@ -234,7 +234,7 @@ impl Db {
         let db = Db {
             inner: Arc::new(DbInner {
                 remote,
-                s3,
+                process,
                 workers,
                 worker_stats,
                 store,
@@ -391,10 +391,7 @@ impl Db {
         let schema = catalog.schema(name)?;
         let mut shards = Vec::with_capacity(entry.shards.len());
         for s in &entry.shards {
-            let local = self
-                .inner
-                .local_dir
-                .join(format!("tables/{:020}/{:05}", entry.id, s.id));
+            let local = self.local_table_dir(entry.id).join(format!("{:05}", s.id));
             shards.push((
                 s.clone(),
                 Shard::open(
@@ -405,7 +402,7 @@ impl Db {
                     local,
                     self.inner.config.clone(),
                     self.inner.clock.clone(),
-                    self.inner.s3.clone(),
+                    self.inner.process.clone(),
                 )
                 .await?,
             ));
@@ -518,30 +515,30 @@ impl Db {
     /// The decoded-page cache of point lookups into columnar levels: (bytes held, pages
     /// held, hits, misses). Its bytes stay within `page_cache_bytes`.
     pub fn page_cache_stats(&self) -> (u64, usize, u64, u64) {
-        self.inner.s3.reads.metas.page_stats()
+        self.inner.process.reads.metas.page_stats()
     }
 
     /// The decoded-column cache of scans over columnar levels: (bytes held, column chunks
     /// held, hits, misses). Its bytes stay within `scan_cache_bytes`.
     pub fn scan_cache_stats(&self) -> (u64, usize, u64, u64) {
-        self.inner.s3.reads.metas.column_stats()
+        self.inner.process.reads.metas.column_stats()
     }
 
     /// The local-disk cache of the columnar levels' data blocks and file tails: (bytes
     /// held, files held, reads answered from it, reads that fetched from the bucket). Its
     /// bytes stay within `cache_bytes_max`.
     pub fn block_cache_stats(&self) -> (u64, usize, u64, u64) {
-        self.inner.s3.reads.cache.stats()
+        self.inner.process.reads.cache.stats()
     }
 
     /// The hotness tracker's sizes and counters, when it is enabled.
     pub fn hotness_stats(&self) -> Option<crate::hotness::TrackerStats> {
-        self.inner.s3.hotness.as_ref().map(|t| t.stats())
+        self.inner.process.hotness.as_ref().map(|t| t.stats())
     }
 
     /// The hotness tracker, when it is enabled.
     pub fn hotness(&self) -> Option<&Arc<crate::hotness::HotnessTracker>> {
-        self.inner.s3.hotness.as_ref()
+        self.inner.process.hotness.as_ref()
     }
 }
 
@@ -565,10 +562,10 @@ mod tests {
         let local = open(ObjectStoreConfig::local(dir.path().join("bucket")), "a")
             .await
             .unwrap();
-        assert!(local.inner.s3.local_bucket);
+        assert!(local.inner.process.local_bucket);
         local.close().await;
         let memory = open(ObjectStoreConfig::memory(), "b").await.unwrap();
-        assert!(!memory.inner.s3.local_bucket);
+        assert!(!memory.inner.process.local_bucket);
         memory.close().await;
         let handed: StoreRef =
             Arc::new(strata_objstore::LocalDirStore::new(&dir.path().join("bucket")).unwrap());
@@ -582,7 +579,7 @@ mod tests {
         )
         .await
         .unwrap();
-        assert!(!handed.inner.s3.local_bucket);
+        assert!(!handed.inner.process.local_bucket);
         handed.close().await;
     }
 }

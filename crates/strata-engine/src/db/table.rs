@@ -255,18 +255,18 @@ impl Table {
 
     /// Moves everything in the NVMe tier down to the S3 levels now (through compaction
     /// jobs, run by this process's or external workers), waiting until committed.
-    pub async fn drain_to_s3(&self) -> Result<()> {
+    pub async fn drain_to_bucket(&self) -> Result<()> {
         for (_, s) in &self.inner.shards {
-            s.drain_to_s3().await?;
+            s.drain_to_bucket().await?;
         }
         Ok(())
     }
 
     /// Moves column group `group` of S3 level `level` (0-based) down one level now
     /// (CG-local compaction), waiting until committed.
-    pub async fn compact_s3_group(&self, level: usize, group: usize) -> Result<()> {
+    pub async fn compact_column_group(&self, level: usize, group: usize) -> Result<()> {
         for (_, s) in &self.inner.shards {
-            s.compact_s3_group(level, group).await?;
+            s.compact_column_group(level, group).await?;
         }
         Ok(())
     }

@@ -109,7 +109,7 @@ pub(crate) struct ShardInner {
     pub(crate) config: Arc<EngineConfig>,
     pub(crate) epoch: u64,
     /// What the shards of this process share (caches, hotness tracker, bucket layout).
-    pub(crate) s3: crate::context::ProcessContext,
+    pub(crate) process: crate::context::ProcessContext,
     pub(crate) stats: Arc<crate::metrics::ShardStats>,
     pub(crate) signals: Arc<signals::Signals>,
     pub(crate) files: Arc<files::Files>,
@@ -270,7 +270,7 @@ impl Shard {
 
     /// Moves everything in the NVMe tier down to the S3 levels now (flush, compact the NVMe
     /// levels into the last one, then cross-tier jobs), waiting until committed.
-    pub async fn drain_to_s3(&self) -> Result<()> {
+    pub async fn drain_to_bucket(&self) -> Result<()> {
         self.flush().await?;
         loop {
             self.wait_jobs().await?;
@@ -284,7 +284,7 @@ impl Shard {
 
     /// Moves one column group of S3 level `level` (0-based) down a level now (CG-local
     /// compaction), waiting until committed.
-    pub async fn compact_s3_group(&self, level: usize, group: usize) -> Result<()> {
+    pub async fn compact_column_group(&self, level: usize, group: usize) -> Result<()> {
         self.run_jobs_forced(move |spec| {
             matches!(spec.source, crate::jobs::JobSource::Group { level: l, group: g, .. } if l == level && g == group)
         })
@@ -443,7 +443,7 @@ impl Shard {
             snap.seq(),
             self.inner.files.store.clone(),
             self.inner.files.paths.clone(),
-            self.inner.s3.reads.clone(),
+            self.inner.process.reads.clone(),
             tree.seq_times(),
             vec![Box::new(snap), Box::new(guard)],
         )
@@ -489,8 +489,8 @@ impl Shard {
                 let files = crate::read::remote::BucketFiles {
                     store: &inner.files.store,
                     paths: &inner.files.paths,
-                    cache: &inner.s3.reads.cache,
-                    metas: &inner.s3.reads.metas,
+                    cache: &inner.process.reads.cache,
+                    metas: &inner.process.reads.metas,
                 };
                 crate::read::remote::point_versions_async(
                     &inner.table,
@@ -545,7 +545,7 @@ impl Shard {
         let seq = self.read_seq(snapshot)?;
         let (state, _guard) = self.inner.tree.read_state();
         let files = self.inner.files.clone();
-        let reads = self.inner.s3.reads.clone();
+        let reads = self.inner.process.reads.clone();
         let table = self.inner.table.clone();
         let handle = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || {

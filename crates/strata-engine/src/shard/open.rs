@@ -26,7 +26,7 @@ impl Shard {
         local_root: PathBuf,
         config: EngineConfig,
         clock: ClockRef,
-        s3: crate::context::ProcessContext,
+        process: crate::context::ProcessContext,
     ) -> Result<Shard> {
         let name = format!("{}/{}", table.name(), shard_id);
         let group_counts: Vec<usize> = table.groups.iter().map(|g| g.len()).collect();
@@ -246,7 +246,7 @@ impl Shard {
             paths,
             local_dir,
             epoch,
-            s3.local_bucket,
+            process.local_bucket,
         ));
         let tree = Arc::new(commit::Tree::new(
             config.clone(),
@@ -280,9 +280,9 @@ impl Shard {
             stats: stats.clone(),
             epoch,
             job_prefix: job_prefix.clone(),
-            layout: s3.layout.clone(),
-            jobs_published: s3.jobs_published.clone(),
-            hotness: s3.hotness.clone(),
+            layout: process.layout.clone(),
+            jobs_published: process.jobs_published.clone(),
+            hotness: process.hotness.clone(),
             hotness_prefix: hotness_prefix.clone(),
             files: files.clone(),
             tree: tree.clone(),
@@ -293,7 +293,7 @@ impl Shard {
         let promoter = Arc::new(promote::Promoter {
             name: name.clone(),
             key_prefix: hotness_prefix,
-            hotness: s3.hotness.clone(),
+            hotness: process.hotness.clone(),
             config: config.clone(),
             stats: stats.clone(),
             files: files.clone(),
@@ -305,7 +305,7 @@ impl Shard {
             config: config.clone(),
             clock: clock.clone(),
             epoch,
-            layout: s3.layout.clone(),
+            layout: process.layout.clone(),
             job_prefix,
             files: files.clone(),
             tree: tree.clone(),
@@ -325,7 +325,7 @@ impl Shard {
             table,
             config,
             epoch,
-            s3,
+            process,
             stats,
             signals: signals.clone(),
             files,
