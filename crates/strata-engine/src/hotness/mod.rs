@@ -22,14 +22,29 @@
 //!
 //! The tracker is a cache of warmth: it starts empty on open (its directory is cleared),
 //! and losing it loses no data.
+//!
+//! - [`record`]: an access record, its decayed score and stability counter, and their
+//!   encoding in a run.
+//! - [`run`]: a sorted run on disk with its in-memory Bloom filter of hot keys and block
+//!   index.
+//! - [`sample`]: the size-weighted sampling of thresholds (pure).
+//! - here: the tracker itself (buffer, runs, ticks, limits, eviction, auto-tuning).
+
+mod record;
+mod run;
+mod sample;
+
+pub use record::Record;
+use run::Run;
+#[cfg(test)]
+use sample::next_random;
+pub use sample::threshold;
 
 use std::collections::HashMap;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Mutex;
 
 use crate::error::{Error, Result};
-use crate::sst::bloom::{Bloom, BloomBuilder};
 
 /// Settings of the tracker; the defaults are the paper's.
 #[derive(Debug, Clone)]
@@ -93,121 +108,6 @@ const C_MAX: f64 = 5.0;
 const L_HS: f64 = 0.05; // × fast_bytes: smallest hot-set limit
 const R_HS: f64 = 0.7; // × fast_bytes: largest hot-set limit, and the counter period R
 const D_HS: f64 = 0.1; // × R_HS: headroom above the stable size
-/// Records per block of a run (the unit of the range hot-size estimate).
-const BLOCK_RECORDS: usize = 128;
-/// Bloom filter bits per hot key (§3.2: 20, false positives well under 0.1%).
-const BLOOM_BITS: usize = 20;
-
-/// One access record.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Record {
-    /// The key.
-    pub key: Vec<u8>,
-    /// Size of the key's value (its latest access).
-    pub value_len: u32,
-    /// Tick of the latest access.
-    pub tick: u64,
-    /// Score as of `tick`.
-    pub score: f64,
-    /// Stability counter (auto-tuning) as of `epoch`.
-    pub counter: f64,
-    /// Seen again after its first access (auto-tuning's `t`).
-    pub repeated: bool,
-    /// Counter epoch (accessed bytes / R) of `counter`.
-    pub epoch: u64,
-}
-
-impl Record {
-    /// The HotRAP size: key plus value bytes.
-    pub fn hot_size(&self) -> u64 {
-        self.key.len() as u64 + u64::from(self.value_len)
-    }
-
-    /// The record's own size on disk.
-    pub fn physical_size(&self) -> u64 {
-        self.key.len() as u64 + 4 + 4 + 8 + 8 + 8 + 1 + 8
-    }
-
-    /// The score decayed to `tick`.
-    pub fn score_at(&self, tick: u64, alpha: f64) -> f64 {
-        self.score * alpha.powi(tick.saturating_sub(self.tick).min(i32::MAX as u64) as i32)
-    }
-
-    fn counter_at(&self, epoch: u64) -> f64 {
-        (self.counter - epoch.saturating_sub(self.epoch) as f64).max(0.0)
-    }
-
-    /// Merges an older record of the same key into this newer one (§3.2's score merge;
-    /// Algorithm 1's counter: a key seen again gains Δc up to c_max and becomes `repeated`).
-    pub fn absorb(&mut self, older: &Record, alpha: f64) {
-        let (newer_tick, older_tick) = (self.tick.max(older.tick), self.tick.min(older.tick));
-        let (new_s, old_s) = if self.tick >= older.tick {
-            (self.score, older.score)
-        } else {
-            (older.score, self.score)
-        };
-        let gap = (newer_tick - older_tick).min(i32::MAX as u64) as i32;
-        self.score = alpha.powi(gap) * old_s + new_s;
-        self.tick = newer_tick;
-        let epoch = self.epoch.max(older.epoch);
-        self.counter = (self.counter_at(epoch) + older.counter_at(epoch)).min(C_MAX);
-        self.epoch = epoch;
-        self.repeated = true;
-    }
-
-    fn encode(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&(self.key.len() as u32).to_le_bytes());
-        out.extend_from_slice(&self.key);
-        out.extend_from_slice(&self.value_len.to_le_bytes());
-        out.extend_from_slice(&self.tick.to_le_bytes());
-        out.extend_from_slice(&self.score.to_le_bytes());
-        out.extend_from_slice(&self.counter.to_le_bytes());
-        out.push(u8::from(self.repeated));
-        out.extend_from_slice(&self.epoch.to_le_bytes());
-    }
-
-    fn decode(buf: &[u8], at: &mut usize) -> Result<Record> {
-        let corrupt = || Error::Corrupt("hotness tracker run truncated".into());
-        let mut take = |n: usize| -> Result<&[u8]> {
-            let s = buf.get(*at..*at + n).ok_or_else(corrupt)?;
-            *at += n;
-            Ok(s)
-        };
-        let u32_ = |b: &[u8]| u32::from_le_bytes(b.try_into().expect("4 bytes"));
-        let u64_ = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
-        let klen = u32_(take(4)?) as usize;
-        let key = take(klen)?.to_vec();
-        let value_len = u32_(take(4)?);
-        let tick = u64_(take(8)?);
-        let score = f64::from_bits(u64_(take(8)?));
-        let counter = f64::from_bits(u64_(take(8)?));
-        let repeated = take(1)?[0] != 0;
-        let epoch = u64_(take(8)?);
-        Ok(Record {
-            key,
-            value_len,
-            tick,
-            score,
-            counter,
-            repeated,
-            epoch,
-        })
-    }
-}
-
-/// A sorted run on disk with its in-memory filter and block index.
-struct Run {
-    path: PathBuf,
-    records: usize,
-    physical: u64,
-    /// Hot keys (at the hot threshold when the run was written).
-    bloom: Bloom,
-    /// Per block: its first key and the HotRAP size of the hot records before it.
-    blocks: Vec<(Vec<u8>, u64)>,
-    /// HotRAP size of the run's hot records.
-    hot: u64,
-    bloom_bytes: u64,
-}
 
 /// What the tracker reports (metrics).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -408,7 +308,7 @@ impl HotnessTracker {
             }
         };
         for run in &st.runs {
-            for r in read_run(&run.path)? {
+            for r in run::read(&run.path)? {
                 if in_range(&r.key) {
                     add(r);
                 }
@@ -485,7 +385,7 @@ impl HotnessTracker {
         let alpha = self.config.alpha;
         let mut merged: HashMap<Vec<u8>, Record> = HashMap::new();
         for run in &st.runs {
-            for r in read_run(&run.path)? {
+            for r in run::read(&run.path)? {
                 match merged.get_mut(&r.key) {
                     Some(m) => m.absorb(&r, alpha),
                     None => {
@@ -630,92 +530,9 @@ impl HotnessTracker {
     fn write_run(&self, st: &mut State, records: &[Record]) -> Result<Run> {
         let path = self.config.dir.join(format!("{:08}.ralt", st.next_run));
         st.next_run += 1;
-        let alpha = self.config.alpha;
-        let mut buf = Vec::new();
-        let mut bloom = BloomBuilder::default();
-        let mut blocks = Vec::new();
-        let mut hot = 0u64;
-        for (i, r) in records.iter().enumerate() {
-            if i % BLOCK_RECORDS == 0 {
-                blocks.push((r.key.clone(), hot));
-            }
-            if r.score_at(st.tick, alpha) >= st.hot_threshold {
-                bloom.add(&r.key);
-                hot += r.hot_size();
-            }
-            r.encode(&mut buf);
-        }
-        let mut f = std::fs::File::create(&path)
-            .map_err(Error::io(format!("create {}", path.display())))?;
-        f.write_all(&buf)
-            .map_err(Error::io(format!("write {}", path.display())))?;
-        let filter = bloom.build(BLOOM_BITS);
-        Ok(Run {
-            path,
-            records: records.len(),
-            physical: buf.len() as u64,
-            bloom_bytes: filter.len() as u64,
-            bloom: Bloom::new(filter),
-            blocks,
-            hot,
-        })
+        let (alpha, tick, hot_threshold) = (self.config.alpha, st.tick, st.hot_threshold);
+        run::write(path, records, |r| r.score_at(tick, alpha) >= hot_threshold)
     }
-}
-
-fn read_run(path: &Path) -> Result<Vec<Record>> {
-    let buf = std::fs::read(path).map_err(Error::io(format!("read {}", path.display())))?;
-    let mut at = 0;
-    let mut out = Vec::new();
-    while at < buf.len() {
-        out.push(Record::decode(&buf, &mut at)?);
-    }
-    Ok(out)
-}
-
-/// xorshift64*: sampling needs speed and reproducibility, not cryptographic quality.
-fn next_random(state: &mut u64) -> u64 {
-    let mut x = *state;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    *state = x;
-    x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-}
-
-/// The score S' such that the records scoring at least S' weigh about `target` by `size`
-/// (§3.2): `points` positions drawn uniformly over the total weight map to records in
-/// proportion to their size; with `k = points · target / total`, S' is the k-th largest
-/// sampled score.
-pub fn threshold(
-    records: &[Record],
-    size: fn(&Record) -> u64,
-    target: u64,
-    tick: u64,
-    alpha: f64,
-    points: usize,
-    rng: &mut u64,
-) -> f64 {
-    let total: u64 = records.iter().map(size).sum();
-    if total == 0 || target >= total || points == 0 {
-        return 0.0;
-    }
-    let mut positions: Vec<u64> = (0..points).map(|_| next_random(rng) % total).collect();
-    positions.sort_unstable();
-    let mut scores = Vec::with_capacity(points);
-    let (mut upto, mut i) = (0u64, 0usize);
-    for r in records {
-        upto += size(r);
-        while i < positions.len() && positions[i] < upto {
-            scores.push(r.score_at(tick, alpha));
-            i += 1;
-        }
-    }
-    scores.sort_by(|a, b| b.total_cmp(a));
-    let k = ((points as f64) * target as f64 / total as f64).round() as usize;
-    if k == 0 {
-        return scores.first().map_or(0.0, |s| s.next_up());
-    }
-    scores[(k - 1).min(scores.len() - 1)]
 }
 
 #[cfg(test)]
@@ -915,7 +732,7 @@ mod tests {
         let st = t.state.lock().unwrap();
         let mut out = HashMap::new();
         for run in &st.runs {
-            for r in read_run(&run.path).unwrap() {
+            for r in run::read(&run.path).unwrap() {
                 *out.entry(r.key.clone()).or_insert(false) |= r.repeated;
             }
         }
