@@ -1,7 +1,7 @@
 //! Arrow Flight SQL over gRPC.
 //!
 //! - Statements: `GetFlightInfo(CommandStatementQuery)` plans a query (the plan waits for
-//!   its DoGet, see [`Handoff`]; the ticket also carries the SQL) and `DoGet` streams its
+//!   its DoGet, see `Handoff`; the ticket also carries the SQL) and `DoGet` streams its
 //!   Arrow batches. A statement that changes data or tables (INSERT / UPDATE / DELETE,
 //!   CREATE / DROP TABLE) runs at GetFlightInfo, exactly once, fetched or not.
 //!   `DoPut(CommandStatementUpdate)` runs one and returns its row count.

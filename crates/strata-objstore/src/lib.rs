@@ -3,10 +3,10 @@
 //! through the AWS SDK's standard configuration) and wraps it in decorators named for what
 //! they add: [`RetryingStore`], [`InstrumentedStore`] and [`FaultInjectingStore`].
 //!
-//! Contract relied on by the engine (and checked by the [`conformance`] suite on every
-//! backend): `put` is atomic; `PutMode::Create` fails with `AlreadyExists` if the object
-//! exists (If-None-Match); `PutMode::Update` fails with `Precondition` unless the e-tag
-//! matches (If-Match).
+//! Contract relied on by the engine (checked on every backend by the `conformance` suite,
+//! feature `conformance`): `put` is atomic; `PutMode::Create` fails with `AlreadyExists`
+//! if the object exists (If-None-Match); `PutMode::Update` fails with `Precondition`
+//! unless the e-tag matches (If-Match).
 //!
 //! Limits: the local directory backend implements If-Match with a lock that excludes other
 //! conditional writers of the same directory only (unconditional overwrites are not locked).

@@ -473,7 +473,7 @@ pub fn unknown_setting(name: &str) -> QueryError {
 /// `text` with each `current_setting('name' [, missing_ok])` of a setting the connection has
 /// (`connection(name)`: set with `SET`, or sent at startup) replaced by the connection's
 /// value, as PostgreSQL answers it; `None` when there is none to replace. The function
-/// itself ([`CurrentSetting`]) knows the server's values only.
+/// itself (`CurrentSetting`) knows the server's values only.
 pub fn connection_settings(
     text: &str,
     connection: impl Fn(&str) -> Option<String>,

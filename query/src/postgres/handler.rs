@@ -372,7 +372,7 @@ struct How<'a> {
 /// A connection's cancel key, kept with it while it lives: a CancelRequest naming the key
 /// interrupts the statements the connection is running. Kept under this type, not as the
 /// bare `Arc<ConnectionHandle>` pgwire's default handlers look for: pgwire would then watch
-/// only the handler's call, not the rows streamed after it ([`Cancel`] watches both).
+/// only the handler's call, not the rows streamed after it (`Cancel` watches both).
 pub struct Cancellation {
     /// Fired by [`ConnectionManager::cancel`](pgwire::api::ConnectionManager::cancel).
     pub handle: Arc<pgwire::api::ConnectionHandle>,

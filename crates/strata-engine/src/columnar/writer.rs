@@ -1,7 +1,7 @@
 //! Writing a sorted run of one column group as Parquet files of a target size, with the
 //! `parquet` crate's writer over the object-store seam.
 //!
-//! The encoder writes into fixed-size buffers ([`ChunkSink`]) that are handed to the
+//! The encoder writes into fixed-size buffers (`ChunkSink`) that are handed to the
 //! upload as they are, without a copy. (`parquet`'s async writer gathers each row group
 //! into one `Vec` that grows by doubling from empty, then copies it again into the upload's
 //! parts: a 100 MB row group meant about 200 MB of fresh memory faulted in, zeroed and

@@ -1,6 +1,6 @@
 //! Garbage collection of a shard's objects in the bucket, the rules and their pieces: a
 //! pass's plan and report, ages by sightings, pinned versions, batched deletes. The shard
-//! runs the passes (`shard::gc`) through [`pass`], on a narrow context.
+//! runs the passes (`shard::gc`) through `pass`, on a narrow context.
 //!
 //! By the shard's writer only: a pass
 //! that finds a newer writer's manifest (or finds one when it is about to delete) deletes
@@ -21,7 +21,7 @@
 //! - a manifest version: not retained (never the newest, never one a read in flight uses,
 //!   never one a live durable pin of another process names; lapsed pins are deleted).
 //!
-//! Ages and pin leases are judged by this process's clock alone ([`Sightings`]): an
+//! Ages and pin leases are judged by this process's clock alone (`Sightings`): an
 //! object's age is the time since a pass of this process first listed it (or saw it
 //! change), never the store's `last_modified` against the local clock, and a pin lapses
 //! only once its own expiry says so *and* this process has seen it unrenewed for its lease.

@@ -23,11 +23,11 @@
 //! The tracker is a cache of warmth: it starts empty on open (its directory is cleared),
 //! and losing it loses no data.
 //!
-//! - [`record`]: an access record, its decayed score and stability counter, and their
+//! - `record`: an access record, its decayed score and stability counter, and their
 //!   encoding in a run.
-//! - [`run`]: a sorted run on disk with its in-memory Bloom filter of hot keys and block
+//! - `run`: a sorted run on disk with its in-memory Bloom filter of hot keys and block
 //!   index.
-//! - [`sample`]: the size-weighted sampling of thresholds (pure).
+//! - `sample`: the size-weighted sampling of thresholds (pure).
 //! - here: the tracker itself (buffer, runs, ticks, limits, eviction, auto-tuning).
 
 mod record;

@@ -17,9 +17,9 @@
 //!
 //! - [`protocol`]: the job objects (spec, lease, result), their reading and writing, the
 //!   lease's claim and renewal, the result's hand-back. Calls only the bucket.
-//! - [`execute`]: one attempt's merge, from the inputs a spec names to the output files.
+//! - [`mod@execute`]: one attempt's merge, from the inputs a spec names to the output files.
 //! - [`worker`]: the worker loop: which job to claim ([`worker::claim_order`], pure), the
-//!   lease kept while [`execute`] runs, the hand-back.
+//!   lease kept while [`fn@execute`] runs, the hand-back.
 
 pub mod execute;
 pub mod protocol;

@@ -20,7 +20,7 @@
 //!   continue in the next chunk, so they are carried over.
 //!
 //! When the overlay of the upper tiers carries its keys' row positions in the deep level
-//! ([`Positions`]) and nothing is left for the row path, the level is read by row number
+//! (`Positions`) and nothing is left for the row path, the level is read by row number
 //! instead: no key column is read or searched, and each chunk takes the overlay entries
 //! placed before its last row.
 //!
