@@ -657,7 +657,7 @@ mod tests {
                 retained: HashSet::new(),
                 hot_size: |_: &[u8], _: &[u8]| 0,
             };
-            let got: Vec<(usize, Vec<&str>, usize, bool)> = planner
+            let got: Vec<(usize, Vec<String>, usize, bool)> = planner
                 .candidates(force)
                 .into_iter()
                 .map(|(spec, res)| {
@@ -673,19 +673,15 @@ mod tests {
                     let held =
                         HashSet::from([Resource::Run(*level, 0), Resource::Run(*level + 1, 0)]);
                     assert_eq!(res, held, "{what}");
-                    let names = files.iter().map(|f| want_name(&want, &f.name)).collect();
+                    let names = files.iter().map(|f| f.name.clone()).collect();
                     (*level, names, spec.target_level, spec.bottommost)
                 })
                 .collect();
+            let want: Vec<(usize, Vec<String>, usize, bool)> = want
+                .into_iter()
+                .map(|(l, names, t, b)| (l, names.iter().map(|n| n.to_string()).collect(), t, b))
+                .collect();
             assert_eq!(got, want, "{what}");
         }
-    }
-
-    /// `name` as one of the `&str`s of `want` (so both sides compare as `&str`).
-    fn want_name<'a>(want: &[(usize, Vec<&'a str>, usize, bool)], name: &str) -> &'a str {
-        want.iter()
-            .flat_map(|(_, names, _, _)| names.iter().copied())
-            .find(|n| *n == name)
-            .unwrap_or("(a file not expected)")
     }
 }
