@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use object_store::path::Path;
-use object_store::{ObjectStoreExt, PutMode, PutOptions, UpdateVersion};
+use object_store::{PutMode, PutOptions, UpdateVersion};
 use serde::{Deserialize, Serialize};
 use strata_common::clock::ClockRef;
 use strata_manifest::Layout;
@@ -28,6 +28,7 @@ use strata_objstore::StoreRef;
 
 use crate::error::{Error, Result};
 pub use crate::node::NodeInfo;
+use crate::store::objects;
 
 /// How this process takes part in a cluster of ingest nodes.
 #[derive(Debug, Clone)]
@@ -210,29 +211,20 @@ impl Cluster {
             node: self.me(),
             expires_at_ms: self.clock.now_ms() + self.config.lease_ms,
         };
-        self.store
-            .put(
-                &self.layout.node(&self.config.node),
-                encode(&record)?.into(),
-            )
-            .await
-            .map_err(Error::store("write the node's liveness record"))?;
-        let listed: Vec<object_store::ObjectMeta> = {
-            use futures::TryStreamExt;
-            self.store
-                .list(Some(&self.layout.nodes_dir()))
-                .try_collect()
-                .await
-                .map_err(Error::store("list cluster nodes"))?
-        };
+        objects::put(
+            &self.store,
+            &self.layout.node(&self.config.node),
+            encode(&record)?.into(),
+        )
+        .await
+        .map_err(Error::store("write the node's liveness record"))?;
+        let listed =
+            objects::list(&self.store, &self.layout.nodes_dir(), "list cluster nodes").await?;
         let now = self.clock.now_ms();
         let mut live = Vec::new();
         for m in listed {
-            let data = match self.store.get(&m.location).await {
-                Ok(g) => g
-                    .bytes()
-                    .await
-                    .map_err(Error::store("read a node record"))?,
+            let data = match objects::read(&self.store, &m.location).await {
+                Ok(data) => data,
                 Err(object_store::Error::NotFound { .. }) => continue,
                 Err(e) => return Err(Error::store("read a node record")(e)),
             };
@@ -255,7 +247,7 @@ impl Cluster {
         shard_id: u32,
     ) -> Result<Option<(ShardLease, UpdateVersion)>> {
         let path = self.layout.shard_lease(table_id, shard_id);
-        match self.store.get(&path).await {
+        match objects::get(&self.store, &path).await {
             Ok(g) => {
                 let version = UpdateVersion {
                     e_tag: g.meta.e_tag.clone(),
@@ -280,10 +272,13 @@ impl Cluster {
         lease: &ShardLease,
         mode: PutMode,
     ) -> Result<Option<UpdateVersion>> {
-        match self
-            .store
-            .put_opts(path, encode(lease)?.into(), PutOptions::from(mode))
-            .await
+        match objects::put_opts(
+            &self.store,
+            path,
+            encode(lease)?.into(),
+            PutOptions::from(mode),
+        )
+        .await
         {
             Ok(r) => Ok(Some(UpdateVersion {
                 e_tag: r.e_tag,
@@ -449,11 +444,7 @@ impl Cluster {
                 tracing::warn!(table = t, shard = s, "releasing a shard lease: {e}");
             }
         }
-        if let Err(e) = self
-            .store
-            .delete(&self.layout.node(&self.config.node))
-            .await
-        {
+        if let Err(e) = objects::delete(&self.store, &self.layout.node(&self.config.node)).await {
             tracing::warn!("removing the node's liveness record: {e}");
         }
     }

@@ -10,7 +10,6 @@ use arrow::array::{Array, ArrayRef, AsArray, BinaryArray, RecordBatch};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
-use object_store::ObjectStoreExt;
 use object_store::path::Path;
 use parquet::arrow::ParquetRecordBatchStreamBuilder;
 use parquet::arrow::ProjectionMask;
@@ -27,11 +26,11 @@ use parquet::file::statistics::Statistics;
 use strata_manifest::ParquetFileInfo;
 use strata_objstore::StoreRef;
 
-use super::cache::BlockCache;
 use super::format::{DISTINCT_KEYS, GroupFormat, KIND_COLUMN, SEQ_COLUMN};
 use crate::entry::{Entry, EntryKind};
 use crate::error::{Error, Result};
 use crate::iter::EntryIter;
+use crate::store::cache::BlockCache;
 
 /// What a reader needs of a file before reading data: parsed metadata and the key Bloom
 /// filter.
@@ -250,9 +249,7 @@ impl ParquetSource {
         }
         let bytes = match &self.cache {
             Some(c) => c.tail(&self.store, &self.path, offset, size).await?,
-            None => self
-                .store
-                .get_range(&self.path, offset..size)
+            None => crate::store::objects::read_range(&self.store, &self.path, offset..size)
                 .await
                 .map_err(Error::store(format!("read tail of {}", self.path)))?,
         };
@@ -961,9 +958,7 @@ impl FileReader {
                 c.read_ranges(&s.store, &s.path, s.info.size_bytes, &ranges)
                     .await
             }
-            None => s
-                .store
-                .get_ranges(&s.path, &ranges)
+            None => crate::store::objects::read_ranges(&s.store, &s.path, &ranges)
                 .await
                 .map_err(Error::store(format!("read {}", s.path))),
         };

@@ -12,7 +12,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use arrow::datatypes::DataType;
-use object_store::ObjectStoreExt;
 use object_store::buffered::BufWriter;
 use object_store::path::Path;
 use parquet::arrow::ArrowWriter;
@@ -162,7 +161,7 @@ impl ParquetUpload {
                 format.schema.clone(),
                 Some(properties(format, shape)),
             )?,
-            upload: BufWriter::new(store, path),
+            upload: crate::store::objects::upload(&store, path),
         })
     }
 
@@ -351,9 +350,7 @@ impl RunWriter {
             })
             .max()
             .unwrap_or(4);
-        let size = self
-            .store
-            .head(&(self.path_of)(&o.name))
+        let size = crate::store::objects::head(&self.store, &(self.path_of)(&o.name))
             .await
             .map_err(Error::store(format!("stat parquet {}", o.name)))?
             .size;
@@ -380,6 +377,7 @@ mod tests {
     use crate::value::Value;
     use arrow::array::AsArray;
     use arrow::datatypes::{Field, Schema};
+    use object_store::ObjectStoreExt;
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
     #[test]

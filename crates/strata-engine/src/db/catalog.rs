@@ -15,7 +15,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use object_store::ObjectStoreExt;
 use parking_lot::RwLock;
 use strata_manifest::{Catalog, TableEntry, Versioned, VersionedStore};
 use strata_objstore::StoreRef;
@@ -162,7 +161,7 @@ impl CatalogCache {
         let started = Instant::now();
         if let Some(k) = known {
             let next = self.chain.path(k.version + 1);
-            match self.store.head(&next).await {
+            match crate::store::objects::head(&self.store, &next).await {
                 Err(object_store::Error::NotFound { .. }) => {
                     self.set(k.clone(), started);
                     return Ok(k.clone());

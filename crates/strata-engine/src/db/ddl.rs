@@ -160,8 +160,7 @@ impl Db {
     /// one of its jobs may write an output after the first pass). Returns the objects
     /// deleted. Deletes are idempotent, so every ingest node of a cluster may run it.
     pub async fn collect_dropped(&self) -> Result<u64> {
-        use futures::TryStreamExt;
-        use object_store::ObjectStoreExt;
+        use crate::store::objects;
         let now = self.inner.clock.now_ms();
         let min_age = self.inner.config.gc.min_age_ms;
         let dropped: Vec<DroppedTable> = self.catalog().await?.catalog.dropped.clone();
@@ -172,21 +171,18 @@ impl Db {
         let mut named: Vec<object_store::ObjectMeta> = Vec::new();
         if !dropped.is_empty() {
             for dir in [self.inner.layout.jobs_dir(), self.inner.layout.leases_dir()] {
-                let listed: Vec<object_store::ObjectMeta> = store
-                    .list(Some(&dir))
-                    .try_collect()
-                    .await
-                    .map_err(Error::store(format!("list {dir}")))?;
+                let listed = objects::list(store, &dir, &format!("list {dir}")).await?;
                 named.extend(listed);
             }
         }
         for d in dropped.iter().filter(|d| now >= d.dropped_at_ms + min_age) {
-            let mut objects: Vec<object_store::path::Path> = store
-                .list(Some(&self.inner.layout.table_dir(d.id)))
-                .map_ok(|m| m.location)
-                .try_collect()
-                .await
-                .map_err(Error::store(format!("list dropped table {}", d.name)))?;
+            let table_dir = self.inner.layout.table_dir(d.id);
+            let mut objects: Vec<object_store::path::Path> =
+                objects::list(store, &table_dir, &format!("list dropped table {}", d.name))
+                    .await?
+                    .into_iter()
+                    .map(|m| m.location)
+                    .collect();
             let job_prefix = format!("{:020}-", d.id);
             objects.extend(
                 named
@@ -207,13 +203,10 @@ impl Db {
             // (a lease of slack on the reader's expiry, for a reader clock behind ours).
             let mut pinned = false;
             for o in objects.iter().filter(|o| o.as_ref().contains("/pins/")) {
-                let rec =
-                    match store.get(o).await {
-                        Ok(g) => g.bytes().await.ok().and_then(|b| {
-                            serde_json::from_slice::<crate::pins::PinRecord>(&b).ok()
-                        }),
-                        Err(_) => None,
-                    };
+                let rec = objects::read(store, o)
+                    .await
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<crate::store::pins::PinRecord>(&b).ok());
                 if let Some(p) = rec {
                     let lease = p.lease_ms.max(self.inner.config.pin_lease_ms);
                     if p.expires_at_ms.saturating_add(lease) >= now {
@@ -227,7 +220,7 @@ impl Db {
                 continue;
             }
             let count = objects.len();
-            deleted += crate::gc::delete_all(store, objects).await?;
+            deleted += objects::delete_all(store, objects).await?;
             self.remove_local_table_dir(d.id).await;
             tracing::info!(table = d.name, objects = count, "collected a dropped table");
         }

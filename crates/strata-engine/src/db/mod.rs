@@ -294,9 +294,8 @@ impl Db {
     /// Whether the bucket answers now: one HEAD request for an object that need not exist
     /// (not found is an answer). The error says why not, for readiness probes.
     pub async fn probe_store(&self) -> Result<()> {
-        use object_store::ObjectStoreExt;
         let path = self.layout().root().clone().join("ready-probe");
-        match self.store().head(&path).await {
+        match crate::store::objects::head(self.store(), &path).await {
             Ok(_) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(source) => Err(Error::Store {
                 context: format!("readiness probe: HEAD {path}"),

@@ -36,8 +36,6 @@ use std::collections::{HashMap, HashSet};
 
 use strata_manifest::SstId;
 
-use object_store::ObjectStoreExt;
-
 use crate::error::{Error, Result};
 
 /// What one GC pass deleted.
@@ -143,27 +141,6 @@ impl Sightings {
     }
 }
 
-/// Deletes `paths` through one `delete_stream` (the store deletes them concurrently, in
-/// any order; what is already gone counts as deleted); how many.
-pub(crate) async fn delete_all(
-    store: &strata_objstore::StoreRef,
-    paths: Vec<object_store::path::Path>,
-) -> Result<u64> {
-    use futures::StreamExt;
-    if paths.is_empty() {
-        return Ok(0);
-    }
-    let mut done = store.delete_stream(futures::stream::iter(paths.into_iter().map(Ok)).boxed());
-    let mut deleted = 0;
-    while let Some(r) = done.next().await {
-        match r {
-            Ok(_) | Err(object_store::Error::NotFound { .. }) => deleted += 1,
-            Err(e) => return Err(Error::store("delete unreferenced objects")(e)),
-        }
-    }
-    Ok(deleted)
-}
-
 /// Manifest versions pinned by live durable pins of the shard at `paths`; lapsed pins are
 /// deleted when `delete_lapsed`.
 pub(crate) async fn pinned_versions(
@@ -175,7 +152,7 @@ pub(crate) async fn pinned_versions(
     lease_ms: u64,
 ) -> Result<Vec<u64>> {
     let mut out = Vec::new();
-    for (location, p) in crate::pins::read_pins(store, paths).await? {
+    for (location, p) in crate::store::pins::read_pins(store, paths).await? {
         // Live by the reader's clock (its expiry), or by ours: not yet seen unrenewed for
         // a whole lease (a reader whose clock runs behind ours writes expiries that look
         // past already). A renewal changes the expiry and restarts our count.
@@ -186,7 +163,7 @@ pub(crate) async fn pinned_versions(
         if p.expires_at_ms >= now_ms || unrenewed_ms < lease {
             out.push(p.manifest_version);
         } else if delete_lapsed {
-            match store.delete(&location).await {
+            match crate::store::objects::delete(store, &location).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
                 Err(e) => return Err(Error::store("delete lapsed pin")(e)),
             }

@@ -7,15 +7,12 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use futures::TryStreamExt;
-use object_store::ObjectStoreExt;
 use parking_lot::Mutex;
 use strata_manifest::{Layout, Manifest, ShardPaths, SstId, VersionedStore};
 use strata_objstore::StoreRef;
 
 use super::{
-    GcPlan, GcReport, Protections, Sightings, collectable_files, delete_all, pinned_versions,
-    split_versions,
+    GcPlan, GcReport, Protections, Sightings, collectable_files, pinned_versions, split_versions,
 };
 use crate::error::{Error, Result};
 use crate::state::ShardState;
@@ -89,7 +86,7 @@ impl Pass<'_> {
             .chain(&plan.parquet)
             .cloned()
             .collect();
-        delete_all(self.store, files).await?;
+        crate::store::objects::delete_all(self.store, files).await?;
         for id in &plan.jobs {
             crate::jobs::remove(self.store, self.layout, id).await?;
         }
@@ -159,11 +156,7 @@ impl Pass<'_> {
         // it. (Listing after reading the protections let a flush that began in between
         // upload an SST, be listed, and lose it to the pass before its manifest named it.)
         let list = |dir: object_store::path::Path, what: &'static str| async move {
-            self.store
-                .list(Some(&dir))
-                .try_collect::<Vec<object_store::ObjectMeta>>()
-                .await
-                .map_err(Error::store(what))
+            crate::store::objects::list(self.store, &dir, what).await
         };
         let (ssts, wal, parquet, jobs) = futures::try_join!(
             list(self.paths.sst_dir(), "list ssts"),
@@ -225,7 +218,7 @@ impl Pass<'_> {
             if awaited.contains(&id) {
                 continue;
             }
-            let old = match self.store.head(&self.layout.job(&id)).await {
+            let old = match crate::store::objects::head(self.store, &self.layout.job(&id)).await {
                 Ok(meta) => self.age_ms(&meta) >= min_age,
                 Err(_) => true,
             };

@@ -1,7 +1,7 @@
 //! One attempt of a job: reads the inputs its spec names (row SSTs fetched into scratch
 //! space, or one column group's Parquet files), merges and folds their versions, and writes
 //! the output files of each target group. Commits nothing: the result goes back through
-//! [`super::protocol::hand_back`].
+//! [`crate::store::jobs::hand_back`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +10,6 @@ use strata_manifest::{ParquetFileInfo, ShardPaths};
 use strata_objstore::StoreRef;
 use tokio_util::sync::CancellationToken;
 
-use super::protocol::{JobResult, JobSource, JobSpec};
 use crate::columnar::reader::block_on_unless;
 use crate::columnar::{FileShape, GroupFormat, MetaCache, ParquetSource, RunIter, RunWriter};
 use crate::entry::Entry;
@@ -20,6 +19,7 @@ use crate::iter::{EntryIter, MergeIter};
 use crate::row::RowCodec;
 use crate::schema::TableSchema;
 use crate::sst::SstIter;
+use crate::store::jobs::{JobResult, JobSource, JobSpec};
 
 /// Projects versions of another format into a group.
 struct ProjectIter {
@@ -68,7 +68,7 @@ pub async fn execute(
             let local = scratch.join(format!("{}-{}.sst", spec.id, s.id));
             // Corruption is named after the object.
             let reader =
-                crate::sst::download::open_object(store, &paths.sst(&s.id), &local).await?;
+                crate::store::download::open_object(store, &paths.sst(&s.id), &local).await?;
             readers.push(Arc::new(reader));
         }
     }

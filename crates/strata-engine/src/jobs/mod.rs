@@ -15,19 +15,18 @@
 //! 4. The writer commits the result through the manifest CAS if every input is still in
 //!    the manifest (else the job is abandoned) and deletes the job's objects.
 //!
-//! - [`protocol`]: the job objects (spec, lease, result), their reading and writing, the
+//! - [`crate::store::jobs`] (in the table store): the job objects (spec, lease, result), their reading and writing, the
 //!   lease's claim and renewal, the result's hand-back. Calls only the bucket.
 //! - [`mod@execute`]: one attempt's merge, from the inputs a spec names to the output files.
 //! - [`worker`]: the worker loop: which job to claim ([`worker::claim_order`], pure), the
 //!   lease kept while [`fn@execute`] runs, the hand-back.
 
 pub mod execute;
-pub mod protocol;
 pub mod worker;
 
-pub use execute::execute;
-pub use protocol::{
+pub use crate::store::jobs::{
     HeldLease, JobResult, JobSource, JobSpec, JobTarget, Lease, claim, hand_back, lease, list,
     publish, remove, renew, result, spec, spec_exists,
 };
+pub use execute::execute;
 pub use worker::{Worker, WorkerConfig, WorkerStats};

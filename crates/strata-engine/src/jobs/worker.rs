@@ -11,12 +11,12 @@ use strata_objstore::StoreRef;
 use tokio_util::sync::CancellationToken;
 
 use super::execute::execute;
-use super::protocol::{
+use crate::columnar::MetaCache;
+use crate::error::Result;
+use crate::store::jobs::{
     HeldLease, JobSpec, claim, hand_back, list, release_lease, remove_outputs, renew,
     result_stands, spec, spec_stands,
 };
-use crate::columnar::MetaCache;
-use crate::error::Result;
 
 /// The order in which a worker tries to claim published jobs: least input first (greedy,
 /// smallest remaining work first: Luo ch. 5), the older of two equal ones first, then by

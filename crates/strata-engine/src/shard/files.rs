@@ -77,8 +77,7 @@ impl Files {
                 .insert(strata_objstore::LocalSource::new(path));
             Bytes::from(data).into()
         };
-        self.store
-            .put_opts(&self.paths.sst(id), payload, opts)
+        crate::store::objects::put_opts(&self.store, &self.paths.sst(id), payload, opts)
             .await
             .map_err(Error::store(format!("upload sst {id}")))?;
         Ok(())

@@ -341,8 +341,8 @@ impl Shard {
     }
 
     /// Durable snapshot pins of readers in other processes: (reader, record).
-    pub async fn pins(&self) -> Result<Vec<(String, crate::pins::PinRecord)>> {
-        crate::pins::list_pins(&self.inner.files.store, &self.inner.files.paths).await
+    pub async fn pins(&self) -> Result<Vec<(String, crate::store::pins::PinRecord)>> {
+        crate::store::pins::list_pins(&self.inner.files.store, &self.inner.files.paths).await
     }
 
     /// Snapshots this process holds (pinned sequence numbers, one per snapshot).

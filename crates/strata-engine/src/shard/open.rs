@@ -5,9 +5,8 @@
 
 use std::collections::HashSet;
 
+use crate::store::objects;
 use futures::{StreamExt, TryStreamExt};
-use object_store::ObjectStoreExt;
-use object_store::{PutMode, PutOptions};
 use strata_common::ids::parse_id;
 
 use super::*;
@@ -71,12 +70,11 @@ impl Shard {
         // the previous writer's upload landing now: replayed below (acknowledged or not, it
         // is whole), the run of fences starting again after it. After the run that writer
         // can land nothing, and acknowledges nothing past its first fenced id.
-        let mut wal_ids: Vec<u64> = store
-            .list(Some(&paths.wal_dir()))
-            .try_filter_map(|m| async move { Ok(parse_id(m.location.as_ref())) })
-            .try_collect()
-            .await
-            .map_err(Error::store("list wal"))?;
+        let mut wal_ids: Vec<u64> = objects::list(&store, &paths.wal_dir(), "list wal")
+            .await?
+            .iter()
+            .filter_map(|m| parse_id(m.location.as_ref()))
+            .collect();
         wal_ids.sort_unstable();
         let replay_from = manifest.value.wal_replay_after + 1;
         let mut next_id = crate::wal::contiguous(replay_from, &wal_ids).map_err(|id| {
@@ -98,11 +96,7 @@ impl Shard {
         while ours < run {
             let created = futures::future::join_all((next_id..next_id + run).map(|id| {
                 let (store, path, fence) = (&store, paths.wal(id), fence.clone());
-                async move {
-                    store
-                        .put_opts(&path, fence.into(), PutOptions::from(PutMode::Create))
-                        .await
-                }
+                async move { objects::create(store, &path, fence.into()).await }
             }))
             .await;
             for (id, result) in (next_id..).zip(created) {
@@ -137,10 +131,7 @@ impl Shard {
                     if mine {
                         return (id, path, None);
                     }
-                    let got = match store.get(&path).await {
-                        Ok(g) => g.bytes().await,
-                        Err(e) => Err(e),
-                    };
+                    let got = objects::read(&store, &path).await;
                     (id, path, Some(got))
                 }
             })

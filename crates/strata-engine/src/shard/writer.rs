@@ -373,7 +373,7 @@ pub(super) async fn upload_local_segments(
             continue;
         }
         let data = Bytes::from(data);
-        let created = strata_objstore::create_or_match(store.as_ref(), &paths.wal(id), &data)
+        let created = crate::store::objects::create_idempotent(store, &paths.wal(id), &data)
             .await
             .map_err(Error::store(format!("upload local wal {id}")))?;
         if created == Created::Theirs {
@@ -404,7 +404,7 @@ pub(super) async fn upload_segment(inner: &GroupCommit, wal_id: u64, data: Bytes
     let path = inner.files.paths.wal(wal_id);
     let mut backoff = Duration::from_millis(50);
     loop {
-        match strata_objstore::create_or_match(inner.files.store.as_ref(), &path, &data).await {
+        match crate::store::objects::create_idempotent(&inner.files.store, &path, &data).await {
             Ok(Created::Mine) => return Ok(()),
             Ok(Created::Theirs) => {
                 let fenced = inner.signals.deposed(0);

@@ -12,10 +12,8 @@
 pub mod block;
 pub mod bloom;
 pub mod builder;
-pub mod download;
 pub mod footer;
 pub mod reader;
 
 pub use builder::{SstBuilder, SstStats};
-pub use download::download;
 pub use reader::{SstIter, SstReader};

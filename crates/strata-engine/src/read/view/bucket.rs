@@ -4,6 +4,7 @@
 //! into a memtable (reused while the tail's segments are unchanged).
 
 use super::*;
+use crate::store::objects;
 
 /// Builds views of shards from the bucket alone (query services and other readers that are
 /// not the shard's writer). Caches downloaded SSTs and decoded WAL segments.
@@ -90,7 +91,7 @@ impl RemoteViews {
                 }
                 e => e,
             })?;
-            let pin = crate::pins::pin_version(
+            let pin = crate::store::pins::pin_version(
                 &self.store,
                 &paths,
                 manifest.version,
@@ -138,15 +139,12 @@ impl RemoteViews {
     /// The WAL tail after the manifest's replay point, as a memtable; its newest sequence
     /// number; and when its segments were written.
     async fn tail(&self, paths: &ShardPaths, m: &Manifest) -> Result<Arc<Tail>> {
-        let mut ids: Vec<(u64, object_store::ObjectMeta)> = self
-            .store
-            .list(Some(&paths.wal_dir()))
-            .try_filter_map(|meta| async move {
-                Ok(parse_id(meta.location.as_ref()).map(|id| (id, meta)))
-            })
-            .try_collect()
-            .await
-            .map_err(Error::store("list wal"))?;
+        let mut ids: Vec<(u64, object_store::ObjectMeta)> =
+            objects::list(&self.store, &paths.wal_dir(), "list wal")
+                .await?
+                .into_iter()
+                .filter_map(|meta| parse_id(meta.location.as_ref()).map(|id| (id, meta)))
+                .collect();
         ids.retain(|(id, _)| *id > m.wal_replay_after);
         ids.sort_by_key(|(id, _)| *id);
         // Only the consecutive run from the replay point is readable: ids past a hole are a
@@ -189,13 +187,9 @@ impl RemoteViews {
         // fetched 32 at a time, not one round trip after another.
         let fetch = |id: u64| async move {
             let path = paths.wal(id);
-            let data = match self.store.get(&path).await {
-                Ok(g) => g
-                    .bytes()
-                    .await
-                    .map_err(Error::store(format!("read {path}")))?,
-                Err(e) => return Err(Error::store(format!("read {path}"))(e)),
-            };
+            let data = objects::read(&self.store, &path)
+                .await
+                .map_err(Error::store(format!("read {path}")))?;
             let s = Segment::decode(&data).map_err(|e| e.in_object(&path))?;
             Ok::<_, Error>((id, Arc::new(s)))
         };
@@ -323,7 +317,8 @@ pub(crate) async fn fetch_sst(
         static DOWNLOADS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = DOWNLOADS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let tmp = path.with_extension(format!("sst.download-{}-{n}", std::process::id()));
-        crate::sst::download(store, &paths.sst(&info.id), &tmp, Some(info.size_bytes)).await?;
+        crate::store::download::download(store, &paths.sst(&info.id), &tmp, Some(info.size_bytes))
+            .await?;
         tokio::fs::rename(&tmp, &path)
             .await
             .map_err(Error::io("rename downloaded sst"))?;

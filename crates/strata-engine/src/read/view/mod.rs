@@ -31,7 +31,6 @@ use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
-use object_store::ObjectStoreExt;
 use parking_lot::Mutex;
 use strata_common::clock::ClockRef;
 use strata_common::ids::parse_id;

@@ -209,7 +209,7 @@ pub async fn remove_outputs(store: &StoreRef, spec: &JobSpec, lost: &JobResult) 
 }
 
 /// Deletes a job's objects. The spec goes first: a worker that claims the job after that
-/// finds no spec and lets go (see [`super::Worker::run_one`]).
+/// finds no spec and lets go (see [`crate::jobs::Worker::run_one`]).
 pub async fn remove(store: &StoreRef, layout: &Layout, id: &str) -> Result<()> {
     for p in [layout.job(id), layout.job_result(id), layout.job_lease(id)] {
         match store.delete(&p).await {
