@@ -59,7 +59,7 @@ ENGINE_LAYERS = [
     (
         "record primitives and process utilities that call nothing above them",
         {"error", "node", "varint", "value", "row", "entry", "keycodec", "iter", "fold",
-         "history", "promotion", "background", "reclaim"},
+         "history", "promotion", "background", "reclaim", "localfs"},
     ),
     (
         "formats, codecs and settings, and the table store (every object-store request,"

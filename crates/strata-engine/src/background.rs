@@ -10,6 +10,9 @@
 //! merges take the rest of the machine, which is all of it when requests are idle. Where
 //! the priority cannot be changed, the work runs at normal priority.
 //!
+//! Under a deterministic simulation (`strata_common::exec::inline`) the work runs on the
+//! caller's thread instead.
+//!
 //! Owns nothing but those threads and the process-wide setting; calls nothing in the
 //! engine but its error type.
 
@@ -33,6 +36,12 @@ pub(crate) async fn run<T: Send + 'static>(
     name: &str,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T> {
+    if strata_common::exec::inline() {
+        // A simulation: on the caller's thread, like all blocking work there.
+        return strata_common::exec::blocking(f)
+            .await
+            .map_err(|e| Error::Internal(format!("background work {name}: {e}")));
+    }
     let (tx, rx) = tokio::sync::oneshot::channel();
     let steps = NICE.load(Ordering::Relaxed);
     std::thread::Builder::new()

@@ -29,6 +29,7 @@ pub mod hotness;
 pub mod iter;
 pub mod jobs;
 pub mod keycodec;
+mod localfs;
 pub mod memtable;
 pub mod metrics;
 pub mod node;

@@ -281,7 +281,7 @@ async fn read_all(bucket: &Path) -> Vec<String> {
                 );
             }
             let handle = tokio::runtime::Handle::current();
-            let r = tokio::task::spawn_blocking(move || -> strata_engine::Result<usize> {
+            let r = strata_common::exec::blocking(move || -> strata_engine::Result<usize> {
                 let mut n = 0;
                 for shard in &view.shards {
                     for projection in [vec![0, 1, 2], vec![2], vec![0]] {

@@ -71,7 +71,7 @@ async fn everything(db: &Db, t: &Table) -> Vec<(i64, Option<String>, Option<i64>
         .unwrap();
     let view = db.view("t", None).await.unwrap();
     let handle = tokio::runtime::Handle::current();
-    let scanned = tokio::task::spawn_blocking(move || {
+    let scanned = strata_common::exec::blocking(move || {
         let mut out = Vec::new();
         for s in &view.shards {
             let mut b = s.batches(&[], None, &[0, 1, 2], 64, &handle).unwrap();

@@ -78,7 +78,7 @@ async fn hot_records_stay_on_nvme_and_reads_stay_exact() {
             // are upper-tier versions over the same versions in the deep S3 level.
             let view = db.view("t", None).await.unwrap();
             let handle = tokio::runtime::Handle::current();
-            let scanned = tokio::task::spawn_blocking(move || {
+            let scanned = strata_common::exec::blocking(move || {
                 let mut out = Vec::new();
                 for s in &view.shards {
                     let mut b = s.batches(&[], None, &[0, 1, 2], 64, &handle).unwrap();

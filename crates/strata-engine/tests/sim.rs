@@ -17,17 +17,20 @@
 //! background loops included. At the end every object a manifest in the bucket references
 //! exists, and a process with an empty local directory reads the oracle's state.
 //!
-//! Reproducing: a failure names its seed; `STRATA_SIM_SEED=<n>` replays that seed. The
-//! operations, clocks, retry waits and fault decisions are the seed's: a request's faults
-//! are drawn from the seed, the object and the request's attempt number on that object, so
-//! they do not depend on the order in which concurrent tasks reach the store. What a replay
-//! does not fix is timing: background loops and mid-write crashes run on the real clock and
-//! on tokio's blocking pool, so a replay follows the same schedule but can interleave
-//! differently (two runs of seeds 1-30 differed in 1 of 714 acknowledged writes and 8 of
-//! 269 injected errors). Running blocking work inline on the simulation's one thread, under
-//! paused time, would fix it; what stands in the way is the engine's synchronous readers of
-//! the store (`Handle::block_on` inside blocking closures: columnar streams, point reads
-//! into the columnar levels, job merges).
+//! Reproducing: a failure names its seed; `STRATA_SIM_SEED=<n>` replays that seed exactly,
+//! step for step. The operations, clocks, retry waits and fault decisions are the seed's
+//! (a request's faults are drawn from the seed, the object and the request's attempt
+//! number on that object), and so is the interleaving: each process is one tokio runtime
+//! on one thread under a paused clock, every clock and the bucket's object times follow
+//! one timeline made of the time those runtimes spent (`SimTime`), and blocking work runs
+//! inline on that thread (`strata_common::exec::set_inline`: the engine's blocking
+//! closures, its merges' threads, its local file operations, and the synchronous waits
+//! inside them, whose store retries and injected latencies then take no time). The report
+//! carries a digest of every seed's log, equal over two runs exactly when every step was;
+//! `a_seed_replays_exactly` checks it. Running blocking work inline makes each piece of it
+//! atomic with respect to the process's tasks; `STRATA_SIM_THREADS=1` runs it on threads
+//! and the machine's clock instead, as a server does, for the interleavings only that
+//! reaches (its replays are not exact).
 //! `STRATA_SIM_SECONDS` bounds the run (default 60), `STRATA_SIM_SEEDS` the number of seeds
 //! (default unbounded within the time), `STRATA_SIM_FIRST` the first seed (default 1);
 //! `STRATA_SIM_REPORT=<path>` writes the counts as JSON. To narrow a failure down,
@@ -174,27 +177,183 @@ struct Counts {
     maintenance_errors: u64,
     clock_jumps: u64,
     faults: FaultCounts,
+    /// The seeds' logs folded together (`digest`): two runs of the same seeds print the
+    /// same value exactly when they went step for step alike.
+    digest: u64,
 }
 
-/// A process's clock: real time, plus the run's driven jumps (shared by every process),
-/// plus this process's skew.
+/// The run's timeline, shared by its processes and its bucket: a fixed start, plus the
+/// time each process's runtime spent while it ran (tokio's paused clock, which moves only
+/// when every task of the process waits on a timer), plus the driven jumps. Only one process
+/// runs at a time (each is driven from the test's thread), so the segments add up to one
+/// line, and nothing in it depends on the machine's speed.
+#[derive(Debug, Default)]
+struct SimTime {
+    /// Microseconds the processes ran, over every finished run.
+    ran_us: AtomicU64,
+    jumps_ms: AtomicU64,
+    /// When the process running now started this run (on its runtime's clock).
+    run_start: parking_lot::Mutex<Option<tokio::time::Instant>>,
+}
+
+/// Where every run's timeline starts (2026-09-21).
+const START_MS: u64 = 1_790_000_000_000;
+
+impl SimTime {
+    fn now_ms(&self) -> u64 {
+        let running = self
+            .run_start
+            .lock()
+            .map_or(0, |s| s.elapsed().as_micros() as u64);
+        START_MS
+            + (self.ran_us.load(Ordering::SeqCst) + running) / 1000
+            + self.jumps_ms.load(Ordering::SeqCst)
+    }
+}
+
+/// A process's clock: the run's timeline plus this process's skew.
 #[derive(Debug)]
 struct SimClock {
-    offset_ms: Arc<AtomicU64>,
+    time: Arc<SimTime>,
     skew_ms: i64,
 }
 
 impl Clock for SimClock {
     fn now_ms(&self) -> u64 {
-        real_now_ms()
-            .saturating_add(self.offset_ms.load(Ordering::SeqCst))
-            .saturating_add_signed(self.skew_ms)
+        self.time.now_ms().saturating_add_signed(self.skew_ms)
+    }
+}
+
+/// The memory store with each object's time of last write taken from the run's timeline
+/// (the memory store stamps the machine's clock, which a replay cannot repeat; GC judges
+/// ages by it).
+#[derive(Debug)]
+struct TimelineStore {
+    inner: StoreRef,
+    time: Arc<SimTime>,
+    written: parking_lot::Mutex<std::collections::HashMap<object_store::path::Path, u64>>,
+}
+
+impl std::fmt::Display for TimelineStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Timeline({})", self.inner)
+    }
+}
+
+impl TimelineStore {
+    fn stamp(&self, path: &object_store::path::Path) {
+        self.written.lock().insert(path.clone(), self.time.now_ms());
+    }
+
+    fn restamp(
+        written: &parking_lot::Mutex<std::collections::HashMap<object_store::path::Path, u64>>,
+        mut meta: object_store::ObjectMeta,
+    ) -> object_store::ObjectMeta {
+        if let Some(ms) = written.lock().get(&meta.location) {
+            meta.last_modified = chrono::DateTime::from_timestamp_millis(*ms as i64).unwrap();
+        }
+        meta
+    }
+}
+
+#[async_trait::async_trait]
+impl object_store::ObjectStore for TimelineStore {
+    async fn put_opts(
+        &self,
+        location: &object_store::path::Path,
+        payload: object_store::PutPayload,
+        opts: object_store::PutOptions,
+    ) -> object_store::Result<object_store::PutResult> {
+        let r = self.inner.put_opts(location, payload, opts).await?;
+        self.stamp(location);
+        Ok(r)
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &object_store::path::Path,
+        opts: object_store::PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+        // Stamped when begun: a multipart object is older than its completion says.
+        self.stamp(location);
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &object_store::path::Path,
+        options: object_store::GetOptions,
+    ) -> object_store::Result<object_store::GetResult> {
+        let mut r = self.inner.get_opts(location, options).await?;
+        r.meta = Self::restamp(&self.written, r.meta);
+        Ok(r)
+    }
+
+    async fn get_ranges(
+        &self,
+        location: &object_store::path::Path,
+        ranges: &[std::ops::Range<u64>],
+    ) -> object_store::Result<Vec<bytes::Bytes>> {
+        self.inner.get_ranges(location, ranges).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: futures::stream::BoxStream<
+            'static,
+            object_store::Result<object_store::path::Path>,
+        >,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::path::Path>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+        use futures::StreamExt;
+        let stamped: Vec<_> = self
+            .written
+            .lock()
+            .iter()
+            .map(|(p, t)| (p.clone(), *t))
+            .collect();
+        let written = parking_lot::Mutex::new(stamped.into_iter().collect());
+        self.inner
+            .list(prefix)
+            .map(move |m| m.map(|m| Self::restamp(&written, m)))
+            .boxed()
+    }
+
+    async fn list_with_delimiter(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> object_store::Result<object_store::ListResult> {
+        let mut r = self.inner.list_with_delimiter(prefix).await?;
+        r.objects = r
+            .objects
+            .into_iter()
+            .map(|m| Self::restamp(&self.written, m))
+            .collect();
+        Ok(r)
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &object_store::path::Path,
+        to: &object_store::path::Path,
+        options: object_store::CopyOptions,
+    ) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await?;
+        self.stamp(to);
+        Ok(())
     }
 }
 
 /// One simulated process: its own runtime (one thread), `Db`, clock and local directory.
 struct Proc {
     rt: Option<tokio::runtime::Runtime>,
+    time: Arc<SimTime>,
     db: Option<Db>,
     table: Option<Table>,
     dir: PathBuf,
@@ -202,11 +361,22 @@ struct Proc {
 }
 
 impl Proc {
+    /// Runs `f` and the process's other tasks until `f` is done; the time it took on the
+    /// process's (paused) clock joins the run's timeline.
     fn run<F: Future>(&self, f: F) -> Result<F::Output, String> {
+        let time = &self.time;
         self.rt
             .as_ref()
             .unwrap()
-            .block_on(async { tokio::time::timeout(OP_TIMEOUT, f).await })
+            .block_on(async {
+                let start = tokio::time::Instant::now();
+                *time.run_start.lock() = Some(start);
+                let out = tokio::time::timeout(OP_TIMEOUT, f).await;
+                *time.run_start.lock() = None;
+                time.ran_us
+                    .fetch_add(start.elapsed().as_micros() as u64, Ordering::SeqCst);
+                out
+            })
             .map_err(|_| format!("an operation hung for {OP_TIMEOUT:?}"))
     }
 
@@ -253,8 +423,8 @@ struct Sim {
     config: EngineConfig,
     root: tempfile::TempDir,
     dirs: u64,
-    /// Driven offset of every clock from real time.
-    offset_ms: Arc<AtomicU64>,
+    /// The run's timeline (every process's clock, and the bucket's).
+    time: Arc<SimTime>,
     model: Model,
     /// Writes whose outcome is unknown (a suffix of the history), oldest first.
     uncertain: Vec<Batch>,
@@ -269,10 +439,6 @@ struct Sim {
     log: Vec<String>,
     /// Steps taken in this seed.
     step: u64,
-}
-
-fn real_now_ms() -> u64 {
-    strata_common::clock::system().now_ms()
 }
 
 /// The keys where a scan and the oracle differ.
@@ -316,7 +482,12 @@ fn model_rows(m: &Model) -> Vec<(i64, Option<String>, Option<i64>)> {
 impl Sim {
     fn new(seed: u64) -> Sim {
         let mut rng = StdRng::seed_from_u64(seed);
-        let raw: StoreRef = Arc::new(object_store::memory::InMemory::new());
+        let time = Arc::new(SimTime::default());
+        let raw: StoreRef = Arc::new(TimelineStore {
+            inner: Arc::new(object_store::memory::InMemory::new()),
+            time: time.clone(),
+            written: Default::default(),
+        });
         let rate = |rng: &mut StdRng, max: f64| {
             if rng.random_bool(0.2) {
                 0.0
@@ -391,7 +562,7 @@ impl Sim {
             config,
             root: tempfile::tempdir().unwrap(),
             dirs: 0,
-            offset_ms: Arc::default(),
+            time,
             model: Model::new(),
             uncertain: Vec::new(),
             local_tail: None,
@@ -414,14 +585,16 @@ impl Sim {
     fn open(&mut self, dir: PathBuf) -> Result<Proc, String> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
+            .start_paused(!threads_mode())
             .build()
             .unwrap();
         let clock = Arc::new(SimClock {
-            offset_ms: self.offset_ms.clone(),
+            time: self.time.clone(),
             skew_ms: self.rng.random_range(-500..=500),
         });
         let mut p = Proc {
             rt: Some(rt),
+            time: self.time.clone(),
             db: None,
             table: None,
             dir: dir.clone(),
@@ -456,7 +629,8 @@ impl Sim {
                         "  opened: epoch {}, manifest version {}, local dir {}",
                         shard.epoch(),
                         shard.manifest().version,
-                        dir.display()
+                        // Under the run's temporary root, whose name a replay does not repeat.
+                        dir.strip_prefix(self.root.path()).unwrap_or(&dir).display()
                     ));
                     p.table = Some(t);
                     return Ok(p);
@@ -828,7 +1002,7 @@ impl Sim {
 
     fn advance_clock(&mut self, ms: u64) {
         self.counts.clock_jumps += 1;
-        self.offset_ms.fetch_add(ms, Ordering::SeqCst);
+        self.time.jumps_ms.fetch_add(ms, Ordering::SeqCst);
     }
 
     fn step(&mut self, p: Proc) -> Result<Proc, String> {
@@ -1021,13 +1195,18 @@ fn env_u64(name: &str) -> Option<u64> {
 }
 
 /// Runs one seed, counting into `total`.
-fn run_seed(seed: u64, total: &mut Counts) -> Result<(), String> {
+/// Runs one seed; its log (every step, result and injected fault the run reports).
+fn run_seed(seed: u64, total: &mut Counts) -> Result<Vec<String>, String> {
+    if !threads_mode() {
+        strata_common::exec::set_inline();
+    }
     let mut sim = Sim::new(seed);
     sim.counts = std::mem::take(total);
     let steps = sim.rng.random_range(20..60);
     let r = sim.run(steps);
+    sim.counts.digest = digest(sim.counts.digest, &sim.log);
     *total = std::mem::take(&mut sim.counts);
-    r.map_err(|e| {
+    r.map(|()| std::mem::take(&mut sim.log)).map_err(|e| {
         // The whole log to a file, the end of it in the message.
         let path = std::env::temp_dir().join(format!("strata-sim-{seed}.log"));
         let saved = std::fs::write(&path, sim.log.join("\n"))
@@ -1036,6 +1215,49 @@ fn run_seed(seed: u64, total: &mut Counts) -> Result<(), String> {
         let from = sim.log.len().saturating_sub(80);
         format!("{e}\n{saved}\nlast steps:\n{}", sim.log[from..].join("\n"))
     })
+}
+
+/// `STRATA_SIM_THREADS=1`: blocking work on tokio's pool and the merges' threads, on the
+/// machine's clock, as in a server. Interleavings of that work with the process's tasks
+/// that inline execution cannot produce become possible; replays are no longer exact.
+fn threads_mode() -> bool {
+    std::env::var("STRATA_SIM_THREADS").is_ok_and(|v| v == "1")
+}
+
+/// `before` folded with a seed's log: equal over two runs of the same seeds exactly when
+/// every seed's log is.
+fn digest(before: u64, log: &[String]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    before.hash(&mut h);
+    log.hash(&mut h);
+    h.finish()
+}
+
+/// A seed replays exactly: the same operations, interleavings, faults and answers, step
+/// for step (blocking work runs inline on the process's one thread, under its paused
+/// clock).
+#[test]
+fn a_seed_replays_exactly() {
+    if threads_mode() {
+        return; // Replays are exact only with blocking work inline.
+    }
+    for seed in [3, 28, 220, 276] {
+        let (mut a, mut b) = (Counts::default(), Counts::default());
+        let first = run_seed(seed, &mut a).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        let second = run_seed(seed, &mut b).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        if let Some(i) =
+            (0..first.len().max(second.len())).find(|i| first.get(*i) != second.get(*i))
+        {
+            panic!(
+                "seed {seed} replayed differently from line {i}:\n first: {:?}\n second: {:?}",
+                first.get(i),
+                second.get(i)
+            );
+        }
+        assert_eq!(a.digest, b.digest);
+        assert!(first.len() > 20, "seed {seed} logged {} lines", first.len());
+    }
 }
 
 #[test]

@@ -152,7 +152,7 @@ async fn check_all(db: &Db, seqs: &[u64]) -> ScanPaths {
         views.push(db.view("t", Some(AsOf::Seq(*s))).await.unwrap());
     }
     let views = Arc::new(views);
-    let t = tokio::task::spawn_blocking(move || {
+    let t = strata_common::exec::blocking(move || {
         let mut total = ScanPaths::default();
         // Each view twice: as it comes (a wide scan starts building the overlay of the
         // immutable upper tiers in the background; later scans may use it), then with the
@@ -578,7 +578,7 @@ async fn positions_hold_under_truncated_key_statistics() {
     t.flush().await.unwrap();
     let v: TableView = db.view("t", None).await.unwrap();
     let handle = tokio::runtime::Handle::current();
-    let p = tokio::task::spawn_blocking(move || {
+    let p = strata_common::exec::blocking(move || {
         let shard = &v.shards[0];
         assert!(shard.warm_overlay(&handle));
         let key = |i: i64| {
@@ -653,7 +653,7 @@ const LATE_WRITE: Op = Op::Upsert {
 /// and the memtables' fold over it, are built first).
 async fn full_scan(v: TableView, warm: bool) -> ScanPaths {
     let handle = tokio::runtime::Handle::current();
-    tokio::task::spawn_blocking(move || {
+    strata_common::exec::blocking(move || {
         let shard = &v.shards[0];
         if warm {
             assert!(shard.warm_overlay(&handle));
@@ -977,7 +977,7 @@ async fn key_ordered_scans_read_decoded_columns_from_memory() {
         async move {
             let v = db.view("t", None).await.unwrap();
             let handle = tokio::runtime::Handle::current();
-            tokio::task::spawn_blocking(move || {
+            strata_common::exec::blocking(move || {
                 compare(&v.shards[0], &v.schema, &[0, 2], range, 100, &handle)
             })
             .await
@@ -1059,7 +1059,7 @@ async fn scans_under_writes_fold_the_memtables_through_an_older_sequence_number(
         let v = db.view("t", None).await.unwrap();
         let views = older.clone();
         let h = handle.clone();
-        let p = tokio::task::spawn_blocking(move || {
+        let p = strata_common::exec::blocking(move || {
             let shard = &v.shards[0];
             let p = compare(shard, &v.schema, &[0, 1, 2], (None, None), 1000, &h);
             compare(shard, &v.schema, &[2, 0], (Some(90), Some(1700)), 64, &h);

@@ -135,7 +135,8 @@ impl<T: Serialize + DeserializeOwned + Invariants> VersionedStore<T> {
                 Err(e) => {
                     tracing::warn!(path = %path, attempt, error = %e, "manifest commit failed; retrying");
                     attempt += 1;
-                    tokio::time::sleep(std::time::Duration::from_millis(20 << attempt)).await;
+                    strata_common::exec::sleep(std::time::Duration::from_millis(20 << attempt))
+                        .await;
                 }
             }
         }

@@ -315,13 +315,13 @@ impl FaultInjectingStore {
                 }
             }
             let _waiting = Waiting(&self.state);
-            tokio::time::sleep(d.delay).await;
+            strata_common::exec::sleep(d.delay).await;
         }
         match d.verdict {
             Verdict::Pass => Ok(d.lose),
             Verdict::Fail(kind) => Err(injected(kind)),
             Verdict::Timeout(t) => {
-                tokio::time::sleep(t).await;
+                strata_common::exec::sleep(t).await;
                 Err(injected("timeout"))
             }
         }
@@ -341,14 +341,14 @@ impl FaultInjectingStore {
     ) -> BoxStream<'static, Result<ObjectMeta>> {
         let d = self.decide(FaultOp::List, prefix.map_or("", |p| p.as_ref()));
         futures::stream::once(async move {
-            tokio::time::sleep(d.delay).await;
+            strata_common::exec::sleep(d.delay).await;
             match d.verdict {
                 Verdict::Pass => inner,
                 Verdict::Fail(kind) => {
                     futures::stream::once(async move { Err(injected(kind)) }).boxed()
                 }
                 Verdict::Timeout(t) => {
-                    tokio::time::sleep(t).await;
+                    strata_common::exec::sleep(t).await;
                     futures::stream::once(async { Err(injected("timeout")) }).boxed()
                 }
             }

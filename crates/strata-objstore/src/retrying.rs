@@ -89,7 +89,7 @@ impl RetryingStore {
             match f().await {
                 Err(e) if is_transient(&e) && attempt + 1 < self.policy.attempts_max => {
                     tracing::debug!(op, attempt, error = %e, "retrying object store request");
-                    tokio::time::sleep(self.backoff(attempt)).await;
+                    strata_common::exec::sleep(self.backoff(attempt)).await;
                     attempt += 1;
                 }
                 other => return other,
@@ -111,7 +111,7 @@ impl RetryingStore {
                 let mut s = list();
                 match s.next().await {
                     Some(Err(e)) if is_transient(&e) && attempt + 1 < store.policy.attempts_max => {
-                        tokio::time::sleep(store.backoff(attempt)).await;
+                        strata_common::exec::sleep(store.backoff(attempt)).await;
                         attempt += 1;
                     }
                     Some(first) => return futures::stream::once(async { first }).chain(s).boxed(),
@@ -172,7 +172,7 @@ impl ObjectStore for RetryingStore {
                 Err(e) if is_transient(&e) && attempt + 1 < self.policy.attempts_max => {
                     ambiguous = true;
                     tracing::debug!(attempt, error = %e, path = %location, "retrying put");
-                    tokio::time::sleep(self.backoff(attempt)).await;
+                    strata_common::exec::sleep(self.backoff(attempt)).await;
                     attempt += 1;
                 }
                 Err(
@@ -181,7 +181,7 @@ impl ObjectStore for RetryingStore {
                 ) if conditional && ambiguous => {
                     // A local file standing for the payload is what the object must hold.
                     let (o, p) = (opts.clone(), payload.clone());
-                    let expected = match tokio::task::spawn_blocking(move || {
+                    let expected = match strata_common::exec::blocking(move || {
                         crate::LocalSource::payload_of(&o, p)
                     })
                     .await

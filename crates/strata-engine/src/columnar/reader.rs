@@ -1020,12 +1020,12 @@ pub(crate) fn block_on_unless<F: std::future::Future>(
     fut: F,
 ) -> Result<F::Output> {
     let Some(stop) = stop else {
-        return Ok(handle.block_on(fut));
+        return Ok(strata_common::exec::wait(handle, fut));
     };
     if stop.is_cancelled() {
         return Err(Error::Closed("stopped".into()));
     }
-    handle.block_on(async {
+    strata_common::exec::wait(handle, async {
         tokio::select! {
             biased;
             _ = stop.cancelled() => Err(Error::Closed("stopped".into())),

@@ -13,7 +13,9 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use parking_lot::RwLock;
 use strata_manifest::{Catalog, TableEntry, Versioned, VersionedStore};

@@ -142,7 +142,7 @@ impl Db {
             return;
         }
         let dir = self.local_table_dir(id);
-        match tokio::fs::remove_dir_all(&dir).await {
+        match crate::localfs::remove_dir_all(&dir).await {
             Ok(()) => {
                 tracing::info!(dir = %dir.display(), "removed a dropped table's local directory")
             }

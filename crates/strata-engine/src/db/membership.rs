@@ -25,6 +25,7 @@ impl Db {
         tokio::spawn(async move {
             loop {
                 tokio::select! {
+                    biased;
                     _ = cancel.cancelled() => return,
                     _ = tokio::time::sleep(every) => {}
                 }

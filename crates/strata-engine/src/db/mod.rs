@@ -258,6 +258,7 @@ impl Db {
             tokio::spawn(async move {
                 loop {
                     tokio::select! {
+                        biased;
                         _ = cancel.cancelled() => return,
                         _ = tokio::time::sleep(std::time::Duration::from_millis(every)) => {}
                     }

@@ -61,7 +61,7 @@ pub async fn execute(
     // Row SSTs come from the bucket into scratch space.
     let mut readers = Vec::new();
     if let JobSource::CrossTier { ssts } = &spec.source {
-        tokio::fs::create_dir_all(scratch)
+        crate::localfs::create_dir_all(scratch)
             .await
             .map_err(Error::io(format!("create {}", scratch.display())))?;
         for s in ssts {

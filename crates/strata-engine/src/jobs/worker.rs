@@ -128,6 +128,7 @@ impl Worker {
                 continue;
             }
             tokio::select! {
+                biased;
                 _ = tokio::time::sleep(self.idle_wait(idle)) => idle = idle.saturating_add(1),
                 _ = &mut woken => idle = 0,
                 _ = cancel.cancelled() => return,
@@ -204,6 +205,7 @@ impl Worker {
             async move {
                 loop {
                     tokio::select! {
+                        biased;
                         _ = tokio::time::sleep(Duration::from_millis(every)) => {}
                         _ = cancel.cancelled() => { lost.cancel(); return; }
                     }
@@ -229,11 +231,12 @@ impl Worker {
             &lost,
         );
         let outcome = tokio::select! {
+            biased;
             r = run => Some(r),
             _ = heartbeat => None,
             _ = lost.cancelled() => None,
         };
-        let _ = tokio::fs::remove_dir_all(&scratch).await;
+        let _ = crate::localfs::remove_dir_all(&scratch).await;
         match outcome {
             None => {
                 tracing::warn!(job = %spec.id, attempt, "lease lost or worker stopping; abandoning the attempt");

@@ -132,7 +132,10 @@ pub(crate) fn point_versions(
     out: &mut Vec<Entry>,
     handle: &tokio::runtime::Handle,
 ) -> Result<()> {
-    handle.block_on(point_versions_async(table, files, state, key, seq, out))
+    strata_common::exec::wait(
+        handle,
+        point_versions_async(table, files, state, key, seq, out),
+    )
 }
 
 /// [`point_versions`] on the caller's task: a lookup answered by the decoded-page

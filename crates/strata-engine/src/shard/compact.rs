@@ -40,6 +40,7 @@ pub(crate) async fn compaction_loop(c: Arc<Compactor>) {
     let signals = &c.signals;
     loop {
         tokio::select! {
+            biased;
             _ = signals.compaction_wanted.notified() => {}
             _ = signals.cancel.cancelled() => return,
         }

@@ -62,7 +62,7 @@ impl Files {
         let mut opts = PutOptions::from(PutMode::Create);
         let payload = if self.local_bucket {
             // The bucket takes the file itself: no read of tens of megabytes back.
-            let len = tokio::fs::metadata(path)
+            let len = crate::localfs::metadata(path)
                 .await
                 .map_err(Error::io(format!("stat {}", path.display())))?
                 .len();
@@ -70,7 +70,7 @@ impl Files {
                 .insert(strata_objstore::LocalSource::instead_of_payload(path, len));
             PutPayload::new()
         } else {
-            let data = tokio::fs::read(path)
+            let data = crate::localfs::read(path)
                 .await
                 .map_err(Error::io(format!("read {}", path.display())))?;
             opts.extensions

@@ -32,6 +32,7 @@ pub(super) async fn flush_loop(f: Flusher) {
     let signals = &f.signals;
     loop {
         tokio::select! {
+            biased;
             _ = signals.flush_wanted.notified() => {}
             _ = signals.cancel.cancelled() => return,
         }
@@ -69,7 +70,7 @@ impl Flusher {
             let (block, bits) = (self.config.sst_block_bytes, self.config.bloom_bits_per_key);
             let (m, p) = (mem.clone(), path.clone());
             let written =
-                tokio::task::spawn_blocking(move || -> Result<crate::compaction::Output> {
+                strata_common::exec::blocking(move || -> Result<crate::compaction::Output> {
                     let mut b = SstBuilder::create(&p, block, bits)?;
                     let mut it = MemtableIter::new(m, &[]);
                     while let Some(e) = it.next_entry()? {

@@ -47,6 +47,7 @@ pub(crate) async fn gc_loop(c: Arc<Collector>) {
     let mut last_version = None;
     loop {
         tokio::select! {
+            biased;
             _ = tokio::time::sleep(std::time::Duration::from_millis(wait)) => {}
             _ = c.signals.cancel.cancelled() => return,
         }

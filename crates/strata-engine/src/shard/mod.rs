@@ -470,7 +470,7 @@ impl Shard {
         let promoter = &inner.promoter;
         let (mut versions, mut source) = if row_files_may_hold(&state, &key) {
             let (st, k) = (state.clone(), key.clone());
-            tokio::task::spawn_blocking(move || point_versions(&st, &k, seq))
+            strata_common::exec::blocking(move || point_versions(&st, &k, seq))
                 .await
                 .map_err(|e| Error::Internal(e.to_string()))??
         } else {
@@ -520,7 +520,7 @@ impl Shard {
             && let Some(t) = promoter.note_access(&key, value_len)
         {
             // Losing an access loses warmth, never data: log and go on.
-            let flushed = tokio::task::spawn_blocking(move || t.flush_full())
+            let flushed = strata_common::exec::blocking(move || t.flush_full())
                 .await
                 .map_err(|e| Error::Internal(e.to_string()))
                 .and_then(|r| r);
@@ -548,7 +548,7 @@ impl Shard {
         let reads = self.inner.process.reads.clone();
         let table = self.inner.table.clone();
         let handle = tokio::runtime::Handle::current();
-        tokio::task::spawn_blocking(move || {
+        strata_common::exec::blocking(move || {
             let mut iter = state_iter(&state, &start, end.as_deref(), &table.codec);
             let files = crate::read::remote::BucketFiles {
                 store: &files.store,

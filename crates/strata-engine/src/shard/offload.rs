@@ -256,7 +256,7 @@ impl Offloader {
         let prefix = self.hotness_prefix.clone();
         let (retain, check) = (h.retention, h.check);
         let (block, bloom) = (self.config.sst_block_bytes, self.config.bloom_bits_per_key);
-        let (outs, promoted) = tokio::task::spawn_blocking(
+        let (outs, promoted) = strata_common::exec::blocking(
             move || -> Result<(Vec<crate::compaction::Output>, u64)> {
                 let hot =
                     |k: &[u8]| tracker.is_hot(&crate::shard::promote::hotness_key(&prefix, k));
@@ -425,6 +425,7 @@ pub(crate) async fn job_loop(o: Arc<Offloader>) {
     let signals = &o.signals;
     loop {
         tokio::select! {
+            biased;
             _ = tokio::time::sleep(every) => {}
             _ = signals.jobs_wanted.notified() => {}
             _ = signals.cancel.cancelled() => return,

@@ -188,7 +188,7 @@ impl Shard {
 
         // 5. Bring the referenced SSTs to the local directory.
         let local_dir = local_root;
-        tokio::fs::create_dir_all(&local_dir)
+        crate::localfs::create_dir_all(&local_dir)
             .await
             .map_err(Error::io(format!("create {}", local_dir.display())))?;
         // Several at once: a replacement node's time to first read is this download (the
@@ -214,10 +214,10 @@ impl Shard {
             levels.push(handles);
         }
         // Local files no manifest references are leftovers of a previous process.
-        if let Ok(mut dir) = tokio::fs::read_dir(&local_dir).await {
-            while let Ok(Some(e)) = dir.next_entry().await {
-                if !referenced.contains(&e.path()) {
-                    let _ = tokio::fs::remove_file(e.path()).await;
+        if let Ok(entries) = crate::localfs::list_dir(&local_dir).await {
+            for path in entries {
+                if !referenced.contains(&path) {
+                    let _ = crate::localfs::remove_file(path).await;
                 }
             }
         }

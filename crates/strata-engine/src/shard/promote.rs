@@ -195,7 +195,7 @@ impl Promoter {
         let path = self.files.local_sst_path(&id);
         let (block, bloom) = (self.config.sst_block_bytes, self.config.bloom_bits_per_key);
         let (p, state) = (path.clone(), self.tree.current());
-        let built = tokio::task::spawn_blocking(
+        let built = strata_common::exec::blocking(
             move || -> Result<Option<(crate::compaction::Output, Vec<Vec<u8>>)>> {
                 let mut builder: Option<crate::sst::SstBuilder> = None;
                 let mut keys = Vec::new();
@@ -234,9 +234,11 @@ impl Promoter {
             // the promotion is dropped whole.
             let state = editor.current();
             let stale = self.tree.promotion.lock().epoch != epoch
-                || tokio::task::spawn_blocking(move || keys.iter().any(|k| has_version(&state, k)))
-                    .await
-                    .map_err(|e| Error::Internal(e.to_string()))?;
+                || strata_common::exec::blocking(move || {
+                    keys.iter().any(|k| has_version(&state, k))
+                })
+                .await
+                .map_err(|e| Error::Internal(e.to_string()))?;
             if stale {
                 return Ok(false);
             }

@@ -215,6 +215,7 @@ pub(super) async fn writer_loop(
             inner.signals.flush_wanted.notify_one();
             let notified = inner.signals.flushed.notified();
             tokio::select! {
+                biased;
                 _ = notified => {}
                 _ = tokio::time::sleep(Duration::from_millis(100)) => {}
                 _ = inner.signals.cancel.cancelled() => return,
@@ -338,7 +339,7 @@ fn lock_log(log: &std::sync::Mutex<LocalLog>) -> std::sync::MutexGuard<'_, Local
 /// Appends the segment to the shard's local log and returns once it is on the local disk.
 pub(super) async fn write_local_wal(inner: &GroupCommit, wal_id: u64, data: &Bytes) -> Result<()> {
     let (log, data) = (inner.local_log.clone(), data.clone());
-    tokio::task::spawn_blocking(move || lock_log(&log).append(wal_id, &data))
+    strata_common::exec::blocking(move || lock_log(&log).append(wal_id, &data))
         .await
         .map_err(|e| Error::Internal(e.to_string()))?
         .map_err(Error::io("local wal"))
@@ -360,7 +361,7 @@ pub(super) async fn upload_local_segments(
     replay_after: u64,
 ) -> Result<()> {
     let dir = local_dir.to_path_buf();
-    let local = tokio::task::spawn_blocking(move || crate::wal::local::recover(&dir))
+    let local = strata_common::exec::blocking(move || crate::wal::local::recover(&dir))
         .await
         .map_err(|e| Error::Internal(e.to_string()))?
         .map_err(Error::io(format!(
@@ -383,13 +384,14 @@ pub(super) async fn upload_local_segments(
     if let Some(id) = lost_from {
         tracing::error!(shard = %name, from = id, "locally acknowledged WAL segments lost: another writer fenced the WAL before they were uploaded");
     }
-    if let Ok(mut dir) = tokio::fs::read_dir(local_dir).await {
-        while let Ok(Some(e)) = dir.next_entry().await {
-            if e.file_name()
-                .to_str()
+    if let Ok(entries) = crate::localfs::list_dir(local_dir).await {
+        for path in entries {
+            if path
+                .file_name()
+                .and_then(|n| n.to_str())
                 .is_some_and(crate::wal::local::is_local_wal_file)
             {
-                let _ = tokio::fs::remove_file(e.path()).await;
+                let _ = crate::localfs::remove_file(path).await;
             }
         }
     }
@@ -414,6 +416,7 @@ pub(super) async fn upload_segment(inner: &GroupCommit, wal_id: u64, data: Bytes
             Err(e) => {
                 tracing::warn!(shard = %inner.name, wal_id, error = %e, "wal upload failed; retrying");
                 tokio::select! {
+                    biased;
                     _ = tokio::time::sleep(backoff) => {}
                     _ = inner.signals.cancel.cancelled() => return Err(Error::Closed(inner.name.clone())),
                 }

@@ -127,8 +127,12 @@ async fn write_whole(path: &std::path::Path, data: &Bytes) -> bool {
         "{}.tmp",
         TMP_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
-    if tokio::fs::write(&tmp, data).await.is_err() || tokio::fs::rename(&tmp, path).await.is_err() {
-        let _ = tokio::fs::remove_file(&tmp).await;
+    if crate::localfs::write(tmp.clone(), data.clone())
+        .await
+        .is_err()
+        || crate::localfs::rename(&tmp, path).await.is_err()
+    {
+        let _ = crate::localfs::remove_file(&tmp).await;
         return false;
     }
     true
@@ -230,7 +234,7 @@ impl BlockCache {
         let slot = Slot::Tail(file_key(path));
         let local = self.path_of(slot);
         if self.index.get(&slot).is_some()
-            && let Ok(data) = tokio::fs::read(&local).await
+            && let Ok(data) = crate::localfs::read(&local).await
             && data.len() as u64 == size - tail_offset
         {
             self.hits.fetch_add(1, Ordering::Relaxed);
@@ -307,7 +311,7 @@ impl BlockCache {
             }
         }
         if !reads.is_empty() {
-            let got = tokio::task::spawn_blocking(move || {
+            let got = strata_common::exec::blocking(move || {
                 use std::os::unix::fs::FileExt;
                 reads
                     .into_iter()
@@ -479,7 +483,7 @@ async fn read_in_place(
 ) -> Result<Vec<Bytes>> {
     let ranges = ranges.to_vec();
     let name = path.to_string();
-    tokio::task::spawn_blocking(move || {
+    strata_common::exec::blocking(move || {
         use std::os::unix::fs::FileExt;
         ranges
             .iter()

@@ -15,7 +15,6 @@ use futures::StreamExt;
 use object_store::path::Path;
 use object_store::{GetResultPayload, ObjectStoreExt};
 use strata_objstore::StoreRef;
-use tokio::io::AsyncWriteExt;
 
 use crate::error::{Error, Result};
 
@@ -38,7 +37,7 @@ pub async fn download(
     let copied = match got.payload {
         GetResultPayload::File(file, _) => {
             let (local, object, range) = (local.to_path_buf(), object.clone(), got.range);
-            tokio::task::spawn_blocking(move || copy_file(file, range, &local, &object))
+            strata_common::exec::blocking(move || copy_file(file, range, &local, &object))
                 .await
                 .map_err(|e| Error::Internal(e.to_string()))
                 .and_then(|copied| copied)
@@ -52,7 +51,7 @@ pub async fn download(
         _ => Ok(len),
     });
     if checked.is_err() {
-        let _ = tokio::fs::remove_file(local).await;
+        let _ = crate::localfs::remove_file(local).await;
     }
     checked
 }
@@ -73,13 +72,13 @@ pub async fn open_object(
     let name = object.to_string();
     let opened = match got.payload {
         GetResultPayload::File(file, _) => {
-            tokio::task::spawn_blocking(move || crate::sst::SstReader::open_handle(file, &name))
+            strata_common::exec::blocking(move || crate::sst::SstReader::open_handle(file, &name))
                 .await
         }
         GetResultPayload::Stream(stream) => {
             copy_stream(stream, scratch, object).await?;
             let local = scratch.to_path_buf();
-            tokio::task::spawn_blocking(move || {
+            strata_common::exec::blocking(move || {
                 let opened = crate::sst::SstReader::open_handle(
                     std::fs::File::open(&local)
                         .map_err(Error::io(format!("open {}", local.display())))?,
@@ -116,22 +115,36 @@ async fn copy_stream(
     local: &std::path::Path,
     object: &Path,
 ) -> Result<u64> {
-    let file = tokio::fs::File::create(local)
+    let path = local.to_path_buf();
+    let mut file = strata_common::exec::blocking(move || std::fs::File::create(path))
         .await
+        .map_err(|e| Error::Internal(e.to_string()))?
         .map_err(Error::io(format!("create {}", local.display())))?;
-    let mut out = tokio::io::BufWriter::with_capacity(WRITE_BUFFER_BYTES, file);
+    // Whole buffers written on the blocking pool, one at a time.
+    let mut buf = Vec::with_capacity(WRITE_BUFFER_BYTES);
     let mut len = 0u64;
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(Error::store(format!("download {object}")))?;
-        len += chunk.len() as u64;
-        out.write_all(&chunk)
+    loop {
+        let next = stream.next().await;
+        let done = next.is_none();
+        if let Some(chunk) = next {
+            let chunk = chunk.map_err(Error::store(format!("download {object}")))?;
+            len += chunk.len() as u64;
+            buf.extend_from_slice(&chunk);
+        }
+        if buf.len() >= WRITE_BUFFER_BYTES || (done && !buf.is_empty()) {
+            let data = std::mem::replace(&mut buf, Vec::with_capacity(WRITE_BUFFER_BYTES));
+            file = strata_common::exec::blocking(move || {
+                use std::io::Write;
+                file.write_all(&data).map(|()| file)
+            })
             .await
+            .map_err(|e| Error::Internal(e.to_string()))?
             .map_err(Error::io(format!("write {}", local.display())))?;
+        }
+        if done {
+            return Ok(len);
+        }
     }
-    out.flush()
-        .await
-        .map_err(Error::io(format!("write {}", local.display())))?;
-    Ok(len)
 }
 
 #[cfg(test)]

@@ -77,6 +77,7 @@ pub(crate) async fn pin_version(
         let every = std::time::Duration::from_millis(lease_ms / 3);
         loop {
             tokio::select! {
+                biased;
                 _ = c.cancelled() => break,
                 _ = tokio::time::sleep(every) => {}
             }

@@ -102,7 +102,7 @@ pub async fn view_point_at(
     let view = db.view(table, as_of).await?;
     let codec = db.table(table).await.unwrap().table_schema().clone();
     let handle = tokio::runtime::Handle::current();
-    let row = tokio::task::spawn_blocking(move || {
+    let row = strata_common::exec::blocking(move || {
         let key = |k: i64| codec.encode_key(&[strata_engine::Value::Int(k)]).unwrap();
         let (start, end) = (key(k), key(k + 1));
         let mut b = view.shards[0]

@@ -72,19 +72,22 @@ impl GroupCursor {
                         return Ok(false);
                     };
                     let a = self.file_start;
-                    let b = a + self.handle.block_on(f.num_rows())?;
+                    let b = a + strata_common::exec::wait(&self.handle, f.num_rows())?;
                     self.file_start = b;
                     if a >= to {
                         self.done = true;
                         return Ok(false);
                     }
                     if b > from {
-                        let s = self.handle.block_on(f.rows_cached(
-                            from.max(a) - a,
-                            to.min(b) - a,
-                            &self.columns,
-                            self.batch,
-                        ))?;
+                        let s = strata_common::exec::wait(
+                            &self.handle,
+                            f.rows_cached(
+                                from.max(a) - a,
+                                to.min(b) - a,
+                                &self.columns,
+                                self.batch,
+                            ),
+                        )?;
                         self.stream = Some((f.path.to_string(), s));
                     }
                     continue;
@@ -92,7 +95,7 @@ impl GroupCursor {
                 let Some((origin, stream)) = self.stream.as_mut() else {
                     continue;
                 };
-                match self.handle.block_on(stream.next()) {
+                match strata_common::exec::wait(&self.handle, stream.next()) {
                     Some(b) => {
                         let b = b.map_err(|e| Error::Corrupt(format!("parquet {origin}: {e}")))?;
                         check_types(&b, &self.types, origin)?;
@@ -107,18 +110,16 @@ impl GroupCursor {
                     self.done = true;
                     return Ok(false);
                 };
-                let s = self.handle.block_on(f.keyed_cached(
-                    &self.start,
-                    self.end.as_deref(),
-                    &self.columns,
-                    self.batch,
-                ))?;
+                let s = strata_common::exec::wait(
+                    &self.handle,
+                    f.keyed_cached(&self.start, self.end.as_deref(), &self.columns, self.batch),
+                )?;
                 self.stream = Some((f.path.to_string(), s));
             }
             let Some((origin, stream)) = self.stream.as_mut() else {
                 continue;
             };
-            let Some(batch) = self.handle.block_on(stream.next()) else {
+            let Some(batch) = strata_common::exec::wait(&self.handle, stream.next()) else {
                 self.stream = None;
                 continue;
             };
@@ -424,11 +425,10 @@ impl DeepSpec {
         let mut versions_needed = false;
         'groups: for (_, files) in &self.groups {
             for f in files.iter().filter(|f| in_range(f)) {
-                if !self.handle.block_on(f.only_visible_puts(
-                    &self.start,
-                    self.end.as_deref(),
-                    read_seq,
-                ))? {
+                if !strata_common::exec::wait(
+                    &self.handle,
+                    f.only_visible_puts(&self.start, self.end.as_deref(), read_seq),
+                )? {
                     versions_needed = true;
                     break 'groups;
                 }
@@ -575,7 +575,7 @@ pub(super) fn row_bounds(
     let mut at = 0u64;
     for f in files {
         let mut local = 0u64;
-        for (n, span) in handle.block_on(f.row_group_spans())? {
+        for (n, span) in strata_common::exec::wait(handle, f.row_group_spans())? {
             let Some((lo, hi)) = span else {
                 return Ok(None);
             };

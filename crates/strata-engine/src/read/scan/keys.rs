@@ -140,9 +140,10 @@ pub(super) fn keys_below(
     // Through the decoded-column cache: a bound placed in this row group again (every
     // scan with a bound inside it) searches the kept keys instead of decoding them.
     let rows = usize::try_from(to.saturating_sub(from)).unwrap_or(usize::MAX);
-    let mut stream = handle.block_on(f.rows_cached(from, to, &[key_column], rows))?;
+    let mut stream =
+        strata_common::exec::wait(handle, f.rows_cached(from, to, &[key_column], rows))?;
     let mut below = 0u64;
-    while let Some(batch) = handle.block_on(stream.next()) {
+    while let Some(batch) = strata_common::exec::wait(handle, stream.next()) {
         let batch = batch.map_err(|e| Error::Corrupt(format!("parquet {origin}: {e}")))?;
         let keys = Keys::of(&batch, int_key, &origin)?;
         let p = lower_bound(keys, bound, false);
@@ -183,8 +184,9 @@ impl Positions {
         let mut rows = 0u64;
         for f in files {
             let origin = f.path.to_string();
-            let mut stream = handle.block_on(f.stream(&[], None, Some(&[key_column]), 8192))?;
-            while let Some(batch) = handle.block_on(stream.next()) {
+            let mut stream =
+                strata_common::exec::wait(handle, f.stream(&[], None, Some(&[key_column]), 8192))?;
+            while let Some(batch) = strata_common::exec::wait(handle, stream.next()) {
                 let batch = batch.map_err(|e| Error::Corrupt(format!("parquet {origin}: {e}")))?;
                 let keys = Keys::of(&batch, int_key, &origin)?;
                 let mut from = 0;

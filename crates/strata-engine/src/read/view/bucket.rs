@@ -262,7 +262,7 @@ impl RemoteViews {
     async fn levels(&self, paths: &ShardPaths, m: &Manifest) -> Result<Vec<Vec<Arc<SstHandle>>>> {
         let dir = paths.dir().to_string();
         let local = self.local_dir.join(dir.replace('/', "_"));
-        tokio::fs::create_dir_all(&local)
+        crate::localfs::create_dir_all(&local)
             .await
             .map_err(Error::io(format!("create {}", local.display())))?;
         let mut levels = Vec::with_capacity(m.levels.len());
@@ -309,7 +309,7 @@ pub(crate) async fn fetch_sst(
     dir: &std::path::Path,
 ) -> Result<Arc<SstHandle>> {
     let path = dir.join(format!("{}.sst", info.id));
-    let local_ok = tokio::fs::metadata(&path)
+    let local_ok = crate::localfs::metadata(&path)
         .await
         .is_ok_and(|m| m.len() == info.size_bytes);
     if !local_ok {
@@ -319,12 +319,12 @@ pub(crate) async fn fetch_sst(
         let tmp = path.with_extension(format!("sst.download-{}-{n}", std::process::id()));
         crate::store::download::download(store, &paths.sst(&info.id), &tmp, Some(info.size_bytes))
             .await?;
-        tokio::fs::rename(&tmp, &path)
+        crate::localfs::rename(&tmp, &path)
             .await
             .map_err(Error::io("rename downloaded sst"))?;
     }
     let p = path.clone();
-    let reader = tokio::task::spawn_blocking(move || SstReader::open(&p))
+    let reader = strata_common::exec::blocking(move || SstReader::open(&p))
         .await
         .map_err(|e| Error::Internal(e.to_string()))??;
     Ok(Arc::new(SstHandle::new(info.clone(), reader, path)))

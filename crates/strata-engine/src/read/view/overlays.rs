@@ -192,7 +192,7 @@ impl ShardView {
                     if wait {
                         return job();
                     }
-                    drop(handle.spawn_blocking(job));
+                    strata_common::exec::detach(handle, move || drop(job()));
                     return None;
                 }
             }
@@ -327,14 +327,14 @@ impl ShardView {
             |key: String,
              cache: Arc<crate::read::overlay::OverlayCache>,
              job: Box<dyn FnOnce(u64) -> Result<Option<Overlay>> + Send>| {
-                drop(handle.spawn_blocking(move || {
+                strata_common::exec::detach(handle, move || {
                     let max = cache.max_overlay_bytes();
                     let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(max)))
                         .unwrap_or_else(|_| {
                             Err(Error::Internal("building a scan overlay panicked".into()))
                         });
                     cache.finish(&key, built);
-                }));
+                });
             };
         match cache.lookup(&key, start_build) {
             Lookup::Ready(o) if usable(&o) => {
