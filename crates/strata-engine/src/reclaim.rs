@@ -13,6 +13,9 @@
 //! file whose unlink a crash interrupts is a leftover the next open of its shard removes,
 //! as it removes every file no manifest references.
 //!
+//! Under a deterministic simulation (`strata_common::exec::inline`) the work is done at
+//! once on the caller's thread.
+//!
 //! Owns nothing but that thread; calls nothing in the engine.
 
 use std::path::{Path, PathBuf};
@@ -87,6 +90,14 @@ pub(crate) fn close_later(file: std::fs::File) {
 }
 
 fn hand_over(work: Work) -> std::result::Result<(), Work> {
+    if strata_common::exec::inline() {
+        // A simulation: done here, so no wait for it depends on another thread's speed.
+        match work {
+            Work::Unlink(path) => unlink(&path),
+            Work::Close(file) => drop(file),
+        }
+        return Ok(());
+    }
     let Some(tx) = sender() else {
         return Err(work);
     };

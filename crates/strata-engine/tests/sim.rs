@@ -10,7 +10,8 @@
 //! effect, the caller saw an error) under the retrying decorator.
 //!
 //! After every step the table is checked against an oracle: every acknowledged write is
-//! readable at its version; writes whose outcome a crash left unknown are either whole or
+//! readable at its version (point reads, range scans, and the query service's column
+//! batches of a view); writes whose outcome a crash left unknown are either whole or
 //! absent (the oracle accepts exactly the states some prefix of them explains, and that
 //! choice then stands); pinned snapshots read what the oracle held when they were taken;
 //! a writer reports `fenced` only after another writer opened the shard; nothing panics,
@@ -33,7 +34,8 @@
 //! reaches (its replays are not exact).
 //! `STRATA_SIM_SECONDS` bounds the run (default 60), `STRATA_SIM_SEEDS` the number of seeds
 //! (default unbounded within the time), `STRATA_SIM_FIRST` the first seed (default 1);
-//! `STRATA_SIM_REPORT=<path>` writes the counts as JSON. To narrow a failure down,
+//! `STRATA_SIM_REPORT=<path>` writes the counts as JSON, `STRATA_SIM_LOGS=<dir>` every
+//! seed's log. To narrow a failure down,
 //! `STRATA_SIM_DEBUG_NO_PROMOTION`, `STRATA_SIM_DEBUG_NO_RETENTION` and
 //! `STRATA_SIM_DEBUG_NO_FAULTS` switch those parts off without changing the seed's
 //! operations. The long mode is
@@ -232,6 +234,8 @@ struct TimelineStore {
     inner: StoreRef,
     time: Arc<SimTime>,
     written: parking_lot::Mutex<std::collections::HashMap<object_store::path::Path, u64>>,
+    /// Every request that reached the bucket, when `STRATA_SIM_LOGS` asks for it.
+    trace: Option<parking_lot::Mutex<Vec<String>>>,
 }
 
 impl std::fmt::Display for TimelineStore {
@@ -241,6 +245,13 @@ impl std::fmt::Display for TimelineStore {
 }
 
 impl TimelineStore {
+    fn note(&self, what: std::fmt::Arguments<'_>) {
+        if let Some(t) = &self.trace {
+            t.lock()
+                .push(format!("{} {what}", self.time.now_ms() - START_MS));
+        }
+    }
+
     fn stamp(&self, path: &object_store::path::Path) {
         self.written.lock().insert(path.clone(), self.time.now_ms());
     }
@@ -264,7 +275,9 @@ impl object_store::ObjectStore for TimelineStore {
         payload: object_store::PutPayload,
         opts: object_store::PutOptions,
     ) -> object_store::Result<object_store::PutResult> {
-        let r = self.inner.put_opts(location, payload, opts).await?;
+        let r = self.inner.put_opts(location, payload, opts).await;
+        self.note(format_args!("put {location} {:?}", r.as_ref().map(|_| ())));
+        let r = r?;
         self.stamp(location);
         Ok(r)
     }
@@ -284,7 +297,9 @@ impl object_store::ObjectStore for TimelineStore {
         location: &object_store::path::Path,
         options: object_store::GetOptions,
     ) -> object_store::Result<object_store::GetResult> {
-        let mut r = self.inner.get_opts(location, options).await?;
+        let r = self.inner.get_opts(location, options).await;
+        self.note(format_args!("get {location} {:?}", r.as_ref().map(|_| ())));
+        let mut r = r?;
         r.meta = Self::restamp(&self.written, r.meta);
         Ok(r)
     }
@@ -294,6 +309,7 @@ impl object_store::ObjectStore for TimelineStore {
         location: &object_store::path::Path,
         ranges: &[std::ops::Range<u64>],
     ) -> object_store::Result<Vec<bytes::Bytes>> {
+        self.note(format_args!("get_ranges {location} {ranges:?}"));
         self.inner.get_ranges(location, ranges).await
     }
 
@@ -312,6 +328,7 @@ impl object_store::ObjectStore for TimelineStore {
         prefix: Option<&object_store::path::Path>,
     ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
         use futures::StreamExt;
+        self.note(format_args!("list {prefix:?}"));
         let stamped: Vec<_> = self
             .written
             .lock()
@@ -420,6 +437,8 @@ struct Sim {
     fault_config: FaultConfig,
     /// The memory store itself, for the checks.
     raw: StoreRef,
+    /// The same, with its request trace.
+    timeline: Arc<TimelineStore>,
     config: EngineConfig,
     root: tempfile::TempDir,
     dirs: u64,
@@ -483,11 +502,15 @@ impl Sim {
     fn new(seed: u64) -> Sim {
         let mut rng = StdRng::seed_from_u64(seed);
         let time = Arc::new(SimTime::default());
-        let raw: StoreRef = Arc::new(TimelineStore {
+        let timeline = Arc::new(TimelineStore {
             inner: Arc::new(object_store::memory::InMemory::new()),
             time: time.clone(),
             written: Default::default(),
+            trace: std::env::var("STRATA_SIM_LOGS")
+                .is_ok()
+                .then(|| parking_lot::Mutex::new(Vec::new())),
         });
+        let raw: StoreRef = timeline.clone();
         let rate = |rng: &mut StdRng, max: f64| {
             if rng.random_bool(0.2) {
                 0.0
@@ -559,6 +582,7 @@ impl Sim {
             fault,
             fault_config,
             raw,
+            timeline,
             config,
             root: tempfile::tempdir().unwrap(),
             dirs: 0,
@@ -855,6 +879,36 @@ impl Sim {
             return Err(format!(
                 "range scan [{lo}, {hi}) limit {limit}: got {:?}, want {want:?}",
                 decode(&got)
+            ));
+        }
+        self.check_view(p)
+    }
+
+    /// The query service's path in the writer's process: a view of the table, read as
+    /// column batches (the deep run by position, the upper tiers folded into an overlay):
+    /// the oracle's rows.
+    fn check_view(&mut self, p: &Proc) -> Result<(), String> {
+        let db = p.db.clone().unwrap();
+        let got = p
+            .run(async move {
+                let view = db.view("t", None).await?;
+                let handle = tokio::runtime::Handle::current();
+                strata_common::exec::blocking(move || {
+                    let mut b = view.shards[0].batches(&[], None, &[0, 1, 2], 16, &handle)?;
+                    let mut out = Vec::new();
+                    while let Some(batch) = b.next_batch()? {
+                        out.extend(decode(&batch));
+                    }
+                    Ok::<_, Error>(out)
+                })
+                .await
+                .map_err(|e| Error::Internal(e.to_string()))?
+            })?
+            .map_err(|e| format!("view scan: {e}"))?;
+        if got != model_rows(&self.model) {
+            return Err(format!(
+                "view scan differs from the acknowledged writes: {}",
+                diff(&got, &self.model)
             ));
         }
         Ok(())
@@ -1195,8 +1249,22 @@ fn env_u64(name: &str) -> Option<u64> {
 }
 
 /// Runs one seed, counting into `total`.
-/// Runs one seed; its log (every step, result and injected fault the run reports).
+/// Runs one seed on a thread of its own (so no thread-local state of an earlier seed
+/// carries over: a seed run alone replays it as it ran among others); its log (every
+/// step, result and injected fault the run reports).
 fn run_seed(seed: u64, total: &mut Counts) -> Result<Vec<String>, String> {
+    let mut counts = std::mem::take(total);
+    let (r, counts) = std::thread::spawn(move || {
+        let r = run_seed_here(seed, &mut counts);
+        (r, counts)
+    })
+    .join()
+    .map_err(|_| format!("seed {seed}: the simulation's thread panicked"))?;
+    *total = counts;
+    r
+}
+
+fn run_seed_here(seed: u64, total: &mut Counts) -> Result<Vec<String>, String> {
     if !threads_mode() {
         strata_common::exec::set_inline();
     }
@@ -1205,6 +1273,21 @@ fn run_seed(seed: u64, total: &mut Counts) -> Result<Vec<String>, String> {
     let steps = sim.rng.random_range(20..60);
     let r = sim.run(steps);
     sim.counts.digest = digest(sim.counts.digest, &sim.log);
+    if let Ok(dir) = std::env::var("STRATA_SIM_LOGS") {
+        // Every seed's log, to compare two runs seed by seed.
+        std::fs::write(
+            std::path::Path::new(&dir).join(format!("{seed}.log")),
+            sim.log.join("\n"),
+        )
+        .unwrap();
+        if let Some(t) = &sim.timeline.trace {
+            std::fs::write(
+                std::path::Path::new(&dir).join(format!("{seed}.trace")),
+                t.lock().join("\n"),
+            )
+            .unwrap();
+        }
+    }
     *total = std::mem::take(&mut sim.counts);
     r.map(|()| std::mem::take(&mut sim.log)).map_err(|e| {
         // The whole log to a file, the end of it in the message.
