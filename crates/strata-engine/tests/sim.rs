@@ -233,7 +233,7 @@ impl Clock for SimClock {
 struct TimelineStore {
     inner: StoreRef,
     time: Arc<SimTime>,
-    written: parking_lot::Mutex<std::collections::HashMap<object_store::path::Path, u64>>,
+    written: Arc<parking_lot::Mutex<std::collections::HashMap<object_store::path::Path, u64>>>,
     /// Every request that reached the bucket, when `STRATA_SIM_LOGS` asks for it.
     trace: Option<parking_lot::Mutex<Vec<String>>>,
 }
@@ -329,13 +329,7 @@ impl object_store::ObjectStore for TimelineStore {
     ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
         use futures::StreamExt;
         self.note(format_args!("list {prefix:?}"));
-        let stamped: Vec<_> = self
-            .written
-            .lock()
-            .iter()
-            .map(|(p, t)| (p.clone(), *t))
-            .collect();
-        let written = parking_lot::Mutex::new(stamped.into_iter().collect());
+        let written = self.written.clone();
         self.inner
             .list(prefix)
             .map(move |m| m.map(|m| Self::restamp(&written, m)))
