@@ -309,6 +309,7 @@ impl ServiceMetrics {
             }
         }
         let (page_bytes, pages, page_hits, page_misses) = self.inner.db.page_cache_stats();
+        let (row_bytes, row_blocks, row_hits, row_misses) = self.inner.db.row_block_cache_stats();
         let (col_bytes, cols, col_hits, col_misses) = self.inner.db.scan_cache_stats();
         let (block_bytes, blocks, block_hits, block_misses) = self.inner.db.block_cache_stats();
         for (name, kind, help, v) in [
@@ -383,6 +384,30 @@ impl ServiceMetrics {
                 "counter",
                 "Point lookups into columnar levels that read and decoded pages",
                 page_misses,
+            ),
+            (
+                "strata_row_block_cache_bytes",
+                "gauge",
+                "Bytes of decoded row-SST data blocks held for point reads (at most engine.row_block_cache_bytes)",
+                row_bytes,
+            ),
+            (
+                "strata_row_block_cache_blocks",
+                "gauge",
+                "Decoded row-SST data blocks held for point reads",
+                row_blocks as u64,
+            ),
+            (
+                "strata_row_block_cache_hits",
+                "counter",
+                "Row-SST data blocks point reads found decoded in memory",
+                row_hits,
+            ),
+            (
+                "strata_row_block_cache_misses",
+                "counter",
+                "Row-SST data blocks point reads read from their files and decoded",
+                row_misses,
             ),
         ] {
             let suffix = if kind == "counter" { "_total" } else { "" };

@@ -124,6 +124,11 @@ pub struct EngineConfig {
     /// Bytes of memory for decoded Parquet pages that point lookups read (per process), so
     /// a repeated lookup into a columnar level costs no read and no decode; 0 turns it off.
     pub page_cache_bytes: u64,
+    /// Bytes of memory for decoded data blocks of row SSTs (L0 and the row levels) that
+    /// point reads use (per process), so a repeated read of a fresh key that left the
+    /// memtable costs no file read, no decode and no hop to the blocking pool; 0 turns it
+    /// off.
+    pub row_block_cache_bytes: u64,
     /// Bytes of memory for the decoded columns of columnar files that wide scans read (per
     /// process, whole row groups of one column each), so a repeated scan of the same
     /// columns costs no read and no decode, as in-memory column stores serve analytics;
@@ -290,6 +295,7 @@ impl Default for EngineConfig {
             cache_block_bytes: 256 << 10,
             cache_bytes_max: 4 << 30,
             page_cache_bytes: 1 << 30,
+            row_block_cache_bytes: 256 << 20,
             scan_cache_bytes: 2 << 30,
             scan_overlay_bytes: 2 << 30,
             scan_memtable_refold_bytes: 4 << 20,

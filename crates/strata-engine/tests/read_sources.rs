@@ -184,3 +184,66 @@ async fn a_loop_of_reads_from_memory_yields_the_thread() {
     );
     db.close().await;
 }
+
+/// A point read of a key that has left the memtable for a row SST reads and decodes the
+/// block once; repeats are answered from the process's decoded blocks (no file read),
+/// newer writes in the memtable still win, and a compaction's new files are read afresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_point_reads_into_row_ssts_come_from_decoded_blocks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = common::memory_store();
+    let mut config = common::small_config();
+    config.l0_settle_ms = 0;
+    config.memtable_settle_ms = 0;
+    config.l0_compaction_trigger = 100;
+    let (db, t) = open_with_t(&store, tmp.path(), config).await;
+    let keys: Vec<i64> = (0..200).collect();
+    let names: Vec<String> = keys.iter().map(|k| format!("name-{k}")).collect();
+    let a: Vec<Option<&str>> = names.iter().map(|s| Some(s.as_str())).collect();
+    let b: Vec<Option<i64>> = keys.iter().map(|k| Some(k * 3)).collect();
+    t.upsert(rows(&keys, &a, &b)).await.unwrap();
+    t.flush().await.unwrap();
+    assert!(t.shards().next().unwrap().stats().ssts_per_level[0] > 0);
+    let get = |k: i64| {
+        let t = t.clone();
+        async move {
+            let got = t.get(&[Value::Int(k)], None, None).await.unwrap();
+            got.map(|b| common::decode(&b).pop().unwrap())
+        }
+    };
+    let want = |k: i64| Some((k, Some(format!("name-{k}")), Some(k * 3)));
+    for k in 0..200 {
+        assert_eq!(get(k).await, want(k), "key {k}");
+    }
+    let (bytes, blocks, _, read) = db.row_block_cache_stats();
+    assert!(
+        read > 0 && blocks > 0 && bytes > 0,
+        "the first reads read blocks"
+    );
+    for k in 0..200 {
+        assert_eq!(get(k).await, want(k), "key {k} again");
+    }
+    let (_, _, hits, read_again) = db.row_block_cache_stats();
+    assert_eq!(read_again, read, "no block read twice");
+    assert!(hits >= 200, "{hits} hits");
+    assert_eq!(counts(&t).1, 400, "every read answered by the NVMe tier");
+
+    // A newer version in the memtable is read first; once flushed too, the newer file's
+    // block is read and the older file's cached block does not answer for the key.
+    t.upsert(rows(&[7], &[Some("seven")], &[Some(-7)]))
+        .await
+        .unwrap();
+    assert_eq!(get(7).await, Some((7, Some("seven".into()), Some(-7))));
+    t.flush().await.unwrap();
+    assert_eq!(get(7).await, Some((7, Some("seven".into()), Some(-7))));
+    assert_eq!(get(8).await, want(8));
+    t.compact().await.unwrap();
+    for k in 0..200 {
+        let w = if k == 7 {
+            Some((7, Some("seven".into()), Some(-7)))
+        } else {
+            want(k)
+        };
+        assert_eq!(get(k).await, w, "key {k} after compaction");
+    }
+}

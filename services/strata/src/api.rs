@@ -1010,11 +1010,12 @@ async fn point_get(
     };
     let format = Format::from_accept(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
     if format == Format::Json {
-        // One row: an object rather than an array of one.
-        let mut out = encode(Format::Json, &row.schema(), &[row]).map_err(query_error)?;
-        let v: Json = serde_json::from_slice(&out).map_err(|e| ApiError::bad(e.to_string()))?;
-        out = serde_json::to_vec(&v.get(0).cloned().unwrap_or(Json::Null))
-            .map_err(|e| ApiError::bad(e.to_string()))?;
+        // One row: an object rather than an array of one, which is the one line of its
+        // line-delimited encoding (columns in the table's order).
+        let mut out = encode(Format::NdJson, &row.schema(), &[row]).map_err(query_error)?;
+        if out.last() == Some(&b'\n') {
+            out.pop();
+        }
         return Ok(([(header::CONTENT_TYPE, "application/json")], out).into_response());
     }
     let out = encode(format, &row.schema(), &[row]).map_err(query_error)?;

@@ -197,6 +197,7 @@ impl Db {
                     crate::read::overlay::OverlayCache::new(config.scan_overlay_bytes)
                         .with_refold_bytes(config.scan_memtable_refold_bytes),
                 ),
+                row_blocks: Arc::new(crate::sst::DecodedBlocks::new(config.row_block_cache_bytes)),
             },
             layout: layout.clone(),
             jobs_published: Arc::default(),
@@ -516,6 +517,13 @@ impl Db {
     /// held, hits, misses). Its bytes stay within `page_cache_bytes`.
     pub fn page_cache_stats(&self) -> (u64, usize, u64, u64) {
         self.inner.process.reads.metas.page_stats()
+    }
+
+    /// The decoded-block cache of point reads into row SSTs (L0 and the row levels):
+    /// (bytes held, blocks held, hits, blocks read from their files). Its bytes stay within
+    /// `row_block_cache_bytes`.
+    pub fn row_block_cache_stats(&self) -> (u64, usize, u64, u64) {
+        self.inner.process.reads.row_blocks.stats()
     }
 
     /// The decoded-column cache of scans over columnar levels: (bytes held, column chunks

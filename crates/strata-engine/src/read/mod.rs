@@ -29,4 +29,6 @@ pub struct ReadContext {
     pub metas: Arc<crate::columnar::MetaCache>,
     /// Merged columnar copies of immutable upper tiers, for scans.
     pub overlays: Arc<overlay::OverlayCache>,
+    /// Decoded data blocks of row SSTs, for point reads.
+    pub row_blocks: Arc<crate::sst::DecodedBlocks>,
 }

@@ -9,7 +9,7 @@ use crate::error::Result;
 use crate::iter::{EntryIter, MergeIter};
 use crate::memtable::MemtableIter;
 use crate::metrics::ReadSource;
-use crate::sst::SstIter;
+use crate::sst::{DecodedBlocks, SstIter};
 use crate::state::{ShardState, SstHandle};
 
 /// The row-level SSTs of `state` whose key range covers `key`, level by level (every L0
@@ -33,20 +33,18 @@ fn covering<'a>(
         })
 }
 
-/// Whether a row-level SST of `state` may hold `key` (key range and Bloom filter, both in
-/// memory).
-pub(crate) fn row_files_may_hold(state: &ShardState, key: &[u8]) -> bool {
-    covering(state, key).any(|h| h.reader.may_contain(key))
-}
-
 /// All versions of `key` visible at `seq`, newest first, stopping once a source yields a
 /// version that alone determines the row; and the tier that stopped the search (the NVMe
-/// tier when none did: the caller decides whether S3 is needed).
+/// tier when none did: the caller decides whether S3 is needed). Row SSTs are read through
+/// `blocks`; with `may_read` false nothing is read from a file, and the answer is `None`
+/// when a block the key needs is not held there (look again where blocking is allowed).
 pub(crate) fn point_versions(
     state: &ShardState,
     key: &[u8],
     seq: u64,
-) -> Result<(Vec<Entry>, ReadSource)> {
+    blocks: &DecodedBlocks,
+    may_read: bool,
+) -> Result<Option<(Vec<Entry>, ReadSource)>> {
     let mut out: Vec<Entry> = Vec::new();
     let done = |v: &[Entry]| v.iter().any(|e| e.kind.is_full());
     for mem in state.memtables() {
@@ -54,18 +52,20 @@ pub(crate) fn point_versions(
         let stop = done(&v);
         out.extend(v);
         if stop {
-            return Ok((out, ReadSource::Memtable));
+            return Ok(Some((out, ReadSource::Memtable)));
         }
     }
     for h in covering(state, key) {
-        let v = h.reader.get(key, seq)?;
+        let Some(v) = h.reader.lookup(key, seq, blocks, may_read)? else {
+            return Ok(None);
+        };
         let stop = done(&v);
         out.extend(v);
         if stop {
-            return Ok((out, ReadSource::Nvme));
+            return Ok(Some((out, ReadSource::Nvme)));
         }
     }
-    Ok((out, ReadSource::Nvme))
+    Ok(Some((out, ReadSource::Nvme)))
 }
 
 /// A merged iterator over every source of a state from `start`.

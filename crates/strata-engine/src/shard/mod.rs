@@ -65,7 +65,7 @@ use crate::error::{Error, Result};
 use crate::iter::{RowIter, resolve};
 use crate::memtable::Memtable;
 use crate::metrics::ReadSource;
-use crate::read::upper::{point_versions, row_files_may_hold, state_iter};
+use crate::read::upper::{point_versions, state_iter};
 use crate::row::RowValues;
 use crate::schema::{PreparedEntry, TableSchema};
 use crate::state::ShardState;
@@ -452,10 +452,11 @@ impl Shard {
 
     /// Point read of an encoded key; the row's non-key values, or None.
     ///
-    /// Runs on the caller's task unless a row-level SST may hold the key (their key ranges
-    /// and Bloom filters are in memory; reading one is a blocking `pread`, done on the
-    /// blocking pool): a key answered by the memtables or the columnar levels through the
-    /// decoded-page cache costs no thread hop.
+    /// Runs on the caller's task unless a row-level SST may hold the key and the block it
+    /// needs is not among the process's decoded blocks (key ranges and Bloom filters are in
+    /// memory; reading a block is a blocking `pread`, done on the blocking pool): a key
+    /// answered by the memtables, by a row SST's cached block or by the columnar levels
+    /// through the decoded-page cache costs no thread hop.
     pub async fn get(
         &self,
         key: Vec<u8>,
@@ -468,14 +469,18 @@ impl Shard {
         let epoch = inner.tree.promotion.lock().epoch;
         let (state, _guard) = inner.tree.read_state();
         let promoter = &inner.promoter;
-        let (mut versions, mut source) = if row_files_may_hold(&state, &key) {
-            let (st, k) = (state.clone(), key.clone());
-            strata_common::exec::blocking(move || point_versions(&st, &k, seq))
-                .await
-                .map_err(|e| Error::Internal(e.to_string()))??
-        } else {
-            point_versions(&state, &key, seq)?
+        let blocks = &inner.process.reads.row_blocks;
+        let found = match point_versions(&state, &key, seq, blocks, false)? {
+            Some(found) => Some(found),
+            None => {
+                let (st, k, b) = (state.clone(), key.clone(), blocks.clone());
+                strata_common::exec::blocking(move || point_versions(&st, &k, seq, &b, true))
+                    .await
+                    .map_err(|e| Error::Internal(e.to_string()))??
+            }
         };
+        let (mut versions, mut source) = found
+            .ok_or_else(|| Error::Internal("a point read that may read found no answer".into()))?;
         let codec = &inner.table.codec;
         let promote = snapshot.is_none() && promoter.promotes();
         if !crate::fold::decided(codec, &mut versions)? {

@@ -12,8 +12,10 @@
 pub mod block;
 pub mod bloom;
 pub mod builder;
+pub mod cache;
 pub mod footer;
 pub mod reader;
 
 pub use builder::{SstBuilder, SstStats};
+pub use cache::DecodedBlocks;
 pub use reader::{SstIter, SstReader};

@@ -4,6 +4,7 @@
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 
@@ -12,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::iter::EntryIter;
 use crate::sst::block::Block;
 use crate::sst::bloom::Bloom;
+use crate::sst::cache::{CachedBlock, DecodedBlocks};
 use crate::sst::footer::{FOOTER_BYTES, Footer, unseal};
 use crate::varint;
 
@@ -22,9 +24,14 @@ struct IndexEntry {
     len: u32,
 }
 
+/// Ids of open readers, unique in the process: the decoded-block cache's key.
+static NEXT_READER: AtomicU64 = AtomicU64::new(1);
+
 /// An open SST.
 #[derive(Debug)]
 pub struct SstReader {
+    /// Process-unique: names this open file's blocks in [`DecodedBlocks`].
+    id: u64,
     /// The local file, named in errors.
     name: String,
     file: ClosedElsewhere,
@@ -96,6 +103,7 @@ impl SstReader {
         let bloom_raw = read_at(&file, &name, footer.bloom_offset, footer.bloom_len as usize)?;
         let bloom = Bloom::new(unseal(&bloom_raw)?.to_vec());
         Ok(Self {
+            id: NEXT_READER.fetch_add(1, Ordering::Relaxed),
             name,
             file: ClosedElsewhere(Some(file)),
             index,
@@ -157,6 +165,55 @@ impl SstReader {
             }
         }
         Ok(out)
+    }
+
+    /// [`Self::get`] through `blocks`, the decoded blocks of the process: a block held
+    /// there is neither read nor decoded, a block read is kept. With `may_read` false,
+    /// nothing is read: `None` when a block the key needs is not held (the caller then
+    /// looks again where blocking is allowed).
+    pub fn lookup(
+        &self,
+        key: &[u8],
+        seq: u64,
+        blocks: &DecodedBlocks,
+        may_read: bool,
+    ) -> Result<Option<Vec<Entry>>> {
+        if !self.bloom.may_contain(key) {
+            return Ok(Some(Vec::new()));
+        }
+        let mut out = Vec::new();
+        for bi in self.first_block_for(key)..self.index.len() {
+            let id = (self.id, bi as u32);
+            let held = match blocks.get(id) {
+                Some(b) => b,
+                None if !may_read => return Ok(None),
+                None => {
+                    let b = Arc::new(CachedBlock::new(
+                        self.block(bi)?,
+                        self.index[bi].len as usize,
+                    ));
+                    blocks.insert(id, b.clone());
+                    b
+                }
+            };
+            // Entries are in (key asc, seq desc) order: the key's versions are a run.
+            let entries = &held.block.entries;
+            let from = entries.partition_point(|e| e.key.as_ref() < key);
+            let mut past = false;
+            for e in &entries[from..] {
+                if e.key.as_ref() != key {
+                    past = true;
+                    break;
+                }
+                if e.seq <= seq {
+                    out.push(e.clone());
+                }
+            }
+            if past {
+                break;
+            }
+        }
+        Ok(Some(out))
     }
 }
 
@@ -235,5 +292,104 @@ impl EntryIter for SstIter {
             self.next_block += 1;
             self.current = block.entries.into_iter();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::entry::EntryKind;
+    use crate::sst::SstBuilder;
+
+    /// Keys 0..300 (two bytes each), key k with versions at seq 10 and 20 (k % 7 == 0 also
+    /// at 30 and 40), values of 100 bytes: many 1 KiB blocks, some versions runs crossing
+    /// a block boundary.
+    fn many_blocks(dir: &Path) -> SstReader {
+        let path = dir.join("a.sst");
+        let mut b = SstBuilder::create(&path, 1024, 10).unwrap();
+        for k in 0..300u16 {
+            let seqs: &[u64] = if k % 7 == 0 {
+                &[40, 30, 20, 10]
+            } else {
+                &[20, 10]
+            };
+            for &seq in seqs {
+                b.add(&Entry {
+                    key: Bytes::from(k.to_be_bytes().to_vec()),
+                    seq,
+                    kind: EntryKind::Put,
+                    value: Bytes::from(vec![(k % 251) as u8 ^ seq as u8; 100]),
+                })
+                .unwrap();
+            }
+        }
+        b.finish().unwrap();
+        SstReader::open(&path).unwrap()
+    }
+
+    /// Through the decoded blocks a lookup answers as `get` does, at every key and
+    /// sequence number (runs of versions across blocks included); without reading it
+    /// answers only once the blocks are held, and then without reading the file.
+    #[test]
+    fn a_lookup_through_decoded_blocks_answers_as_a_read_and_needs_no_file_once_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = many_blocks(dir.path());
+        assert!(r.index.len() > 50, "{} blocks", r.index.len());
+        let blocks = DecodedBlocks::new(64 << 20);
+        let key = |k: u16| k.to_be_bytes().to_vec();
+        assert_eq!(r.lookup(&key(5), 100, &blocks, false).unwrap(), None);
+        for k in (0..300u16).chain([300, 1000]) {
+            for seq in [5, 10, 15, 20, 35, 100] {
+                let want = r.get(&key(k), seq).unwrap();
+                assert_eq!(
+                    r.lookup(&key(k), seq, &blocks, true).unwrap().as_ref(),
+                    Some(&want),
+                    "key {k} seq {seq}"
+                );
+            }
+        }
+        let (bytes, held, _, read) = blocks.stats();
+        assert_eq!(held, r.index.len());
+        assert_eq!(read, r.index.len() as u64, "each block read once");
+        assert!(bytes > 0 && bytes < 1 << 20, "{bytes} bytes");
+        // The file's blocks are all held: answers come without reading, even with the file
+        // gone from under the reader's handle (as a retired SST's is).
+        std::fs::remove_file(dir.path().join("a.sst")).unwrap();
+        for k in 0..300u16 {
+            let got = r
+                .lookup(&key(k), 25, &blocks, false)
+                .unwrap()
+                .expect("held");
+            assert_eq!(got.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![20, 10]);
+            assert_eq!(got[0].value[..], vec![(k % 251) as u8 ^ 20; 100][..]);
+        }
+        assert_eq!(
+            blocks.stats().3,
+            r.index.len() as u64,
+            "no block read again"
+        );
+    }
+
+    /// A cache of 0 bytes keeps nothing: every lookup that may read does, and one that may
+    /// not answers only for keys the Bloom filter rules out.
+    #[test]
+    fn without_a_cache_every_lookup_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = many_blocks(dir.path());
+        let blocks = DecodedBlocks::new(0);
+        let key = 7u16.to_be_bytes().to_vec();
+        for _ in 0..3 {
+            assert_eq!(
+                r.lookup(&key, 100, &blocks, true).unwrap().unwrap().len(),
+                4
+            );
+            assert_eq!(r.lookup(&key, 100, &blocks, false).unwrap(), None);
+        }
+        let (bytes, held, hits, read) = blocks.stats();
+        assert_eq!((bytes, held, hits), (0, 0, 0));
+        assert!(
+            read >= 3 && read % 3 == 0,
+            "{read} blocks read: the same each time"
+        );
     }
 }

@@ -549,8 +549,16 @@ impl ShardView {
             .shard
             .as_ref()
             .and_then(|(s, epoch)| Some((s.upgrade()?, *epoch)));
-        let (mut versions, mut source) =
-            crate::read::upper::point_versions(&self.state, key, self.read_seq)?;
+        let (mut versions, mut source) = crate::read::upper::point_versions(
+            &self.state,
+            key,
+            self.read_seq,
+            &self.reads.row_blocks,
+            true,
+        )?
+        .ok_or_else(|| {
+            crate::error::Error::Internal("a point read that may read found no answer".into())
+        })?;
         if !crate::fold::decided(codec, &mut versions)? {
             // Through the promotion cache only at the latest sequence number (not time
             // travel), as `Shard::get` without a snapshot.
