@@ -8,8 +8,10 @@ synchronous_commit on). Prints the median, p99 and mean latency of each, side by
 the ratios. Run it through loadtest/pgwire.sh, which starts both servers.
 
 With `--http` (the default URL is `strata serve`'s), the same point get and one-row insert
-also go through Strata's HTTP data API from this process (one keep-alive connection,
-`http.client`, JSON), with the server's own time per request from `/metrics`
+also go through Strata's HTTP data API from this process (one keep-alive connection, JSON),
+twice: with the standard library's `http.client` (pure Python: its header parsing alone
+costs about as much as the server's whole answer) and with pycurl (libcurl, a C client as
+psycopg's libpq is), with the server's own time per request from `/metrics`
 (`strata_http_request_seconds`, sum over count for the operation): what the network path
 and the client add is the rest. The insert runs twice over HTTP: at the default durability
 (`insert_1_row`: acknowledged once the WAL segment is in the bucket) and with
@@ -19,6 +21,7 @@ guarantee, uploaded right after); both are compared with PostgreSQL's insert.
 
 import argparse
 import http.client
+import io
 import json
 import re
 import urllib.parse
@@ -27,6 +30,7 @@ import statistics
 import time
 
 import psycopg
+import pycurl
 
 
 def percentile(xs, q):
@@ -115,21 +119,67 @@ def server_seconds(conn, op):
     return value("sum"), value("count")
 
 
-def run_http(url, rows, n, seed):
-    """The point get and one-row insert over the HTTP data API, on the table the PostgreSQL
-    port's run left (`kv`, `rows` rows and the inserts after them)."""
-    u = urllib.parse.urlparse(url)
-    conn = http.client.HTTPConnection(u.hostname, u.port or 80)
-    rng = random.Random(seed + 1)
-    out = {}
+class CurlConnection:
+    """One libcurl handle (its connection kept alive between requests), called as
+    `call(method, path, body)`: the response body, asserting a 200."""
 
-    def call(method, path, body=None):
+    def __init__(self, url):
+        self.base = url.rstrip("/")
+        self.buf = io.BytesIO()
+        self.c = pycurl.Curl()
+        self.c.setopt(pycurl.WRITEDATA, self.buf)
+        self.c.setopt(pycurl.HTTPHEADER, ["Expect:", "Content-Type: application/json"])
+
+    def call(self, method, path, body=None):
+        self.buf.seek(0)
+        self.buf.truncate()
+        self.c.setopt(pycurl.URL, self.base + path)
+        if method == "GET":
+            self.c.setopt(pycurl.HTTPGET, 1)
+        else:
+            self.c.setopt(pycurl.POSTFIELDS, body or "")
+        self.c.perform()
+        data = self.buf.getvalue()
+        status = self.c.getinfo(pycurl.RESPONSE_CODE)
+        assert status == 200, (status, data[:200])
+        return data
+
+    def close(self):
+        self.c.close()
+
+
+class StdlibConnection:
+    """One `http.client` keep-alive connection, called as `call(method, path, body)`."""
+
+    def __init__(self, url):
+        u = urllib.parse.urlparse(url)
+        self.conn = http.client.HTTPConnection(u.hostname, u.port or 80)
+
+    def call(self, method, path, body=None):
         headers = {"Content-Type": "application/json"} if body is not None else {}
-        conn.request(method, path, body=body, headers=headers)
-        r = conn.getresponse()
+        self.conn.request(method, path, body=body, headers=headers)
+        r = self.conn.getresponse()
         data = r.read()
         assert r.status == 200, (r.status, data[:200])
         return data
+
+    def close(self):
+        self.conn.close()
+
+
+HTTP_CLIENTS = {"http.client": StdlibConnection, "pycurl": CurlConnection}
+
+
+def run_http(url, rows, n, seed, client="http.client"):
+    """The point get and one-row insert over the HTTP data API through `client` (a key of
+    HTTP_CLIENTS), on the table the PostgreSQL port's run left (`kv`, `rows` rows and the
+    inserts after them)."""
+    u = urllib.parse.urlparse(url)
+    conn = http.client.HTTPConnection(u.hostname, u.port or 80)  # /metrics, untimed
+    client_conn = HTTP_CLIENTS[client](url)
+    call = client_conn.call
+    rng = random.Random(seed + 1)
+    out = {}
 
     def timed(name, op, fn, count):
         for _ in range(20):
@@ -157,7 +207,8 @@ def run_http(url, rows, n, seed):
         got = json.loads(call("GET", f"/v1/tables/kv/rows/get?key={k}&columns=name,score"))
         assert got == {"name": f"name-{k}", "score": k * 0.5}, got
 
-    next_id = [rows * 10]
+    # New keys, apart from the other client's run.
+    next_id = [rows * 10 + list(HTTP_CLIENTS).index(client) * 1_000_000]
 
     def insert():
         k = next_id[0]
@@ -175,6 +226,7 @@ def run_http(url, rows, n, seed):
     timed("point_get", "GET /v1/tables/{table}/rows/get", point_get, n)
     timed("insert_1_row", "POST /v1/tables/{table}/rows", insert, max(1, n // 3))
     timed("insert_1_row_local", "POST /v1/tables/{table}/rows", insert_local, max(1, n // 3))
+    client_conn.close()
     conn.close()
     return out
 
@@ -194,7 +246,8 @@ def main():
         "postgres": run(args.pg_dsn, args.rows, args.ops, args.seed),
     }
     if args.http:
-        results["strata_http"] = run_http(args.http, args.rows, args.ops, args.seed)
+        results["strata_http"] = run_http(args.http, args.rows, args.ops, args.seed, "http.client")
+        results["strata_http_curl"] = run_http(args.http, args.rows, args.ops, args.seed + 2, "pycurl")
     print(f"{args.rows} rows, {args.ops} operations each (inserts: a third), one connection")
     print(f"{'operation':<14}{'Strata p50':>12}{'p99':>9}{'PostgreSQL p50':>16}{'p99':>9}{'ratio p50':>11}{'store req/op':>14}")
     for op in results["strata"]:
@@ -204,14 +257,15 @@ def main():
             f"{s['p50_ms'] / p['p50_ms']:>10.2f}x{s.get('store_requests_per_op', float('nan')):>14.4f}"
         )
     if args.http:
-        print("HTTP data API (one keep-alive connection, JSON), beside PostgreSQL over psycopg:")
-        print(f"{'operation':<14}{'HTTP p50':>10}{'p99':>9}{'mean':>9}{'server mean':>13}{'PostgreSQL p50':>16}{'p99':>9}{'ratio p50':>11}{'store req/op':>14}")
-        for op, h in results["strata_http"].items():
-            p = results["postgres"][op.removesuffix("_local")]
-            print(
-                f"{op:<14}{h['p50_ms']:>8.3f}ms{h['p99_ms']:>7.3f}ms{h['mean_ms']:>7.3f}ms{h['server_mean_ms']:>11.3f}ms"
-                f"{p['p50_ms']:>14.3f}ms{p['p99_ms']:>7.3f}ms{h['p50_ms'] / p['p50_ms']:>10.2f}x{h['store_requests_per_op']:>14.4f}"
-            )
+        for key, client in (("strata_http", "http.client"), ("strata_http_curl", "pycurl")):
+            print(f"HTTP data API through {client} (one keep-alive connection, JSON), beside PostgreSQL over psycopg:")
+            print(f"{'operation':<14}{'HTTP p50':>10}{'p99':>9}{'mean':>9}{'server mean':>13}{'PostgreSQL p50':>16}{'p99':>9}{'ratio p50':>11}{'store req/op':>14}")
+            for op, h in results[key].items():
+                p = results["postgres"][op.removesuffix("_local")]
+                print(
+                    f"{op:<14}{h['p50_ms']:>8.3f}ms{h['p99_ms']:>7.3f}ms{h['mean_ms']:>7.3f}ms{h['server_mean_ms']:>11.3f}ms"
+                    f"{p['p50_ms']:>14.3f}ms{p['p99_ms']:>7.3f}ms{h['p50_ms'] / p['p50_ms']:>10.2f}x{h['store_requests_per_op']:>14.4f}"
+                )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
