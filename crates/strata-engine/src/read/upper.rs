@@ -9,7 +9,7 @@ use crate::error::Result;
 use crate::iter::{EntryIter, MergeIter};
 use crate::memtable::MemtableIter;
 use crate::metrics::ReadSource;
-use crate::sst::{DecodedBlocks, SstIter};
+use crate::sst::{BlockReads, DecodedBlocks, SstIter};
 use crate::state::{ShardState, SstHandle};
 
 /// The row-level SSTs of `state` whose key range covers `key`, level by level (every L0
@@ -36,14 +36,14 @@ fn covering<'a>(
 /// All versions of `key` visible at `seq`, newest first, stopping once a source yields a
 /// version that alone determines the row; and the tier that stopped the search (the NVMe
 /// tier when none did: the caller decides whether S3 is needed). Row SSTs are read through
-/// `blocks`; with `may_read` false nothing is read from a file, and the answer is `None`
-/// when a block the key needs is not held there (look again where blocking is allowed).
+/// `blocks`, reading only what `reads` allows: the answer is `None` when a block the key
+/// needs may not be read (look again where blocking is allowed).
 pub(crate) fn point_versions(
     state: &ShardState,
     key: &[u8],
     seq: u64,
     blocks: &DecodedBlocks,
-    may_read: bool,
+    reads: BlockReads,
 ) -> Result<Option<(Vec<Entry>, ReadSource)>> {
     let mut out: Vec<Entry> = Vec::new();
     let done = |v: &[Entry]| v.iter().any(|e| e.kind.is_full());
@@ -56,7 +56,7 @@ pub(crate) fn point_versions(
         }
     }
     for h in covering(state, key) {
-        let Some(v) = h.reader.lookup(key, seq, blocks, may_read)? else {
+        let Some(v) = h.reader.lookup(key, seq, blocks, reads)? else {
             return Ok(None);
         };
         let stop = done(&v);

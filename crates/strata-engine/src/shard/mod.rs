@@ -68,6 +68,7 @@ use crate::metrics::ReadSource;
 use crate::read::upper::{point_versions, state_iter};
 use crate::row::RowValues;
 use crate::schema::{PreparedEntry, TableSchema};
+use crate::sst::BlockReads;
 use crate::state::ShardState;
 use crate::wal::Segment;
 
@@ -453,10 +454,11 @@ impl Shard {
     /// Point read of an encoded key; the row's non-key values, or None.
     ///
     /// Runs on the caller's task unless a row-level SST may hold the key and the block it
-    /// needs is not among the process's decoded blocks (key ranges and Bloom filters are in
-    /// memory; reading a block is a blocking `pread`, done on the blocking pool): a key
-    /// answered by the memtables, by a row SST's cached block or by the columnar levels
-    /// through the decoded-page cache costs no thread hop.
+    /// needs is neither among the process's decoded blocks nor in the OS page cache (key
+    /// ranges and Bloom filters are in memory; a block read from the disk is a blocking
+    /// `pread`, done on the blocking pool): a key answered by the memtables, by a row SST's
+    /// block in memory or by the columnar levels through the decoded-page cache costs no
+    /// thread hop.
     pub async fn get(
         &self,
         key: Vec<u8>,
@@ -470,13 +472,15 @@ impl Shard {
         let (state, _guard) = inner.tree.read_state();
         let promoter = &inner.promoter;
         let blocks = &inner.process.reads.row_blocks;
-        let found = match point_versions(&state, &key, seq, blocks, false)? {
+        let found = match point_versions(&state, &key, seq, blocks, BlockReads::PageCached)? {
             Some(found) => Some(found),
             None => {
                 let (st, k, b) = (state.clone(), key.clone(), blocks.clone());
-                strata_common::exec::blocking(move || point_versions(&st, &k, seq, &b, true))
-                    .await
-                    .map_err(|e| Error::Internal(e.to_string()))??
+                strata_common::exec::blocking(move || {
+                    point_versions(&st, &k, seq, &b, BlockReads::Any)
+                })
+                .await
+                .map_err(|e| Error::Internal(e.to_string()))??
             }
         };
         let (mut versions, mut source) = found

@@ -18,4 +18,4 @@ pub mod reader;
 
 pub use builder::{SstBuilder, SstStats};
 pub use cache::DecodedBlocks;
-pub use reader::{SstIter, SstReader};
+pub use reader::{BlockReads, SstIter, SstReader};

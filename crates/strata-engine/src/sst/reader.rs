@@ -24,6 +24,19 @@ struct IndexEntry {
     len: u32,
 }
 
+/// How far [`SstReader::lookup`] may go for a block not held among the decoded blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockReads {
+    /// Only blocks already held: otherwise no answer.
+    Held,
+    /// Also a block whose bytes the OS page cache holds: a read that cannot wait for the
+    /// disk (`preadv2` with `RWF_NOWAIT`), fit for a runtime thread. A file just written
+    /// (a flush, a compaction's output) is in the page cache on a node with memory to spare.
+    PageCached,
+    /// Any block, from the disk if need be: blocking.
+    Any,
+}
+
 /// Ids of open readers, unique in the process: the decoded-block cache's key.
 static NEXT_READER: AtomicU64 = AtomicU64::new(1);
 
@@ -128,6 +141,19 @@ impl SstReader {
         Block::decode(&raw).map_err(|err| named(&self.name, err))
     }
 
+    /// Block `i` when the OS page cache holds all its bytes (read without waiting for the
+    /// disk); `None` when it does not, or where such reads are not supported.
+    fn block_if_cached(&self, i: usize) -> Result<Option<Block>> {
+        let e = &self.index[i];
+        let mut raw = vec![0u8; e.len as usize];
+        if !read_if_cached(self.file.get(), &mut raw, e.offset) {
+            return Ok(None);
+        }
+        Block::decode(&Bytes::from(raw))
+            .map(Some)
+            .map_err(|err| named(&self.name, err))
+    }
+
     fn first_block_for(&self, key: &[u8]) -> usize {
         self.index.partition_point(|b| b.last_key.as_slice() < key)
     }
@@ -168,15 +194,15 @@ impl SstReader {
     }
 
     /// [`Self::get`] through `blocks`, the decoded blocks of the process: a block held
-    /// there is neither read nor decoded, a block read is kept. With `may_read` false,
-    /// nothing is read: `None` when a block the key needs is not held (the caller then
-    /// looks again where blocking is allowed).
+    /// there is neither read nor decoded, a block read is kept. `reads` says which blocks
+    /// not held may be read: `None` when one the key needs may not (the caller then looks
+    /// again where blocking is allowed).
     pub fn lookup(
         &self,
         key: &[u8],
         seq: u64,
         blocks: &DecodedBlocks,
-        may_read: bool,
+        reads: BlockReads,
     ) -> Result<Option<Vec<Entry>>> {
         if !self.bloom.may_contain(key) {
             return Ok(Some(Vec::new()));
@@ -186,12 +212,16 @@ impl SstReader {
             let id = (self.id, bi as u32);
             let held = match blocks.get(id) {
                 Some(b) => b,
-                None if !may_read => return Ok(None),
                 None => {
-                    let b = Arc::new(CachedBlock::new(
-                        self.block(bi)?,
-                        self.index[bi].len as usize,
-                    ));
+                    let block = match reads {
+                        BlockReads::Held => None,
+                        BlockReads::PageCached => self.block_if_cached(bi)?,
+                        BlockReads::Any => Some(self.block(bi)?),
+                    };
+                    let Some(block) = block else {
+                        return Ok(None);
+                    };
+                    let b = Arc::new(CachedBlock::new(block, self.index[bi].len as usize));
                     blocks.insert(id, b.clone());
                     b
                 }
@@ -254,6 +284,32 @@ fn read_at(file: &std::fs::File, name: &str, offset: u64, len: usize) -> Result<
             source,
         })?;
     Ok(buf)
+}
+
+/// Fills `buf` from `offset` of `file` if the OS page cache holds those bytes, without
+/// waiting for the disk (`preadv2` with `RWF_NOWAIT`); false when it does not (or part of
+/// them), or on any error (the blocking read that follows reports it).
+#[cfg(target_os = "linux")]
+fn read_if_cached(file: &std::fs::File, buf: &mut [u8], offset: u64) -> bool {
+    let mut done = 0;
+    while done < buf.len() {
+        let read = rustix::io::preadv2(
+            file,
+            &mut [std::io::IoSliceMut::new(&mut buf[done..])],
+            offset + done as u64,
+            rustix::io::ReadWriteFlags::NOWAIT,
+        );
+        match read {
+            Ok(n) if n > 0 => done += n,
+            _ => return false,
+        }
+    }
+    true
+}
+
+#[cfg(not(target_os = "linux"))]
+fn read_if_cached(_file: &std::fs::File, _buf: &mut [u8], _offset: u64) -> bool {
+    false
 }
 
 /// Iterates an SST from a start key.
@@ -337,12 +393,17 @@ mod tests {
         assert!(r.index.len() > 50, "{} blocks", r.index.len());
         let blocks = DecodedBlocks::new(64 << 20);
         let key = |k: u16| k.to_be_bytes().to_vec();
-        assert_eq!(r.lookup(&key(5), 100, &blocks, false).unwrap(), None);
+        assert_eq!(
+            r.lookup(&key(5), 100, &blocks, BlockReads::Held).unwrap(),
+            None
+        );
         for k in (0..300u16).chain([300, 1000]) {
             for seq in [5, 10, 15, 20, 35, 100] {
                 let want = r.get(&key(k), seq).unwrap();
                 assert_eq!(
-                    r.lookup(&key(k), seq, &blocks, true).unwrap().as_ref(),
+                    r.lookup(&key(k), seq, &blocks, BlockReads::Any)
+                        .unwrap()
+                        .as_ref(),
                     Some(&want),
                     "key {k} seq {seq}"
                 );
@@ -357,7 +418,7 @@ mod tests {
         std::fs::remove_file(dir.path().join("a.sst")).unwrap();
         for k in 0..300u16 {
             let got = r
-                .lookup(&key(k), 25, &blocks, false)
+                .lookup(&key(k), 25, &blocks, BlockReads::Held)
                 .unwrap()
                 .expect("held");
             assert_eq!(got.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![20, 10]);
@@ -380,10 +441,16 @@ mod tests {
         let key = 7u16.to_be_bytes().to_vec();
         for _ in 0..3 {
             assert_eq!(
-                r.lookup(&key, 100, &blocks, true).unwrap().unwrap().len(),
+                r.lookup(&key, 100, &blocks, BlockReads::Any)
+                    .unwrap()
+                    .unwrap()
+                    .len(),
                 4
             );
-            assert_eq!(r.lookup(&key, 100, &blocks, false).unwrap(), None);
+            assert_eq!(
+                r.lookup(&key, 100, &blocks, BlockReads::Held).unwrap(),
+                None
+            );
         }
         let (bytes, held, hits, read) = blocks.stats();
         assert_eq!((bytes, held, hits), (0, 0, 0));
@@ -391,5 +458,40 @@ mod tests {
             read >= 3 && read % 3 == 0,
             "{read} blocks read: the same each time"
         );
+    }
+
+    /// A lookup that may not wait for the disk reads a block the OS page cache holds (as it
+    /// does a file just written) and answers as a blocking one would; where the page cache
+    /// cannot be read without waiting, it gives no answer and reads nothing.
+    #[test]
+    fn a_lookup_reads_a_block_the_page_cache_holds_without_waiting() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = many_blocks(dir.path());
+        let blocks = DecodedBlocks::new(64 << 20);
+        let key = |k: u16| k.to_be_bytes().to_vec();
+        let mut probe = [0u8; 16];
+        let cached = read_if_cached(r.file.get(), &mut probe, 0);
+        for k in [0u16, 7, 150, 299] {
+            let want = r.get(&key(k), 35).unwrap();
+            let got = r
+                .lookup(&key(k), 35, &blocks, BlockReads::PageCached)
+                .unwrap();
+            if cached {
+                assert_eq!(got.as_ref(), Some(&want), "key {k}");
+            } else {
+                assert_eq!(got, None, "key {k}");
+            }
+        }
+        let (_, held, hits, read) = blocks.stats();
+        if cached {
+            assert!(
+                held >= 4 && read >= 4 && hits == 0,
+                "{held} held, {read} read"
+            );
+        } else {
+            assert_eq!((held, read), (0, 0));
+        }
+        #[cfg(target_os = "linux")]
+        assert!(cached, "a file just written is in the page cache here");
     }
 }

@@ -554,7 +554,7 @@ impl ShardView {
             key,
             self.read_seq,
             &self.reads.row_blocks,
-            true,
+            crate::sst::BlockReads::Any,
         )?
         .ok_or_else(|| {
             crate::error::Error::Internal("a point read that may read found no answer".into())
