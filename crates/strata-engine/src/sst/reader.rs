@@ -158,11 +158,6 @@ impl SstReader {
         self.index.partition_point(|b| b.last_key.as_slice() < key)
     }
 
-    /// Whether the file may hold `key` (its Bloom filter, in memory: no I/O).
-    pub fn may_contain(&self, key: &[u8]) -> bool {
-        self.bloom.may_contain(key)
-    }
-
     /// Versions of `key` visible at `seq`, newest first.
     pub fn get(&self, key: &[u8], seq: u64) -> Result<Vec<Entry>> {
         if !self.bloom.may_contain(key) {
@@ -170,23 +165,7 @@ impl SstReader {
         }
         let mut out = Vec::new();
         for bi in self.first_block_for(key)..self.index.len() {
-            let block = self.block(bi)?;
-            let mut past = false;
-            for e in block.entries {
-                match e.key.as_ref().cmp(key) {
-                    std::cmp::Ordering::Less => {}
-                    std::cmp::Ordering::Equal => {
-                        if e.seq <= seq {
-                            out.push(e);
-                        }
-                    }
-                    std::cmp::Ordering::Greater => {
-                        past = true;
-                        break;
-                    }
-                }
-            }
-            if past {
+            if versions_in(&self.block(bi)?.entries, key, seq, &mut out) {
                 break;
             }
         }
@@ -226,25 +205,28 @@ impl SstReader {
                     b
                 }
             };
-            // Entries are in (key asc, seq desc) order: the key's versions are a run.
-            let entries = &held.block.entries;
-            let from = entries.partition_point(|e| e.key.as_ref() < key);
-            let mut past = false;
-            for e in &entries[from..] {
-                if e.key.as_ref() != key {
-                    past = true;
-                    break;
-                }
-                if e.seq <= seq {
-                    out.push(e.clone());
-                }
-            }
-            if past {
+            if versions_in(&held.block.entries, key, seq, &mut out) {
                 break;
             }
         }
         Ok(Some(out))
     }
+}
+
+/// Appends the versions of `key` visible at `seq` in a block's `entries` to `out`; whether
+/// the block holds a later key (the key's versions end here). Entries are in (key asc, seq
+/// desc) order, so the key's versions are one run, found by binary search.
+fn versions_in(entries: &[Entry], key: &[u8], seq: u64, out: &mut Vec<Entry>) -> bool {
+    let from = entries.partition_point(|e| e.key.as_ref() < key);
+    for e in &entries[from..] {
+        if e.key.as_ref() != key {
+            return true;
+        }
+        if e.seq <= seq {
+            out.push(e.clone());
+        }
+    }
+    false
 }
 
 /// An SST's open file, closed on the reclaimer's thread: the close of a file already
