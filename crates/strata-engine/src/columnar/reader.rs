@@ -683,18 +683,18 @@ impl ParquetSource {
                             .ok_or_else(|| ParquetError::General("unexpected key column".into()))?,
                         None => whole.num_rows(),
                     };
-                    // Zero-copy slices of the cached arrays, `batch` rows at a time.
+                    // Zero-copy slices of the cached arrays, `batch` rows at a time, made as
+                    // they are read (a short scan takes one of a row group's many).
                     Ok::<_, ParquetError>(
                         (lo..hi.max(lo))
                             .step_by(batch)
-                            .map(|s| Ok(whole.slice(s, batch.min(hi - s))))
-                            .collect::<Vec<_>>(),
+                            .map(move |s| Ok(whole.slice(s, batch.min(hi - s)))),
                     )
                 }
             })
             .flat_map(|r| match r {
-                Ok(batches) => futures::stream::iter(batches),
-                Err(e) => futures::stream::iter(vec![Err(e)]),
+                Ok(batches) => futures::stream::iter(batches).left_stream(),
+                Err(e) => futures::stream::iter([Err(e)]).right_stream(),
             });
         Ok(stream.boxed())
     }

@@ -213,9 +213,20 @@ impl Table {
         } else {
             opts.limit
         };
-        let mut rows = Vec::new();
+        // Each column read once; the output takes them in the order asked for.
+        let mut unique = cols.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        let out_schema = Arc::new(
+            schema
+                .read_schema
+                .project(&unique)
+                .map_err(|e| Error::Invalid(format!("projection: {e}")))?,
+        );
+        let mut batches = Vec::new();
+        let mut rows = 0;
         for (i, (entry, shard)) in self.inner.shards.iter().enumerate() {
-            if rows.len() >= limit {
+            if rows >= limit {
                 break;
             }
             if entry
@@ -230,11 +241,25 @@ impl Table {
             }
             let snap = snapshot.and_then(|s| s.shards.get(i));
             let got = shard
-                .scan(start.clone(), end.clone(), limit - rows.len(), snap)
+                .scan(
+                    start.clone(),
+                    end.clone(),
+                    unique.clone(),
+                    limit - rows,
+                    snap,
+                )
                 .await?;
-            rows.extend(got);
+            rows += got.iter().map(|b| b.num_rows()).sum::<usize>();
+            batches.extend(got);
         }
-        schema.to_batch(&rows, &cols)
+        let all = arrow::compute::concat_batches(&out_schema, &batches)
+            .map_err(|e| Error::Internal(format!("building result batch: {e}")))?;
+        let order: Vec<usize> = cols
+            .iter()
+            .map(|c| unique.binary_search(c).expect("a column asked for"))
+            .collect();
+        all.project(&order)
+            .map_err(|e| Error::Internal(format!("building result batch: {e}")))
     }
 
     /// Flushes every shard's memtables to SSTs.

@@ -1,15 +1,13 @@
 //! Reads of one shard state's upper tiers: the memtables and the row levels. The versions
-//! of one key (stopping at the first that decides the row) and a merged iterator over a key
-//! range; the columnar levels beneath are `remote`'s.
+//! of one key (stopping at the first that decides the row); range reads go through
+//! [`crate::read::view::ShardView`], and the columnar levels beneath are `remote`'s.
 
 use std::sync::Arc;
 
 use crate::entry::Entry;
 use crate::error::Result;
-use crate::iter::{EntryIter, MergeIter};
-use crate::memtable::MemtableIter;
 use crate::metrics::ReadSource;
-use crate::sst::{BlockReads, DecodedBlocks, SstIter};
+use crate::sst::{BlockReads, DecodedBlocks};
 use crate::state::{ShardState, SstHandle};
 
 /// The row-level SSTs of `state` whose key range covers `key`, level by level (every L0
@@ -66,27 +64,4 @@ pub(crate) fn point_versions(
         }
     }
     Ok(Some((out, ReadSource::Nvme)))
-}
-
-/// A merged iterator over every source of a state from `start`.
-pub(crate) fn state_iter(
-    state: &ShardState,
-    start: &[u8],
-    end: Option<&[u8]>,
-    codec: &crate::row::RowCodec,
-) -> MergeIter {
-    let mut sources: Vec<Box<dyn EntryIter>> = Vec::new();
-    for mem in state.memtables() {
-        sources.push(Box::new(MemtableIter::new(mem.clone(), start)));
-    }
-    for level in &state.levels {
-        for h in level {
-            let before_start = h.info.key_max.as_slice() < start;
-            let after_end = end.is_some_and(|e| h.info.key_min.as_slice() >= e);
-            if !before_start && !after_end {
-                sources.push(Box::new(SstIter::new(h.reader.clone(), start)));
-            }
-        }
-    }
-    MergeIter::with_parts(sources, codec.clone())
 }

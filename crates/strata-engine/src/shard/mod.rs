@@ -62,10 +62,10 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::config::{Durability, EngineConfig};
 use crate::error::{Error, Result};
-use crate::iter::{RowIter, resolve};
+use crate::iter::resolve;
 use crate::memtable::Memtable;
 use crate::metrics::ReadSource;
-use crate::read::upper::{point_versions, state_iter};
+use crate::read::upper::point_versions;
 use crate::row::RowValues;
 use crate::schema::{PreparedEntry, TableSchema};
 use crate::sst::BlockReads;
@@ -543,46 +543,50 @@ impl Shard {
         Ok(row)
     }
 
-    /// Scans encoded keys in `[start, end)` in key order, returning at most `limit` live rows.
+    /// Scans encoded keys in `[start, end)` in key order: at most `limit` live rows, as
+    /// Arrow batches of the table's read schema projected to `projection` (indices into the
+    /// table's columns).
+    ///
+    /// Reads through a [`crate::read::view::ShardView`] as SQL scans do: the deepest
+    /// columnar level's rows come as slices of the decoded columns kept in memory
+    /// (`engine.scan_cache_bytes`), with the versions above them spliced in, so a short
+    /// scan there costs what one over a row SST does, not the decoding of a Parquet batch
+    /// of every column. Reading stops at the batch that reaches `limit`.
     pub async fn scan(
         &self,
         start: Vec<u8>,
         end: Option<Vec<u8>>,
+        projection: Vec<usize>,
         limit: usize,
         snapshot: Option<&ShardSnapshot>,
-    ) -> Result<Vec<(Bytes, RowValues)>> {
-        let seq = self.read_seq(snapshot)?;
-        let (state, _guard) = self.inner.tree.read_state();
-        let files = self.inner.files.clone();
-        let reads = self.inner.process.reads.clone();
-        let table = self.inner.table.clone();
+    ) -> Result<Vec<arrow::record_batch::RecordBatch>> {
+        let mut view = self.view()?;
+        if let Some(s) = snapshot {
+            view = view.at_pinned(s.seq);
+        }
         let handle = tokio::runtime::Handle::current();
         strata_common::exec::blocking(move || {
-            let mut iter = state_iter(&state, &start, end.as_deref(), &table.codec);
-            let files = crate::read::remote::BucketFiles {
-                store: &files.store,
-                paths: &files.paths,
-                cache: &reads.cache,
-                metas: &reads.metas,
-            };
-            iter.add_sources(crate::read::remote::run_iters(
-                &table,
-                &files,
-                &state.manifest.value,
-                0..usize::MAX,
-                &std::collections::HashSet::new(),
+            let mut batches = view.batches(
                 &start,
                 end.as_deref(),
-                None,
-                false,
+                &projection,
+                limit.clamp(1, SCAN_BATCH_ROWS),
                 &handle,
-            ));
-            let mut rows = RowIter::new(Box::new(iter), &table.codec, seq, end);
+            )?;
             let mut out = Vec::new();
-            while out.len() < limit {
-                match rows.next_row()? {
-                    Some(r) => out.push(r),
-                    None => break,
+            let mut rows = 0;
+            while rows < limit {
+                let Some(b) = batches.next_batch()? else {
+                    break;
+                };
+                let b = if b.num_rows() > limit - rows {
+                    b.slice(0, limit - rows)
+                } else {
+                    b
+                };
+                rows += b.num_rows();
+                if b.num_rows() > 0 {
+                    out.push(b);
                 }
             }
             Ok(out)
@@ -609,6 +613,9 @@ impl Shard {
         self.inner.signals.cancel.cancel();
     }
 }
+
+/// Rows per batch of a key-value scan ([`Shard::scan`]) that asks for more.
+const SCAN_BATCH_ROWS: usize = 8192;
 
 /// Reads answered from memory per unit of tokio's cooperative budget.
 ///

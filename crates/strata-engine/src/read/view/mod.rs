@@ -221,6 +221,14 @@ impl ShardView {
         &self.table
     }
 
+    /// Reads the view at `seq`, a sequence number a snapshot of the shard pins: compaction
+    /// keeps the versions it sees even below [`Self::oldest_readable_seq`] (which counts
+    /// only the history kept for unpinned reads).
+    pub(crate) fn at_pinned(mut self, seq: u64) -> Self {
+        self.read_seq = seq.min(self.latest_seq);
+        self
+    }
+
     /// Reads the view as of an older snapshot.
     pub fn at(mut self, as_of: AsOf) -> Result<Self> {
         let floor = self.oldest_readable_seq();
