@@ -90,6 +90,10 @@ pub struct MetaCache {
     columns: Option<quick_cache::sync::Cache<ColumnKey, ArrayRef, ArrayWeighter>>,
     column_hits: std::sync::atomic::AtomicU64,
     column_misses: std::sync::atomic::AtomicU64,
+    /// Row groups being decoded into `columns`, by file and row group: a scan that misses
+    /// waits for the one decoding it rather than decoding it again (cold scans of one key
+    /// range arrive together).
+    decoding: parking_lot::Mutex<std::collections::HashMap<(String, usize), RowGroupGate>>,
 }
 
 /// A decoded column chunk: file name, row group, column (a root column of the file).
@@ -102,6 +106,31 @@ struct ArrayWeighter;
 impl quick_cache::Weighter<ColumnKey, ArrayRef> for ArrayWeighter {
     fn weight(&self, key: &ColumnKey, array: &ArrayRef) -> u64 {
         (array.get_array_memory_size() + key.0.len() + 64) as u64
+    }
+}
+
+/// Held while a row group is decoded into the decoded-column cache.
+type RowGroupGate = Arc<tokio::sync::Mutex<()>>;
+
+/// A row group being decoded by one scan ([`MetaCache`]'s `decoding`): the scans waiting
+/// on it go on when it drops, and the last one out removes the entry.
+struct DecodingRowGroup<'a> {
+    metas: &'a MetaCache,
+    key: (String, usize),
+    _held: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl Drop for DecodingRowGroup<'_> {
+    fn drop(&mut self) {
+        let mut map = self.metas.decoding.lock();
+        // Two references: the map's and this guard's mutex (held by `_held`); any more are
+        // scans waiting on it, which remove the entry themselves.
+        if map
+            .get(&self.key)
+            .is_some_and(|gate| Arc::strong_count(gate) <= 2)
+        {
+            map.remove(&self.key);
+        }
     }
 }
 
@@ -173,6 +202,7 @@ impl MetaCache {
             columns,
             column_hits: Default::default(),
             column_misses: Default::default(),
+            decoding: Default::default(),
         }
     }
 
@@ -705,16 +735,41 @@ impl ParquetSource {
         use std::sync::atomic::Ordering::Relaxed;
         let cache = self.metas.columns.as_ref().expect("a column cache");
         let name = &self.info.name;
-        let mut out: Vec<Option<ArrayRef>> = columns
-            .iter()
-            .map(|c| cache.get(&(name.clone(), rg, *c)))
-            .collect();
-        let missing: Vec<usize> = columns
-            .iter()
-            .zip(&out)
-            .filter(|(_, a)| a.is_none())
-            .map(|(c, _)| *c)
-            .collect();
+        let cached = |out: &mut Vec<Option<ArrayRef>>| -> Vec<usize> {
+            for (o, c) in out.iter_mut().zip(columns) {
+                if o.is_none() {
+                    *o = cache.get(&(name.clone(), rg, *c));
+                }
+            }
+            columns
+                .iter()
+                .zip(out.iter())
+                .filter(|(_, a)| a.is_none())
+                .map(|(c, _)| *c)
+                .collect()
+        };
+        let mut out: Vec<Option<ArrayRef>> = vec![None; columns.len()];
+        let mut missing = cached(&mut out);
+        // Whoever decodes this row group first does it for all: the others wait for it,
+        // then take what it cached.
+        let _decoding = if missing.is_empty() {
+            None
+        } else {
+            let gate = self
+                .metas
+                .decoding
+                .lock()
+                .entry((name.clone(), rg))
+                .or_default()
+                .clone();
+            let held = gate.lock_owned().await;
+            missing = cached(&mut out);
+            Some(DecodingRowGroup {
+                metas: &self.metas,
+                key: (name.clone(), rg),
+                _held: held,
+            })
+        };
         self.metas
             .column_hits
             .fetch_add((columns.len() - missing.len()) as u64, Relaxed);
@@ -1174,8 +1229,9 @@ mod stream_tests {
         ((i as u64) ^ 0x8000_0000_0000_0000).to_be_bytes().to_vec()
     }
 
-    #[tokio::test]
-    async fn a_stream_from_a_key_skips_the_pages_below_it() {
+    /// One columnar file of keys 0..10,000 (value = key) in one row group, read through
+    /// `metas`.
+    async fn ten_thousand_keys(metas: Arc<MetaCache>) -> ParquetSource {
         let store: StoreRef = Arc::new(object_store::memory::InMemory::new());
         let schema = Schema::new(vec![
             Field::new("k", DataType::Int64, false),
@@ -1211,13 +1267,46 @@ mod stream_tests {
             .unwrap();
         }
         let info = w.finish().await.unwrap().pop().unwrap();
-        let source = ParquetSource {
+        ParquetSource {
             store,
             path: Path::from(format!("p/{}.parquet", info.name)),
             info,
             cache: None,
-            metas: Arc::new(MetaCache::new(1 << 20)),
-        };
+            metas,
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn scans_arriving_together_decode_a_row_group_once() {
+        let metas = Arc::new(MetaCache::with_scan_cache(1 << 20, 64 << 20));
+        let source = ten_thousand_keys(metas.clone()).await;
+        let scans: Vec<_> = (0..8i64)
+            .map(|i| {
+                let source = source.clone();
+                tokio::spawn(async move {
+                    let start = key(i * 1_000);
+                    let mut s = source
+                        .keyed_cached(&start, None, &[0, 1], 10)
+                        .await
+                        .unwrap();
+                    let b = s.next().await.unwrap().unwrap();
+                    assert_eq!(b.num_rows(), 10);
+                    assert_eq!(b.column(0).as_binary::<i32>().value(0), start.as_slice());
+                })
+            })
+            .collect();
+        for s in scans {
+            s.await.unwrap();
+        }
+        let (_, _, hits, misses) = metas.column_stats();
+        assert_eq!(misses, 2, "the row group's two columns decoded once");
+        assert_eq!(hits, 14, "the other seven scans took them from the cache");
+        assert!(metas.decoding.lock().is_empty(), "no gate left behind");
+    }
+
+    #[tokio::test]
+    async fn a_stream_from_a_key_skips_the_pages_below_it() {
+        let source = ten_thousand_keys(Arc::new(MetaCache::new(1 << 20))).await;
         // The keys a stream from `start` yields, in order.
         let keys_from = |start: Vec<u8>| {
             let source = source.clone();
