@@ -154,6 +154,20 @@ async fn check(table: &Table, model: &Model, snapshot: Option<&Snapshot>) {
         .map(|(k, (_, b))| (*k, *b))
         .collect();
     assert_eq!(got, want, "short scan differs");
+    // A range that ends before it starts holds nothing.
+    let empty = table
+        .scan(
+            &ScanOptions {
+                start: Some(vec![Value::Int(20)]),
+                end: Some(vec![Value::Int(10)]),
+                limit: 5,
+                projection: None,
+            },
+            snapshot,
+        )
+        .await
+        .unwrap();
+    assert_eq!(empty.num_rows(), 0, "an inverted range");
     assert_eq!(col(0), col(2), "a column asked twice");
 }
 
