@@ -109,27 +109,37 @@ impl quick_cache::Weighter<ColumnKey, ArrayRef> for ArrayWeighter {
     }
 }
 
-/// Held while a row group is decoded into the decoded-column cache.
-type RowGroupGate = Arc<tokio::sync::Mutex<()>>;
+/// Held while a row group is decoded into the decoded-column cache, with the number of
+/// scans holding or waiting for it (counted under the map's lock, so the last one out
+/// removes the entry whatever order the others finish in).
+type RowGroupGate = (Arc<tokio::sync::Mutex<()>>, usize);
 
-/// A row group being decoded by one scan ([`MetaCache`]'s `decoding`): the scans waiting
-/// on it go on when it drops, and the last one out removes the entry.
+/// A scan's place at a row group's gate ([`MetaCache`]'s `decoding`), taken before it
+/// waits: dropping it (done, failed or cancelled) gives the place back, and the last one
+/// removes the gate.
 struct DecodingRowGroup<'a> {
     metas: &'a MetaCache,
     key: (String, usize),
-    _held: tokio::sync::OwnedMutexGuard<()>,
+}
+
+impl<'a> DecodingRowGroup<'a> {
+    /// Joins the gate of `key` (making it if none): its mutex and the place.
+    fn join(metas: &'a MetaCache, key: (String, usize)) -> (Arc<tokio::sync::Mutex<()>>, Self) {
+        let mut map = metas.decoding.lock();
+        let (gate, users) = map.entry(key.clone()).or_default();
+        *users += 1;
+        (gate.clone(), Self { metas, key })
+    }
 }
 
 impl Drop for DecodingRowGroup<'_> {
     fn drop(&mut self) {
         let mut map = self.metas.decoding.lock();
-        // Two references: the map's and this guard's mutex (held by `_held`); any more are
-        // scans waiting on it, which remove the entry themselves.
-        if map
-            .get(&self.key)
-            .is_some_and(|gate| Arc::strong_count(gate) <= 2)
-        {
-            map.remove(&self.key);
+        if let Some((_, users)) = map.get_mut(&self.key) {
+            *users -= 1;
+            if *users == 0 {
+                map.remove(&self.key);
+            }
         }
     }
 }
@@ -755,20 +765,11 @@ impl ParquetSource {
         let _decoding = if missing.is_empty() {
             None
         } else {
-            let gate = self
-                .metas
-                .decoding
-                .lock()
-                .entry((name.clone(), rg))
-                .or_default()
-                .clone();
+            let (gate, place) = DecodingRowGroup::join(&self.metas, (name.clone(), rg));
             let held = gate.lock_owned().await;
             missing = cached(&mut out);
-            Some(DecodingRowGroup {
-                metas: &self.metas,
-                key: (name.clone(), rg),
-                _held: held,
-            })
+            // The mutex goes before the place (tuple fields drop in order).
+            Some((held, place))
         };
         self.metas
             .column_hits
