@@ -98,20 +98,7 @@ async fn check(table: &Table, model: &Model, snapshot: Option<&Snapshot>) {
         }
     }
     // A bounded range scan.
-    let got = decode(
-        &table
-            .scan(
-                &ScanOptions {
-                    start: Some(vec![Value::Int(0)]),
-                    end: Some(vec![Value::Int(20)]),
-                    limit: 5,
-                    projection: None,
-                },
-                snapshot,
-            )
-            .await
-            .unwrap(),
-    );
+    let got = decode(&range(table, 0, Some(20), 5, None, snapshot).await);
     let want: Vec<_> = model
         .range(0..20)
         .take(5)
@@ -120,18 +107,7 @@ async fn check(table: &Table, model: &Model, snapshot: Option<&Snapshot>) {
     assert_eq!(got, want, "range scan differs");
     // A short scan with no end (YCSB's workload E), its columns asked out of order and one
     // twice.
-    let batch = table
-        .scan(
-            &ScanOptions {
-                start: Some(vec![Value::Int(7)]),
-                end: None,
-                limit: 3,
-                projection: Some(&["b", "id", "b"]),
-            },
-            snapshot,
-        )
-        .await
-        .unwrap();
+    let batch = range(table, 7, None, 3, Some(&["b", "id", "b"]), snapshot).await;
     assert_eq!(batch.num_columns(), 3);
     let col = |i: usize| {
         let a = batch
@@ -154,21 +130,28 @@ async fn check(table: &Table, model: &Model, snapshot: Option<&Snapshot>) {
         .map(|(k, (_, b))| (*k, *b))
         .collect();
     assert_eq!(got, want, "short scan differs");
-    // A range that ends before it starts holds nothing.
-    let empty = table
-        .scan(
-            &ScanOptions {
-                start: Some(vec![Value::Int(20)]),
-                end: Some(vec![Value::Int(10)]),
-                limit: 5,
-                projection: None,
-            },
-            snapshot,
-        )
-        .await
-        .unwrap();
-    assert_eq!(empty.num_rows(), 0, "an inverted range");
     assert_eq!(col(0), col(2), "a column asked twice");
+    // A range that ends before it starts holds nothing.
+    let empty = range(table, 20, Some(10), 5, None, snapshot).await;
+    assert_eq!(empty.num_rows(), 0, "an inverted range");
+}
+
+/// `table`'s rows with keys in `[start, end)`, at most `limit`.
+async fn range(
+    table: &Table,
+    start: i64,
+    end: Option<i64>,
+    limit: usize,
+    projection: Option<&[&str]>,
+    snapshot: Option<&Snapshot>,
+) -> arrow::array::RecordBatch {
+    let opts = ScanOptions {
+        start: Some(vec![Value::Int(start)]),
+        end: end.map(|e| vec![Value::Int(e)]),
+        limit,
+        projection,
+    };
+    table.scan(&opts, snapshot).await.unwrap()
 }
 
 /// Bytes retained on NVMe over every run (the model tests must exercise retention).

@@ -1281,6 +1281,11 @@ mod stream_tests {
     async fn scans_arriving_together_decode_a_row_group_once() {
         let metas = Arc::new(MetaCache::with_scan_cache(1 << 20, 64 << 20));
         let source = ten_thousand_keys(metas.clone()).await;
+        // The row group's gate held here, as by a scan decoding it: the eight scans must
+        // all come to wait at it rather than decode the row group themselves.
+        let group = (source.info.name.clone(), 0);
+        let (gate, place) = DecodingRowGroup::join(&metas, group.clone());
+        let held = gate.lock_owned().await;
         let scans: Vec<_> = (0..8i64)
             .map(|i| {
                 let source = source.clone();
@@ -1296,6 +1301,24 @@ mod stream_tests {
                 })
             })
             .collect();
+        let waiting = || metas.decoding.lock().get(&group).map(|(_, users)| *users);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while waiting() != Some(9) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "scans at the gate: {:?}",
+                waiting()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        assert_eq!(
+            metas.column_stats().3,
+            0,
+            "nothing decoded while the gate is held"
+        );
+        // The holder goes without caching anything: the first waiter decodes for the rest.
+        drop(held);
+        drop(place);
         for s in scans {
             s.await.unwrap();
         }
