@@ -45,6 +45,13 @@ pub struct EngineConfig {
     /// them). More cut a write's wait for the previous group commit's round trip, at the
     /// price of smaller segments and so more PUTs per write.
     pub wal_uploads_in_flight: usize,
+    /// How long the locally durable writes (`Durability::Local`) of a shard gather into one
+    /// WAL segment before it is uploaded (ms; 0: a segment per group commit, as remote
+    /// writes). They are on the node's disk and acknowledged already; gathering them costs
+    /// one PUT per this interval instead of one per group commit, and keeps the upload's
+    /// syncs off the next local writes' disk. A remote write, a full segment or a close
+    /// uploads what is gathered at once.
+    pub wal_local_upload_delay_ms: u64,
     /// How many `nice` steps below the threads serving requests NVMe compaction and
     /// cross-tier job merges run (0 to 19; 0: the same priority). Process-wide: the last
     /// `Db` opened in a process sets it.
@@ -271,6 +278,7 @@ impl Default for EngineConfig {
             // Measured (docs/BENCHMARKS.md, "WAL uploads in flight"): 2 takes nearly all of
             // the latency and throughput gain of 8 at 1.4x the PUTs per write, not 4.9x.
             wal_uploads_in_flight: 2,
+            wal_local_upload_delay_ms: 50,
             merge_nice: crate::background::NICE_DEFAULT,
             write_queue_max: 4096,
             levels: 2,

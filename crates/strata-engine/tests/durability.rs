@@ -363,3 +363,119 @@ fn log_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// The WAL segments with records in the bucket (fences excluded).
+async fn wal_segments(store: &strata_objstore::StoreRef) -> usize {
+    let wal: Vec<_> = store
+        .list(None)
+        .try_filter(|m| {
+            futures::future::ready(
+                m.location.as_ref().contains("/wal/") && !strata_engine::wal::is_fence_size(m.size),
+            )
+        })
+        .try_collect()
+        .await
+        .unwrap();
+    wal.len()
+}
+
+/// Locally durable writes gather under one WAL segment for `wal_local_upload_delay_ms`: one
+/// PUT for many writes. A remote write uploads what is gathered before its own segment (it
+/// is acknowledged only after every segment before it), and the interval's end uploads the
+/// rest. A crash with writes gathered but not uploaded loses none of them on this node: the
+/// reopen joins their logged parts into one segment, byte for byte the one the writer would
+/// have uploaded, so a gathered segment that did land before the crash is recognised as the
+/// writer's own and the segments after it are uploaded too.
+#[test]
+fn locally_durable_writes_gather_into_one_segment_and_survive_a_crash() {
+    let store = memory_store();
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = small_config();
+    // No flush moves the replay point past the gathered segments.
+    config.memtable_bytes_max = 64 << 20;
+    config.wal_local_upload_delay_ms = 60_000;
+    let local = WriteOptions {
+        durability: Durability::Local,
+    };
+    let write = |k: i64| Mutation::Upsert(rows(&[k], &[Some("v")], &[Some(k)]));
+    let crashed = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    crashed.block_on(async {
+        let db = open(&store, dir.path(), config.clone()).await;
+        db.create_table("t", schema(), &["id"]).await.unwrap();
+        let t = db.table("t").await.unwrap();
+        let before = wal_segments(&store).await;
+        for k in 0..20i64 {
+            t.write(&[write(k)], local).await.unwrap();
+            assert!(t.get(&[Value::Int(k)], None, None).await.unwrap().is_some());
+        }
+        assert_eq!(
+            wal_segments(&store).await,
+            before,
+            "gathered, not yet uploaded"
+        );
+        // A remote write: the gathered segment goes up first, then its own.
+        t.write(&[write(100)], WriteOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(wal_segments(&store).await, before + 2);
+        // More local writes, gathered under the next id; then a crash before their upload.
+        for k in 20..30i64 {
+            t.write(&[write(k)], local).await.unwrap();
+        }
+        assert_eq!(wal_segments(&store).await, before + 2);
+        drop(t);
+        drop(db);
+    });
+    crashed.shutdown_timeout(std::time::Duration::from_secs(10));
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let db = open(&store, dir.path(), config.clone()).await;
+        let t = db.table("t").await.unwrap();
+        for k in (0..30i64).chain([100]) {
+            assert!(
+                t.get(&[Value::Int(k)], None, None).await.unwrap().is_some(),
+                "row {k} after the crash"
+            );
+        }
+        db.close().await;
+        // All of them in the bucket: a node with an empty local directory reads them.
+        let other = tempfile::tempdir().unwrap();
+        let db = open(&store, other.path(), config.clone()).await;
+        let t = db.table("t").await.unwrap();
+        for k in (0..30i64).chain([100]) {
+            assert!(t.get(&[Value::Int(k)], None, None).await.unwrap().is_some());
+        }
+        db.close().await;
+    });
+
+    // With a short interval, the interval's end uploads what is gathered.
+    let mut config = small_config();
+    config.wal_local_upload_delay_ms = 20;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let store = memory_store();
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&store, dir.path(), config.clone()).await;
+        db.create_table("t", schema(), &["id"]).await.unwrap();
+        let t = db.table("t").await.unwrap();
+        let before = wal_segments(&store).await;
+        for k in 0..5i64 {
+            t.write(&[write(k)], local).await.unwrap();
+        }
+        let mut uploaded = false;
+        for _ in 0..200 {
+            if wal_segments(&store).await > before {
+                uploaded = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(uploaded, "the interval's end uploads the gathered writes");
+        db.close().await;
+    });
+}

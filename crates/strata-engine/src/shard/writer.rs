@@ -2,7 +2,13 @@
 //! the bucket with a create-if-absent PUT (a newer writer's fence makes it fail), then are
 //! applied to the active memtable and acknowledged; a full memtable is frozen for the
 //! flush task. Locally durable writes are appended to the shard's local log first
-//! ([`crate::wal::local`]) and uploaded after.
+//! ([`crate::wal::local`]), applied and acknowledged, and uploaded after: group commits of
+//! only such writes gather under one segment id for `wal_local_upload_delay_ms` (each logged
+//! as a part of it), then go up as one segment, so a stream of them costs a PUT per interval,
+//! not per group commit. A group with a remote write, a full segment, a new memtable, a
+//! sync or the writer's end uploads what is gathered first: the bucket's segments stay in id
+//! order, and a segment never spans two memtables (a flush's replay point is its memtable's
+//! highest segment id).
 //!
 //! Up to [`crate::wal::UPLOADS_IN_FLIGHT`] segments are uploaded at once, so a group commit
 //! does not wait for the previous one's round trip; segments are applied and acknowledged
@@ -49,6 +55,17 @@ struct Pending {
     /// A locally durable write is in it: already applied (and its local writes already
     /// acknowledged); the local log may reuse its space once the upload lands.
     local: bool,
+}
+
+/// Locally durable group commits gathered under one segment id, not yet uploaded: each on
+/// the local log as a part of the segment, applied and acknowledged.
+struct Held {
+    wal_id: u64,
+    writes: Vec<PendingWrite>,
+    bytes: usize,
+    /// The memtable they were applied to.
+    memtable: Arc<Memtable>,
+    upload_at: tokio::time::Instant,
 }
 
 type Upload = std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>> + Send>>;
@@ -99,12 +116,7 @@ impl InFlight {
                     }
                 }
                 inner.stats.record_wal_segment(done.writes.len());
-                let state = inner.current();
-                if state.active.size_bytes() >= inner.config.memtable_bytes_max
-                    || state.active.wal_segments() >= inner.config.memtable_wal_segments_max.max(1)
-                {
-                    freeze(inner);
-                }
+                freeze_if_full(inner);
                 true
             }
             Err(e) => {
@@ -152,6 +164,56 @@ impl InFlight {
         true
     }
 
+    /// Settles the oldest uploads until fewer than `max` are in flight; `false` if the
+    /// writer must stop.
+    async fn make_room(
+        &mut self,
+        max: usize,
+        inner: &GroupCommit,
+        rx: &mut mpsc::Receiver<Request>,
+    ) -> bool {
+        while self.len() >= max {
+            let Some(result) = self.uploads.next().await else {
+                break;
+            };
+            if !self.acknowledge(result, inner, rx).await {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Sends the gathered locally durable group commits up as one segment (once fewer than
+    /// `max` uploads are in flight); `false` if the writer must stop.
+    async fn upload_held(
+        &mut self,
+        held: &mut Option<Held>,
+        max: usize,
+        inner: &Arc<GroupCommit>,
+        rx: &mut mpsc::Receiver<Request>,
+    ) -> bool {
+        let Some(h) = held.take() else {
+            return true;
+        };
+        if !self.make_room(max, inner, rx).await {
+            return false;
+        }
+        let records: Vec<(u64, &[PreparedEntry])> = h
+            .writes
+            .iter()
+            .map(|(seq, entries, _, _)| (*seq, entries.as_slice()))
+            .collect();
+        let data = Bytes::from(Segment::encode(inner.epoch, &records));
+        let pending = Pending {
+            wal_id: h.wal_id,
+            data_len: data.len() as u64,
+            writes: h.writes,
+            local: true,
+        };
+        self.push(inner, pending, data);
+        true
+    }
+
     /// Settles every upload in flight, oldest first; `false` if the writer must stop.
     async fn drain(&mut self, inner: &GroupCommit, rx: &mut mpsc::Receiver<Request>) -> bool {
         while let Some(result) = self.uploads.next().await {
@@ -170,14 +232,17 @@ pub(super) async fn writer_loop(
     mut next_seq: u64,
 ) {
     let mut flight = InFlight::default();
+    let mut held: Option<Held> = None;
     let in_flight_max = inner
         .config
         .wal_uploads_in_flight
         .clamp(1, crate::wal::UPLOADS_IN_FLIGHT as usize);
+    let hold_for = Duration::from_millis(inner.config.wal_local_upload_delay_ms);
     loop {
         // A memtable left with writes and then idle for `memtable_settle_ms` is flushed.
         let settle = inner.config.memtable_settle_ms;
         let idle_flush = settle > 0 && flight.len() == 0 && !inner.current().active.is_empty();
+        let upload_at = held.as_ref().map(|h| h.upload_at);
         let first = tokio::select! {
             biased;
             _ = inner.signals.cancel.cancelled() => return,
@@ -188,10 +253,19 @@ pub(super) async fn writer_loop(
                 }
                 continue;
             }
+            // The gathered local group commits' interval is over: upload them.
+            _ = tokio::time::sleep_until(upload_at.unwrap_or_else(tokio::time::Instant::now)), if upload_at.is_some() => {
+                if !flight.upload_held(&mut held, in_flight_max, &inner, &mut rx).await {
+                    return;
+                }
+                continue;
+            }
             r = rx.recv(), if flight.len() < in_flight_max => match r {
                 Some(r) => r,
                 None => {
-                    flight.drain(&inner, &mut rx).await;
+                    if flight.upload_held(&mut held, in_flight_max, &inner, &mut rx).await {
+                        flight.drain(&inner, &mut rx).await;
+                    }
                     return;
                 }
             },
@@ -206,7 +280,10 @@ pub(super) async fn writer_loop(
         // Write stall: too many memtables wait for flush. What already landed is
         // acknowledged first (it does not wait out the stall), or the writer stops.
         if inner.current().frozen.len() >= inner.config.memtables_frozen_max
-            && !flight.drain(&inner, &mut rx).await
+            && !(flight
+                .upload_held(&mut held, in_flight_max, &inner, &mut rx)
+                .await
+                && flight.drain(&inner, &mut rx).await)
         {
             return;
         }
@@ -268,6 +345,7 @@ pub(super) async fn writer_loop(
                 .collect();
             let data = Bytes::from(Segment::encode(inner.epoch, &records));
             let data_len = data.len() as u64;
+            let all_local = writes.iter().all(|w| w.2 == Durability::Local);
             // Only a group with a locally durable write leaves a local segment to remove.
             let mut local = writes.iter().any(|w| w.2 == Durability::Local);
             if local {
@@ -277,9 +355,26 @@ pub(super) async fn writer_loop(
                 if !flight.drain_unapplied(&inner, &mut rx).await {
                     return;
                 }
-                match write_local_wal(&inner, wal_id, &data).await {
+            }
+            // What is gathered goes up first unless this group joins it: a remote write is
+            // acknowledged only after every segment before its own.
+            let joins = held.as_ref().is_some_and(|h| {
+                all_local
+                    && Arc::ptr_eq(&h.memtable, &inner.current().active)
+                    && h.bytes + data.len() <= inner.config.wal_segment_bytes_max
+            });
+            if !joins
+                && !flight
+                    .upload_held(&mut held, in_flight_max, &inner, &mut rx)
+                    .await
+            {
+                return;
+            }
+            let id = held.as_ref().map_or(wal_id, |h| h.wal_id);
+            if local {
+                match write_local_wal(&inner, id, &data).await {
                     Ok(()) => {
-                        apply(&inner, wal_id, &writes);
+                        apply(&inner, id, &writes);
                         for w in writes.iter_mut().filter(|w| w.2 == Durability::Local) {
                             if let Some(reply) = w.3.take() {
                                 let _ = reply.send(Ok(w.0));
@@ -292,18 +387,59 @@ pub(super) async fn writer_loop(
                     }
                 }
             }
-            let pending = Pending {
-                wal_id,
-                writes,
-                data_len,
-                local,
-            };
-            flight.push(&inner, pending, data);
-            wal_id += 1;
+            if local && all_local {
+                if held.is_none() {
+                    held = Some(Held {
+                        wal_id: id,
+                        writes: Vec::new(),
+                        bytes: 0,
+                        memtable: inner.current().active.clone(),
+                        upload_at: tokio::time::Instant::now() + hold_for,
+                    });
+                    wal_id += 1;
+                }
+                let h = held.as_mut().expect("held just now");
+                h.bytes += data.len();
+                h.writes.append(&mut writes);
+                if hold_for.is_zero() || h.bytes >= inner.config.wal_segment_bytes_max {
+                    if !flight
+                        .upload_held(&mut held, in_flight_max, &inner, &mut rx)
+                        .await
+                    {
+                        return;
+                    }
+                } else {
+                    freeze_if_full(&inner);
+                }
+            } else {
+                // A failed local append leaves at most a torn part of a gathered segment,
+                // which reading the log back skips; what was gathered goes up without it,
+                // and this group waits for its own upload under a new id.
+                if !flight
+                    .upload_held(&mut held, in_flight_max, &inner, &mut rx)
+                    .await
+                    || !flight.make_room(in_flight_max, &inner, &mut rx).await
+                {
+                    return;
+                }
+                let pending = Pending {
+                    wal_id,
+                    writes,
+                    data_len,
+                    local,
+                };
+                flight.push(&inner, pending, data);
+                wal_id += 1;
+            }
         }
         if !freeze_replies.is_empty() || !sync_replies.is_empty() {
-            // Answered once every write sent before them is acknowledged (or failed).
-            if !flight.drain(&inner, &mut rx).await {
+            // Answered once every write sent before them is acknowledged (or failed) and in
+            // the bucket.
+            if !flight
+                .upload_held(&mut held, in_flight_max, &inner, &mut rx)
+                .await
+                || !flight.drain(&inner, &mut rx).await
+            {
                 return;
             }
             if !freeze_replies.is_empty() && !inner.current().active.is_empty() {
@@ -324,6 +460,17 @@ pub(super) fn apply(inner: &GroupCommit, wal_id: u64, writes: &[PendingWrite]) {
         max = max.max(*seq);
     }
     inner.tree.last_seq.fetch_max(max, Ordering::AcqRel);
+}
+
+/// Freezes the active memtable once it is full (by size, or by the WAL segments a reopen
+/// would replay).
+fn freeze_if_full(inner: &GroupCommit) {
+    let state = inner.current();
+    if state.active.size_bytes() >= inner.config.memtable_bytes_max
+        || state.active.wal_segments() >= inner.config.memtable_wal_segments_max.max(1)
+    {
+        freeze(inner);
+    }
 }
 
 pub(super) fn freeze(inner: &GroupCommit) {
@@ -348,7 +495,8 @@ pub(super) async fn write_local_wal(inner: &GroupCommit, wal_id: u64, data: &Byt
 /// Uploads the local WAL segments above `replay_after` that a previous process left (in its
 /// local log, or an older binary's segment files: written and synced for
 /// `Durability::Local`, acknowledged, perhaps not uploaded), in id order, each
-/// create-if-absent at its own id, so the replay that follows finds them. A segment already
+/// create-if-absent at its own id (its logged parts joined), so the replay that follows
+/// finds them. A segment already
 /// in the bucket with the same bytes was uploaded; one whose id is taken by other bytes
 /// means another writer fenced the WAL there before this reopen: that segment and every
 /// later local one are lost (an error in the log; the mode's documented risk). The local log's
@@ -369,11 +517,17 @@ pub(super) async fn upload_local_segments(
             local_dir.display()
         )))?;
     let mut lost_from = None;
-    for (id, data) in local {
+    for (id, parts) in local {
         if id <= replay_after || lost_from.is_some() {
             continue;
         }
-        let data = Bytes::from(data);
+        // Group commits gathered under one id were logged as parts and uploaded as one
+        // segment: the same bytes here, so an upload that landed is recognised as ours.
+        let parts: Vec<Bytes> = parts.into_iter().map(Bytes::from).collect();
+        let data = Bytes::from(
+            Segment::concat(&parts)
+                .map_err(|e| Error::Corrupt(format!("local wal segment {id}: {e}")))?,
+        );
         let created = crate::store::objects::create_idempotent(store, &paths.wal(id), &data)
             .await
             .map_err(Error::store(format!("upload local wal {id}")))?;

@@ -78,8 +78,10 @@ impl LocalLog {
         }
     }
 
-    /// Appends the segment `data` with id `wal_id` (ids ascending) and returns once it is on
-    /// the disk (`fdatasync`).
+    /// Appends the segment `data` with id `wal_id` and returns once it is on the disk
+    /// (`fdatasync`). Ids never decrease; appends with the same id are the parts of one
+    /// segment, in order (locally durable group commits gathered before their upload), read
+    /// back together by [`recover`].
     pub fn append(&mut self, wal_id: u64, data: &[u8]) -> std::io::Result<()> {
         let need = (HEADER + data.len() + TRAILER) as u64;
         let room = self.used.last().is_some_and(|f| f.pos + need <= f.len);
@@ -177,8 +179,9 @@ fn encode(generation: u64, wal_id: u64, data: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The records of one log file's current use, in order: (wal id, segment).
-fn read_records(bytes: &[u8]) -> Vec<(u64, Vec<u8>)> {
+/// The records of one log file's current use, in order: its generation and (wal id,
+/// segment part) pairs.
+fn read_records(bytes: &[u8]) -> (u64, Vec<(u64, Vec<u8>)>) {
     let mut out = Vec::new();
     let mut at = 0usize;
     let mut generation = None;
@@ -201,14 +204,19 @@ fn read_records(bytes: &[u8]) -> Vec<(u64, Vec<u8>)> {
         out.push((id, bytes[at + HEADER..end].to_vec()));
         at = end + TRAILER;
     }
-    out
+    (generation.unwrap_or(0), out)
 }
 
-/// Every locally durable segment in `dir`, in id order: the log's files and the segment
-/// files of older binaries. A segment both places hold is returned once. A torn or partly
-/// overwritten record ends its file's reading (it was never acknowledged).
-pub fn recover(dir: &Path) -> std::io::Result<Vec<(u64, Vec<u8>)>> {
-    let mut found = std::collections::BTreeMap::new();
+/// Every locally durable segment in `dir`, in id order, each as its parts in the order they
+/// were appended (one part unless group commits were gathered under its id, possibly across
+/// files): the log's files and the segment files of older binaries. A segment both places
+/// hold is returned once, from its segment file. A torn or partly overwritten record ends
+/// its file's reading (it was never acknowledged).
+pub fn recover(dir: &Path) -> std::io::Result<Vec<(u64, Vec<Vec<u8>>)>> {
+    // id -> (generation, position in its file, part)
+    let mut logged: std::collections::BTreeMap<u64, Vec<(u64, usize, Vec<u8>)>> =
+        Default::default();
+    let mut whole = std::collections::BTreeMap::new();
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -219,17 +227,25 @@ pub fn recover(dir: &Path) -> std::io::Result<Vec<(u64, Vec<u8>)>> {
         let name = e.file_name();
         let Some(name) = name.to_str() else { continue };
         if name.ends_with(LOG_SUFFIX) {
-            for (id, data) in read_records(&std::fs::read(e.path())?) {
-                found.insert(id, data);
+            let (generation, records) = read_records(&std::fs::read(e.path())?);
+            for (at, (id, data)) in records.into_iter().enumerate() {
+                logged.entry(id).or_default().push((generation, at, data));
             }
         } else if let Some(id) = name
             .strip_suffix(SEGMENT_FILE_SUFFIX)
             .and_then(|n| n.parse::<u64>().ok())
         {
-            found.insert(id, std::fs::read(e.path())?);
+            whole.insert(id, vec![std::fs::read(e.path())?]);
         }
     }
-    Ok(found.into_iter().collect())
+    for (id, mut parts) in logged {
+        // A file's generations rise with each use, so (generation, position) is append order.
+        parts.sort_by_key(|p| (p.0, p.1));
+        whole
+            .entry(id)
+            .or_insert_with(|| parts.into_iter().map(|p| p.2).collect());
+    }
+    Ok(whole.into_iter().collect())
 }
 
 /// Whether `name` is one of the files [`recover`] reads (a log file or an older binary's
@@ -259,9 +275,33 @@ mod tests {
         let back = recover(dir.path()).unwrap();
         assert_eq!(
             back,
-            (1..=5).map(|id| (id, seg(id, 100))).collect::<Vec<_>>()
+            (1..=5)
+                .map(|id| (id, vec![seg(id, 100)]))
+                .collect::<Vec<_>>()
         );
         assert_eq!(log.files(), 1);
+    }
+
+    #[test]
+    fn parts_of_one_segment_read_back_together_in_order_across_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = LocalLog::new(dir.path(), 4096);
+        log.append(1, &seg(1, 100)).unwrap();
+        // Id 2 gathers four 1,000-byte parts; the fourth rolls into a second file.
+        let parts: Vec<Vec<u8>> = (0..4).map(|i| seg(2 + i * 7, 1000)).collect();
+        for p in &parts {
+            log.append(2, p).unwrap();
+        }
+        log.append(3, &seg(3, 100)).unwrap();
+        assert_eq!(log.files(), 2);
+        assert_eq!(
+            recover(dir.path()).unwrap(),
+            vec![(1, vec![seg(1, 100)]), (2, parts), (3, vec![seg(3, 100)])]
+        );
+        // Once 2 is uploaded the first file (all of it at or below 2) becomes a spare.
+        log.uploaded(2);
+        let back: Vec<u64> = recover(dir.path()).unwrap().iter().map(|r| r.0).collect();
+        assert!(back.ends_with(&[3]), "{back:?}");
     }
 
     #[test]

@@ -64,6 +64,31 @@ impl Segment {
         out
     }
 
+    /// One segment holding the records of `parts` (segments of one writer, in sequence
+    /// order), as [`Segment::encode`] of all their records at once would: the bytes of a
+    /// segment whose group commits were logged locally one by one and uploaded together.
+    pub fn concat(parts: &[Bytes]) -> Result<Vec<u8>> {
+        if let [one] = parts {
+            return Ok(one.to_vec());
+        }
+        let decoded = parts
+            .iter()
+            .map(Segment::decode)
+            .collect::<Result<Vec<_>>>()?;
+        let epoch = decoded.first().map_or(0, |s| s.writer_epoch);
+        if decoded.iter().any(|s| s.writer_epoch != epoch) {
+            return Err(Error::Corrupt(
+                "parts of one wal segment from different writers".into(),
+            ));
+        }
+        let records: Vec<(u64, &[PreparedEntry])> = decoded
+            .iter()
+            .flat_map(|s| s.records.iter())
+            .map(|r| (r.seq, r.entries.as_slice()))
+            .collect();
+        Ok(Segment::encode(epoch, &records))
+    }
+
     /// Decodes and verifies a segment.
     pub fn decode(data: &Bytes) -> Result<Self> {
         if data.len() < 4 + 2 + 8 + 4 + 4 {
@@ -179,6 +204,33 @@ mod tests {
         let mut one = Segment::encode(1, &[(5, &entries[..])]);
         one[26..30].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(Segment::decode(&reseal(one)).is_err());
+    }
+
+    /// Group commits logged one by one and uploaded together: the parts' concatenation is
+    /// byte for byte the segment encoded from all their records at once (so a reopen that
+    /// uploads it from the local log finds the writer's own upload, not a stranger's).
+    #[test]
+    fn parts_concatenate_to_the_segment_of_all_their_records() {
+        let entry = |k: &'static [u8], kind| PreparedEntry {
+            key: Bytes::from_static(k),
+            kind,
+            value: Bytes::from_static(b"value"),
+        };
+        let a = [entry(b"a", EntryKind::Put), entry(b"b", EntryKind::Delete)];
+        let b = [entry(b"c", EntryKind::Put)];
+        let c = [entry(b"d", EntryKind::Put)];
+        let all = Segment::encode(4, &[(10, &a[..]), (11, &b[..]), (12, &c[..])]);
+        let parts = [
+            Bytes::from(Segment::encode(4, &[(10, &a[..])])),
+            Bytes::from(Segment::encode(4, &[(11, &b[..]), (12, &c[..])])),
+        ];
+        assert_eq!(Segment::concat(&parts).unwrap(), all);
+        assert_eq!(Segment::concat(&parts[..1]).unwrap(), parts[0].to_vec());
+        let stranger = [
+            parts[0].clone(),
+            Bytes::from(Segment::encode(5, &[(11, &b[..])])),
+        ];
+        assert!(Segment::concat(&stranger).is_err());
     }
 
     /// Segments of format 1 (one upload at a time) still replay; an unknown format is
