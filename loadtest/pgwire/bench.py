@@ -16,7 +16,8 @@ psycopg's libpq is), with the server's own time per request from `/metrics`
 and the client add is the rest. The insert runs twice over HTTP: at the default durability
 (`insert_1_row`: acknowledged once the WAL segment is in the bucket) and with
 `?durability=local` (`insert_1_row_local`: once synced to the node's disk, PostgreSQL's own
-guarantee, uploaded right after); both are compared with PostgreSQL's insert.
+guarantee, uploaded within `engine.wal_local_upload_delay_ms` together with the other local
+writes of that interval); both are compared with PostgreSQL's insert.
 """
 
 import argparse
@@ -217,7 +218,7 @@ def run_http(url, rows, n, seed, client="http.client"):
 
     def insert_local():
         # Acknowledged once synced to the node's disk (as PostgreSQL's commit is), uploaded
-        # to the bucket right after.
+        # to the bucket with the interval's other local writes (50 ms by default).
         k = next_id[0]
         next_id[0] += 1
         body = json.dumps([{"id": k, "name": f"name-{k}", "score": k * 0.5}])

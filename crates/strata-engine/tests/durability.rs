@@ -270,9 +270,9 @@ fn walk(root: &std::path::Path) -> Vec<std::path::PathBuf> {
 
 /// Locally acknowledged writes filling more than one file of the local log (4 MiB each), none
 /// uploaded, survive a crash (every task dropped, no orderly close): the reopen uploads and
-/// replays each of them, and leaves no log file behind. (A writer keeps at most
-/// `wal_uploads_in_flight` segments ahead of the bucket, locally durable or not: the ninth
-/// write here would wait for the bucket.)
+/// replays each of them, and leaves no log file behind. (While the bucket refuses them,
+/// locally durable writes gather into one segment until it holds `wal_segment_bytes_max`;
+/// a write past that waits for the bucket.)
 #[test]
 fn locally_acknowledged_writes_over_several_log_files_survive_a_crash() {
     let fault = std::sync::Arc::new(strata_objstore::FaultInjectingStore::new(
@@ -478,4 +478,52 @@ fn locally_durable_writes_gather_into_one_segment_and_survive_a_crash() {
         assert!(uploaded, "the interval's end uploads the gathered writes");
         db.close().await;
     });
+}
+
+/// A bucket that refuses every PUT for a while does not stop locally durable writes: once
+/// the writer's uploads in flight are all retrying, later local writes keep gathering into
+/// the next segment (up to `wal_segment_bytes_max`) and are acknowledged after the local
+/// sync. When the bucket comes back, everything reaches it, and a node with an empty local
+/// directory reads every row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locally_durable_writes_go_on_while_the_bucket_refuses_uploads() {
+    let fault = std::sync::Arc::new(strata_objstore::FaultInjectingStore::new(
+        memory_store(),
+        Default::default(),
+    ));
+    let store: strata_objstore::StoreRef = fault.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = small_config();
+    config.memtable_bytes_max = 64 << 20;
+    config.wal_uploads_in_flight = 1;
+    config.wal_local_upload_delay_ms = 5;
+    let db = open(&store, dir.path(), config.clone()).await;
+    db.create_table("t", schema(), &["id"]).await.unwrap();
+    let t = db.table("t").await.unwrap();
+    let local = WriteOptions {
+        durability: Durability::Local,
+    };
+    fault.fail_next(strata_objstore::FaultOp::Put, 1_000_000);
+    for k in 0..40i64 {
+        let m = [Mutation::Upsert(rows(&[k], &[Some("v")], &[Some(k)]))];
+        let w = t.write(&m, local);
+        tokio::time::timeout(std::time::Duration::from_secs(5), w)
+            .await
+            .unwrap_or_else(|_| panic!("local write {k} waited for the bucket"))
+            .unwrap();
+        // Past the interval: without gathering, every write would need an upload slot.
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    fault.clear_scripted();
+    db.close().await;
+    let other = tempfile::tempdir().unwrap();
+    let db = open(&store, other.path(), config).await;
+    let t = db.table("t").await.unwrap();
+    for k in 0..40i64 {
+        assert!(
+            t.get(&[Value::Int(k)], None, None).await.unwrap().is_some(),
+            "row {k} in the bucket"
+        );
+    }
+    db.close().await;
 }

@@ -253,14 +253,16 @@ pub(super) async fn writer_loop(
                 }
                 continue;
             }
-            // The gathered local group commits' interval is over: upload them.
-            _ = tokio::time::sleep_until(upload_at.unwrap_or_else(tokio::time::Instant::now)), if upload_at.is_some() => {
+            // The gathered local group commits' interval is over: upload them, once an
+            // upload can start (until then they keep gathering: a bucket that is slow or
+            // down does not stop locally durable writes before the segment is full).
+            _ = tokio::time::sleep_until(upload_at.unwrap_or_else(tokio::time::Instant::now)), if upload_at.is_some() && flight.len() < in_flight_max => {
                 if !flight.upload_held(&mut held, in_flight_max, &inner, &mut rx).await {
                     return;
                 }
                 continue;
             }
-            r = rx.recv(), if flight.len() < in_flight_max => match r {
+            r = rx.recv() => match r {
                 Some(r) => r,
                 None => {
                     if flight.upload_held(&mut held, in_flight_max, &inner, &mut rx).await {
@@ -277,6 +279,19 @@ pub(super) async fn writer_loop(
                 continue;
             }
         };
+        // Anything but a locally durable write needs an upload of its own: wait for room
+        // before gathering the group, so it takes in what arrives meanwhile. A local write
+        // does not wait (it may only join what is gathered, or start it).
+        let local_first = matches!(
+            &first,
+            Request::Write {
+                durability: Durability::Local,
+                ..
+            }
+        );
+        if !local_first && !flight.make_room(in_flight_max, &inner, &mut rx).await {
+            return;
+        }
         // Write stall: too many memtables wait for flush. What already landed is
         // acknowledged first (it does not wait out the stall), or the writer stops.
         if inner.current().frozen.len() >= inner.config.memtables_frozen_max
