@@ -9,7 +9,8 @@ pub enum Durability {
     /// After the WAL segment holding it is in the object store (default).
     #[default]
     Remote,
-    /// After the WAL segment is fsynced to the local directory; uploaded right after (and
+    /// After the WAL segment is fsynced to the local directory; uploaded with the other local
+    /// writes of `EngineConfig::wal_local_upload_delay_ms` (and
     /// before an orderly close returns, waiting at most `shard::CLOSE_UPLOAD_WAIT`). If
     /// the process stops before the upload, the shard uploads the segment when it reopens
     /// on the same node (same local directory), before fencing the WAL, and replays it. A

@@ -388,7 +388,11 @@ async fn wal_segments(store: &strata_objstore::StoreRef) -> usize {
 /// writer's own and the segments after it are uploaded too.
 #[test]
 fn locally_durable_writes_gather_into_one_segment_and_survive_a_crash() {
-    let store = memory_store();
+    let fault = std::sync::Arc::new(strata_objstore::FaultInjectingStore::new(
+        memory_store(),
+        Default::default(),
+    ));
+    let store: strata_objstore::StoreRef = fault.clone();
     let dir = tempfile::tempdir().unwrap();
     let mut config = small_config();
     // No flush moves the replay point past the gathered segments.
@@ -403,7 +407,7 @@ fn locally_durable_writes_gather_into_one_segment_and_survive_a_crash() {
         .enable_all()
         .build()
         .unwrap();
-    crashed.block_on(async {
+    let before = crashed.block_on(async {
         let db = open(&store, dir.path(), config.clone()).await;
         db.create_table("t", schema(), &["id"]).await.unwrap();
         let t = db.table("t").await.unwrap();
@@ -427,10 +431,19 @@ fn locally_durable_writes_gather_into_one_segment_and_survive_a_crash() {
             t.write(&[write(k)], local).await.unwrap();
         }
         assert_eq!(wal_segments(&store).await, before + 2);
+        // The bucket refuses the upload the writer's end would make: only the log has them.
+        fault.fail_next(strata_objstore::FaultOp::Put, 1_000_000);
         drop(t);
         drop(db);
+        before
     });
     crashed.shutdown_timeout(std::time::Duration::from_secs(10));
+    fault.clear_scripted();
+    assert_eq!(
+        rt_count(&store),
+        before + 2,
+        "the last gathered segment was not uploaded before the crash"
+    );
 
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
@@ -484,7 +497,8 @@ fn locally_durable_writes_gather_into_one_segment_and_survive_a_crash() {
 /// the writer's uploads in flight are all retrying, later local writes keep gathering into
 /// the next segment (up to `wal_segment_bytes_max`) and are acknowledged after the local
 /// sync. When the bucket comes back, everything reaches it, and a node with an empty local
-/// directory reads every row.
+/// directory reads every row. (A remote write or a sync sent meanwhile waits for an upload
+/// slot, and the local writes queued behind it wait with it.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locally_durable_writes_go_on_while_the_bucket_refuses_uploads() {
     let fault = std::sync::Arc::new(strata_objstore::FaultInjectingStore::new(
@@ -526,4 +540,87 @@ async fn locally_durable_writes_go_on_while_the_bucket_refuses_uploads() {
         );
     }
     db.close().await;
+}
+
+/// The WAL segments with records in the bucket, from outside a runtime.
+fn rt_count(store: &strata_objstore::StoreRef) -> usize {
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(wal_segments(store))
+}
+
+/// A gathered segment whose parts span two log files is uploaded, and its first file is then
+/// reused by later local writes, so after a crash the log holds only the segment's last
+/// parts. The reopen must recognise the bucket's copy as the writer's own (same epoch, not a
+/// fence) and still upload the later segment, never uploaded: no acknowledged write lost.
+#[test]
+fn a_gathered_segment_partly_overwritten_in_the_log_does_not_hide_later_writes() {
+    let fault = std::sync::Arc::new(strata_objstore::FaultInjectingStore::new(
+        memory_store(),
+        Default::default(),
+    ));
+    let store: strata_objstore::StoreRef = fault.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = small_config();
+    config.memtable_bytes_max = 64 << 20;
+    config.wal_local_upload_delay_ms = 60_000;
+    config.wal_uploads_in_flight = 8;
+    let big = "x".repeat(700_000);
+    let local = WriteOptions {
+        durability: Durability::Local,
+    };
+    let crashed = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    crashed.block_on(async {
+        let db = open(&store, dir.path(), config.clone()).await;
+        db.create_table("t", schema(), &["id"]).await.unwrap();
+        let t = db.table("t").await.unwrap();
+        let write = |k: i64| {
+            let v = format!("{k}:{big}");
+            [Mutation::Upsert(rows(
+                &[k],
+                &[Some(v.as_str())],
+                &[Some(k)],
+            ))]
+        };
+        // 4.9 MB gathered under one id: five parts fill the first 4 MiB log file, two go
+        // to a second.
+        for k in 0..7i64 {
+            t.write(&write(k), local).await.unwrap();
+        }
+        assert_eq!(log_files(dir.path()).len(), 2);
+        // A remote write uploads it (then its own segment); the first file is spare now.
+        t.write(
+            &[Mutation::Upsert(rows(&[100], &[Some("r")], &[Some(100)]))],
+            WriteOptions::default(),
+        )
+        .await
+        .unwrap();
+        // The next gathered segment fills the second file and reuses the first.
+        for k in 7..11i64 {
+            t.write(&write(k), local).await.unwrap();
+        }
+        assert_eq!(log_files(dir.path()).len(), 2, "the spare file was reused");
+        fault.fail_next(strata_objstore::FaultOp::Put, 1_000_000);
+        drop(t);
+        drop(db);
+    });
+    crashed.shutdown_timeout(std::time::Duration::from_secs(10));
+    fault.clear_scripted();
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let db = open(&store, dir.path(), config.clone()).await;
+        let t = db.table("t").await.unwrap();
+        for k in (0..11i64).chain([100]) {
+            assert!(
+                t.get(&[Value::Int(k)], None, None).await.unwrap().is_some(),
+                "row {k} after the crash"
+            );
+        }
+        db.close().await;
+    });
 }

@@ -855,7 +855,7 @@ fn mutations(
 
 /// A write's query parameters: `durability=remote` (the default: acknowledged once the WAL
 /// segment is in the bucket) or `durability=local` (once it is synced to this node's disk,
-/// uploaded right after).
+/// uploaded with the interval's other local writes, `engine.wal_local_upload_delay_ms`).
 #[derive(Deserialize)]
 struct WriteParams {
     durability: Option<String>,

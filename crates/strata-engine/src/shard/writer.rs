@@ -511,11 +511,14 @@ pub(super) async fn write_local_wal(inner: &GroupCommit, wal_id: u64, data: &Byt
 /// local log, or an older binary's segment files: written and synced for
 /// `Durability::Local`, acknowledged, perhaps not uploaded), in id order, each
 /// create-if-absent at its own id (its logged parts joined), so the replay that follows
-/// finds them. A segment already
-/// in the bucket with the same bytes was uploaded; one whose id is taken by other bytes
-/// means another writer fenced the WAL there before this reopen: that segment and every
-/// later local one are lost (an error in the log; the mode's documented risk). The local log's
-/// files are removed afterwards.
+/// finds them. A segment already in the bucket with the same bytes, or with records of the
+/// same writer epoch, was uploaded by that process: gathered parts are uploaded only once
+/// the last of them is logged, so the bucket's copy holds every acknowledged write of the
+/// id, even where the log kept fewer of its parts (a file freed once the id was uploaded)
+/// or one more (a part whose sync failed, sent again under the next id). One whose id is
+/// taken otherwise means another writer fenced the WAL there before this reopen: that
+/// segment and every later local one are lost (an error in the log; the mode's documented
+/// risk). The local log's files are removed afterwards.
 pub(super) async fn upload_local_segments(
     store: &StoreRef,
     paths: &ShardPaths,
@@ -543,10 +546,11 @@ pub(super) async fn upload_local_segments(
             Segment::concat(&parts)
                 .map_err(|e| Error::Corrupt(format!("local wal segment {id}: {e}")))?,
         );
-        let created = crate::store::objects::create_idempotent(store, &paths.wal(id), &data)
+        let path = paths.wal(id);
+        let created = crate::store::objects::create_idempotent(store, &path, &data)
             .await
             .map_err(Error::store(format!("upload local wal {id}")))?;
-        if created == Created::Theirs {
+        if created == Created::Theirs && !uploaded_by_writer_of(store, &path, &parts).await? {
             lost_from = Some(id);
         }
     }
@@ -565,6 +569,29 @@ pub(super) async fn upload_local_segments(
         }
     }
     Ok(())
+}
+
+/// Whether the WAL segment at `path` holds records written by the writer epoch of the
+/// logged `parts` (that writer's own upload of the id, not a newer writer's fence).
+async fn uploaded_by_writer_of(
+    store: &StoreRef,
+    path: &object_store::path::Path,
+    parts: &[Bytes],
+) -> Result<bool> {
+    let Some(first) = parts.first() else {
+        return Ok(false);
+    };
+    let epoch = Segment::decode(first)?.writer_epoch;
+    let there = crate::store::objects::get(store, path)
+        .await
+        .map_err(Error::store(format!("read wal segment {path}")))?
+        .bytes()
+        .await
+        .map_err(Error::store(format!("read wal segment {path}")))?;
+    Ok(match Segment::decode(&there) {
+        Ok(seg) => seg.writer_epoch == epoch && !seg.records.is_empty(),
+        Err(_) => false,
+    })
 }
 
 /// PUTs a segment at `wal_id`, retrying transient failures with the same id and bytes (ids

@@ -296,12 +296,30 @@ mod tests {
         assert_eq!(log.files(), 2);
         assert_eq!(
             recover(dir.path()).unwrap(),
-            vec![(1, vec![seg(1, 100)]), (2, parts), (3, vec![seg(3, 100)])]
+            vec![
+                (1, vec![seg(1, 100)]),
+                (2, parts.clone()),
+                (3, vec![seg(3, 100)])
+            ]
         );
-        // Once 2 is uploaded the first file (all of it at or below 2) becomes a spare.
+        // Once 2 is uploaded the first file (all of it at or below 2) becomes a spare; id 4's
+        // third part rolls into it. The log then holds only 2's last part (the bucket's copy
+        // is whole: a reopen recognises it by its writer epoch), and 4's parts in order
+        // across the two files.
         log.uploaded(2);
-        let back: Vec<u64> = recover(dir.path()).unwrap().iter().map(|r| r.0).collect();
-        assert!(back.ends_with(&[3]), "{back:?}");
+        let fours: Vec<Vec<u8>> = (0..3).map(|i| seg(40 + i, 1000)).collect();
+        for p in &fours {
+            log.append(4, p).unwrap();
+        }
+        assert_eq!(log.files(), 2, "the spare was reused");
+        assert_eq!(
+            recover(dir.path()).unwrap(),
+            vec![
+                (2, vec![parts[3].clone()]),
+                (3, vec![seg(3, 100)]),
+                (4, fours)
+            ]
+        );
     }
 
     #[test]
