@@ -655,28 +655,20 @@ impl ParquetSource {
         let (me, columns) = (self.clone(), columns.to_vec());
         let batch = batch.max(1);
         let stream = futures::stream::iter(parts)
-            .then(move |(rg, _, rows)| {
+            .map(move |(rg, _, rows)| {
                 let (me, columns, schema) = (me.clone(), columns.clone(), schema.clone());
-                async move {
-                    let arrays = me
-                        .row_group_columns(rg, &columns)
+                let rows = rows.start as usize..rows.end as usize;
+                futures::stream::once(async move {
+                    me.row_group_rows(rg, columns, schema, rows, batch)
                         .await
-                        .map_err(|e| ParquetError::General(e.to_string()))?;
-                    let whole = RecordBatch::try_new(schema, arrays)?;
-                    let (lo, hi) = (rows.start as usize, rows.end as usize);
-                    // Zero-copy slices of the cached arrays, `batch` rows at a time.
-                    Ok::<_, ParquetError>(
-                        (lo..hi)
-                            .step_by(batch)
-                            .map(|s| Ok(whole.slice(s, batch.min(hi - s))))
-                            .collect::<Vec<_>>(),
-                    )
-                }
+                        .map_err(|e| ParquetError::General(e.to_string()))
+                })
+                .flat_map(|r| match r {
+                    Ok(batches) => batches,
+                    Err(e) => futures::stream::iter([Err(e)]).boxed(),
+                })
             })
-            .flat_map(|r| match r {
-                Ok(batches) => futures::stream::iter(batches),
-                Err(e) => futures::stream::iter(vec![Err(e)]),
-            });
+            .flatten();
         Ok(stream.boxed())
     }
 
@@ -739,43 +731,62 @@ impl ParquetSource {
         end: Option<&[u8]>,
         batch: usize,
     ) -> Result<BatchStream> {
-        let bounds = |keys: &ArrayRef| -> Result<(usize, usize)> {
+        let bounds = |keys: &ArrayRef| -> Result<Range<usize>> {
             let bad = || corrupt(&self.path, "unexpected key column");
             let lo = key_lower_bound(keys.as_ref(), start).ok_or_else(bad)?;
             let hi = match end {
                 Some(e) => key_lower_bound(keys.as_ref(), e).ok_or_else(bad)?,
                 None => keys.len(),
             };
-            Ok((lo, hi.max(lo)))
-        };
-        // Zero-copy slices of the whole row group's cached arrays, `batch` rows at a time,
-        // made as they are read (a short scan takes one of a row group's many).
-        let slices = move |whole: RecordBatch, rows: Range<usize>| {
-            futures::stream::iter(
-                rows.clone()
-                    .step_by(batch)
-                    .map(move |s| Ok(whole.slice(s, batch.min(rows.end - s)))),
-            )
+            Ok(lo..hi.max(lo))
         };
         if batch > SHORT_SCAN_ROWS || self.columns_cached(rg, &columns) {
             let arrays = self.row_group_columns(rg, &columns).await?;
             let whole = RecordBatch::try_new(schema, arrays).map_err(|e| corrupt(&self.path, e))?;
-            let (lo, hi) = bounds(whole.column(0))?;
-            return Ok(slices(whole, lo..hi).boxed());
+            let rows = bounds(whole.column(0))?;
+            return Ok(slices(whole, rows, batch).boxed());
         }
         // Cold and short: the key column whole (kept: the next scan here finds its rows
-        // without it), then only the pages holding the first batch.
+        // without it), then the rows as `row_group_rows` reads them.
         let keys = self.row_group_columns(rg, &columns[..1]).await?;
-        let (lo, hi) = bounds(&keys[0])?;
-        if hi == lo {
+        let rows = bounds(&keys[0])?;
+        self.row_group_rows(rg, columns, schema, rows, batch).await
+    }
+
+    /// Rows `rows` of row group `rg`'s root columns `columns` (ascending), in batches of
+    /// `batch` rows: slices of the row group decoded whole once and kept in the
+    /// decoded-column cache; but a short read (batches of at most [`SHORT_SCAN_ROWS`]) of a
+    /// row group not decoded yet takes its first batch from the pages holding it (the point
+    /// reads' decoded-page cache), and decodes the row group whole only if it reads on.
+    async fn row_group_rows(
+        &self,
+        rg: usize,
+        columns: Vec<usize>,
+        schema: arrow::datatypes::SchemaRef,
+        rows: Range<usize>,
+        batch: usize,
+    ) -> Result<BatchStream> {
+        if rows.is_empty() {
             return Ok(futures::stream::empty().boxed());
         }
+        if batch > SHORT_SCAN_ROWS || self.columns_cached(rg, &columns) {
+            let arrays = self.row_group_columns(rg, &columns).await?;
+            let whole = RecordBatch::try_new(schema, arrays).map_err(|e| corrupt(&self.path, e))?;
+            return Ok(slices(whole, rows, batch).boxed());
+        }
+        let (lo, hi) = (rows.start, rows.end);
         let n = batch.min(hi - lo);
         let fm = self.meta().await?;
         let md = fm.meta.metadata().clone();
-        let rows = md.row_group(rg).num_rows() as usize;
+        let total = md.row_group(rg).num_rows() as usize;
+        if hi > total {
+            return Err(corrupt(
+                &self.path,
+                format!("rows {lo}..{hi} asked of a row group of {total}"),
+            ));
+        }
         let span = row_span(&md, rg, lo..lo + n);
-        let decoded = self.decoded_span(&fm, rg, span, rows, false).await?;
+        let decoded = self.decoded_span(&fm, rg, span, total, false).await?;
         if decoded.num_rows() < lo + n - span.0 {
             return Err(corrupt(&self.path, "a page span shorter than its rows"));
         }
@@ -784,6 +795,9 @@ impl ParquetSource {
             .and_then(|b| RecordBatch::try_new(schema.clone(), b.columns().to_vec()))
             .map_err(|e| corrupt(&self.path, e))?
             .slice(lo - span.0, n);
+        if lo + n == hi {
+            return Ok(futures::stream::once(async move { Ok(first) }).boxed());
+        }
         // The rest, if the scan reads on, from the row group decoded whole once.
         let me = self.clone();
         let rest = futures::stream::once(async move {
@@ -794,14 +808,9 @@ impl ParquetSource {
             RecordBatch::try_new(schema, arrays).map_err(ParquetError::from)
         })
         .flat_map(move |whole| match whole {
-            Ok(whole) => slices(whole, lo + n..hi).boxed(),
+            Ok(whole) => slices(whole, lo + n..hi, batch).boxed(),
             Err(e) => futures::stream::iter([Err(e)]).boxed(),
         });
-        let rest = if lo + n < hi {
-            rest.boxed()
-        } else {
-            futures::stream::empty().boxed()
-        };
         Ok(futures::stream::once(async move { Ok(first) })
             .chain(rest)
             .boxed())
@@ -972,6 +981,20 @@ fn key_lower_bound(keys: &dyn Array, bound: &[u8]) -> Option<usize> {
     Some(
         k.values()
             .partition_point(|v| encode(*v).as_slice() < bound),
+    )
+}
+
+/// Zero-copy slices of `whole`'s rows `rows`, `batch` rows at a time, made as they are
+/// read (a short scan takes one of a row group's many).
+fn slices(
+    whole: RecordBatch,
+    rows: Range<usize>,
+    batch: usize,
+) -> impl futures::Stream<Item = std::result::Result<RecordBatch, ParquetError>> {
+    let end = rows.end;
+    futures::stream::iter(
+        rows.step_by(batch)
+            .map(move |s| Ok(whole.slice(s, batch.min(end - s)))),
     )
 }
 
@@ -1465,6 +1488,19 @@ mod stream_tests {
             .unwrap();
         assert!(none.next().await.is_none());
         assert_eq!(metas.column_stats().3, 1, "the key column only");
+        // By position (a scan through an overlay): no key column needed at all.
+        let metas = Arc::new(MetaCache::with_scan_cache(1 << 20, 64 << 20));
+        let source = ten_thousand_keys(metas.clone()).await;
+        let mut s = source.rows_cached(7_000, 7_100, &[0, 1], 10).await.unwrap();
+        let first = s.next().await.unwrap().unwrap();
+        assert_eq!(keys_of(&first), (7_000..7_010).map(key).collect::<Vec<_>>());
+        assert_eq!(metas.column_stats().3, 0, "nothing decoded whole");
+        let mut got = keys_of(&first);
+        while let Some(b) = s.next().await {
+            got.extend(keys_of(&b.unwrap()));
+        }
+        assert_eq!(got, (7_000..7_100).map(key).collect::<Vec<_>>());
+        assert_eq!(metas.column_stats().3, 2, "reading on decoded both columns");
     }
 
     #[tokio::test]
