@@ -795,6 +795,9 @@ impl ParquetSource {
             .and_then(|b| RecordBatch::try_new(schema.clone(), b.columns().to_vec()))
             .map_err(|e| corrupt(&self.path, e))?
             .slice(lo - span.0, n);
+        // The scans that follow slice the row group decoded whole, as before; this one and
+        // those arriving meanwhile do not wait for it.
+        self.decode_in_background(rg, &columns);
         if lo + n == hi {
             return Ok(futures::stream::once(async move { Ok(first) }).boxed());
         }
@@ -814,6 +817,28 @@ impl ParquetSource {
         Ok(futures::stream::once(async move { Ok(first) })
             .chain(rest)
             .boxed())
+    }
+
+    /// Starts decoding row group `rg`'s `columns` whole into the decoded-column cache on the
+    /// blocking pool, unless a decode of the row group is under way (or there is no runtime).
+    fn decode_in_background(&self, rg: usize, columns: &[usize]) {
+        if self
+            .metas
+            .decoding
+            .lock()
+            .contains_key(&(self.info.name.clone(), rg))
+        {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (me, columns, on) = (self.clone(), columns.to_vec(), handle.clone());
+        strata_common::exec::detach(&handle, move || {
+            if let Err(e) = strata_common::exec::wait(&on, me.row_group_columns(rg, &columns)) {
+                tracing::debug!(file = %me.path, rg, error = %e, "background decode of a row group failed");
+            }
+        });
     }
 
     /// Whether the decoded-column cache holds every one of row group `rg`'s `columns`.
@@ -1423,11 +1448,26 @@ mod stream_tests {
         for s in scans {
             s.await.unwrap();
         }
-        let (_, _, hits, misses) = metas.column_stats();
-        // Short scans: the key column whole, then the pages of their first batch.
-        assert_eq!(misses, 1, "the row group's key column decoded once");
-        assert_eq!(hits, 7, "the other seven scans took it from the cache");
+        // Short scans: the key column whole, then the pages of their first batch; the row
+        // group's other column decoded whole in the background, once.
+        settled(&metas, 2).await;
+        let (_, _, _, misses) = metas.column_stats();
+        assert_eq!(misses, 2, "the row group's two columns decoded once");
         assert!(metas.decoding.lock().is_empty(), "no gate left behind");
+    }
+
+    /// Waits until `columns` column chunks have been decoded whole (background decodes
+    /// included) and no row group is being decoded.
+    async fn settled(metas: &MetaCache, columns: u64) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while metas.column_stats().3 < columns || !metas.decoding.lock().is_empty() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "decoded {} of {columns} columns",
+                metas.column_stats().3
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
     }
 
     /// A short scan at a row group no scan has decoded reads only the pages holding its
@@ -1451,23 +1491,31 @@ mod stream_tests {
         let mut got = keys_of(&first);
         assert_eq!(got, (5_000..5_010).map(key).collect::<Vec<_>>());
         assert_eq!(first.num_columns(), 2);
-        assert_eq!(
-            metas.column_stats().3,
-            1,
-            "only the key column decoded whole"
-        );
         let (_, _, _, page_misses) = metas.page_stats();
         assert_eq!(page_misses, 1, "one page span for the first batch");
+        // Meanwhile the row group is decoded whole in the background, once: the rest of
+        // this scan and the scans after it slice it.
+        settled(&metas, 2).await;
+        assert_eq!(metas.column_stats().3, 2, "each column decoded whole once");
         while let Some(b) = s.next().await {
             let b = b.unwrap();
             assert!(b.num_rows() <= 10);
             got.extend(keys_of(&b));
         }
         assert_eq!(got, (5_000..5_250).map(key).collect::<Vec<_>>());
+        let mut again = source
+            .keyed_cached(&key(6_000), None, &[0, 1], 10)
+            .await
+            .unwrap();
         assert_eq!(
-            metas.column_stats().3,
-            2,
-            "reading on decoded the value column once"
+            keys_of(&again.next().await.unwrap().unwrap()),
+            (6_000..6_010).map(key).collect::<Vec<_>>()
+        );
+        assert_eq!(metas.column_stats().3, 2, "nothing decoded again");
+        assert_eq!(
+            metas.page_stats().3,
+            1,
+            "a warm row group needs no page span"
         );
         // Another row group position, cold for values but with its key column kept: a scan
         // ending within its first batch decodes nothing more than those pages.
@@ -1487,20 +1535,30 @@ mod stream_tests {
             .await
             .unwrap();
         assert!(none.next().await.is_none());
-        assert_eq!(metas.column_stats().3, 1, "the key column only");
+        settled(&metas, 2).await;
+        assert_eq!(
+            metas.column_stats().3,
+            2,
+            "the key column, then both in the background"
+        );
         // By position (a scan through an overlay): no key column needed at all.
         let metas = Arc::new(MetaCache::with_scan_cache(1 << 20, 64 << 20));
         let source = ten_thousand_keys(metas.clone()).await;
         let mut s = source.rows_cached(7_000, 7_100, &[0, 1], 10).await.unwrap();
         let first = s.next().await.unwrap().unwrap();
         assert_eq!(keys_of(&first), (7_000..7_010).map(key).collect::<Vec<_>>());
-        assert_eq!(metas.column_stats().3, 0, "nothing decoded whole");
+        assert_eq!(
+            metas.page_stats().3,
+            1,
+            "its first batch from one page span"
+        );
         let mut got = keys_of(&first);
         while let Some(b) = s.next().await {
             got.extend(keys_of(&b.unwrap()));
         }
         assert_eq!(got, (7_000..7_100).map(key).collect::<Vec<_>>());
-        assert_eq!(metas.column_stats().3, 2, "reading on decoded both columns");
+        settled(&metas, 2).await;
+        assert_eq!(metas.column_stats().3, 2, "both columns decoded whole once");
     }
 
     #[tokio::test]
