@@ -658,9 +658,7 @@ async fn full_scan(v: TableView, warm: bool) -> ScanPaths {
         if warm {
             assert!(shard.warm_overlay(&handle));
         }
-        // Batches as SQL scans ask for them (above `SHORT_SCAN_ROWS`): whole row groups
-        // decoded and kept.
-        compare(shard, &v.schema, &[0, 1, 2], (None, None), 2048, &handle)
+        compare(shard, &v.schema, &[0, 1, 2], (None, None), 1000, &handle)
     })
     .await
     .unwrap()

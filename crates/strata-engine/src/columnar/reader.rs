@@ -147,10 +147,6 @@ impl Drop for DecodingRowGroup<'_> {
 /// Decoded bytes of a typical cached column chunk (a 128K-row row group of 4-byte values).
 const COLUMN_BYTES_TYPICAL: u64 = 512 << 10;
 
-/// The largest batch a scan asks for that counts as short ([`ParquetSource::keyed_cached`]):
-/// a key-value scan asks for its limit (a page of results); SQL scans ask for thousands.
-pub const SHORT_SCAN_ROWS: usize = 1024;
-
 /// Batches of a file's rows, as a scan reads them.
 pub type BatchStream =
     futures::stream::BoxStream<'static, std::result::Result<RecordBatch, ParquetError>>;
@@ -655,20 +651,28 @@ impl ParquetSource {
         let (me, columns) = (self.clone(), columns.to_vec());
         let batch = batch.max(1);
         let stream = futures::stream::iter(parts)
-            .map(move |(rg, _, rows)| {
+            .then(move |(rg, _, rows)| {
                 let (me, columns, schema) = (me.clone(), columns.clone(), schema.clone());
-                let rows = rows.start as usize..rows.end as usize;
-                futures::stream::once(async move {
-                    me.row_group_rows(rg, columns, schema, rows, batch)
+                async move {
+                    let arrays = me
+                        .row_group_columns(rg, &columns)
                         .await
-                        .map_err(|e| ParquetError::General(e.to_string()))
-                })
-                .flat_map(|r| match r {
-                    Ok(batches) => batches,
-                    Err(e) => futures::stream::iter([Err(e)]).boxed(),
-                })
+                        .map_err(|e| ParquetError::General(e.to_string()))?;
+                    let whole = RecordBatch::try_new(schema, arrays)?;
+                    let (lo, hi) = (rows.start as usize, rows.end as usize);
+                    // Zero-copy slices of the cached arrays, `batch` rows at a time.
+                    Ok::<_, ParquetError>(
+                        (lo..hi)
+                            .step_by(batch)
+                            .map(|s| Ok(whole.slice(s, batch.min(hi - s))))
+                            .collect::<Vec<_>>(),
+                    )
+                }
             })
-            .flatten();
+            .flat_map(|r| match r {
+                Ok(batches) => futures::stream::iter(batches),
+                Err(e) => futures::stream::iter(vec![Err(e)]),
+            });
         Ok(stream.boxed())
     }
 
@@ -677,10 +681,8 @@ impl ParquetSource {
     /// rows, through the decoded-column cache when there is one: the row groups that may
     /// hold the range (by their `_key` statistics) are decoded whole once and kept, and
     /// every scan, cold or warm, slices them at the range's bounds (a binary search of the
-    /// key column). A short scan (batches of at most [`SHORT_SCAN_ROWS`]) arriving at a row
-    /// group not yet decoded takes its first batch from the pages holding it (the point
-    /// reads' decoded-page cache) and decodes the row group whole only if it reads on.
-    /// Without a cache, as [`Self::stream`] (the batches are then not cut to the range).
+    /// key column). Without a cache, as [`Self::stream`] (the batches are then not cut to
+    /// the range).
     pub async fn keyed_cached(
         &self,
         start: &[u8],
@@ -704,151 +706,37 @@ impl ParquetSource {
         let (start, end) = (start.to_vec(), end.map(|e| e.to_vec()));
         let batch = batch.max(1);
         let stream = futures::stream::iter(groups)
-            .map(move |rg| {
+            .then(move |rg| {
                 let (me, columns, schema) = (me.clone(), columns.clone(), schema.clone());
                 let (start, end) = (start.clone(), end.clone());
-                futures::stream::once(async move {
-                    me.keyed_row_group(rg, columns, schema, &start, end.as_deref(), batch)
+                async move {
+                    let arrays = me
+                        .row_group_columns(rg, &columns)
                         .await
-                        .map_err(|e| ParquetError::General(e.to_string()))
-                })
-                .flat_map(|r| match r {
-                    Ok(batches) => batches,
-                    Err(e) => futures::stream::iter([Err(e)]).boxed(),
-                })
+                        .map_err(|e| ParquetError::General(e.to_string()))?;
+                    let whole = RecordBatch::try_new(schema, arrays)?;
+                    let keys = whole.column(0);
+                    let lo = key_lower_bound(keys.as_ref(), &start)
+                        .ok_or_else(|| ParquetError::General("unexpected key column".into()))?;
+                    let hi = match &end {
+                        Some(e) => key_lower_bound(keys.as_ref(), e)
+                            .ok_or_else(|| ParquetError::General("unexpected key column".into()))?,
+                        None => whole.num_rows(),
+                    };
+                    // Zero-copy slices of the cached arrays, `batch` rows at a time, made as
+                    // they are read (a short scan takes one of a row group's many).
+                    Ok::<_, ParquetError>(
+                        (lo..hi.max(lo))
+                            .step_by(batch)
+                            .map(move |s| Ok(whole.slice(s, batch.min(hi - s)))),
+                    )
+                }
             })
-            .flatten();
+            .flat_map(|r| match r {
+                Ok(batches) => futures::stream::iter(batches).left_stream(),
+                Err(e) => futures::stream::iter([Err(e)]).right_stream(),
+            });
         Ok(stream.boxed())
-    }
-
-    /// Row group `rg`'s part of [`Self::keyed_cached`].
-    async fn keyed_row_group(
-        &self,
-        rg: usize,
-        columns: Vec<usize>,
-        schema: arrow::datatypes::SchemaRef,
-        start: &[u8],
-        end: Option<&[u8]>,
-        batch: usize,
-    ) -> Result<BatchStream> {
-        let bounds = |keys: &ArrayRef| -> Result<Range<usize>> {
-            let bad = || corrupt(&self.path, "unexpected key column");
-            let lo = key_lower_bound(keys.as_ref(), start).ok_or_else(bad)?;
-            let hi = match end {
-                Some(e) => key_lower_bound(keys.as_ref(), e).ok_or_else(bad)?,
-                None => keys.len(),
-            };
-            Ok(lo..hi.max(lo))
-        };
-        if batch > SHORT_SCAN_ROWS || self.columns_cached(rg, &columns) {
-            let arrays = self.row_group_columns(rg, &columns).await?;
-            let whole = RecordBatch::try_new(schema, arrays).map_err(|e| corrupt(&self.path, e))?;
-            let rows = bounds(whole.column(0))?;
-            return Ok(slices(whole, rows, batch).boxed());
-        }
-        // Cold and short: the key column whole (kept: the next scan here finds its rows
-        // without it), then the rows as `row_group_rows` reads them.
-        let keys = self.row_group_columns(rg, &columns[..1]).await?;
-        let rows = bounds(&keys[0])?;
-        self.row_group_rows(rg, columns, schema, rows, batch).await
-    }
-
-    /// Rows `rows` of row group `rg`'s root columns `columns` (ascending), in batches of
-    /// `batch` rows: slices of the row group decoded whole once and kept in the
-    /// decoded-column cache; but a short read (batches of at most [`SHORT_SCAN_ROWS`]) of a
-    /// row group not decoded yet takes its first batch from the pages holding it (the point
-    /// reads' decoded-page cache), and decodes the row group whole only if it reads on.
-    async fn row_group_rows(
-        &self,
-        rg: usize,
-        columns: Vec<usize>,
-        schema: arrow::datatypes::SchemaRef,
-        rows: Range<usize>,
-        batch: usize,
-    ) -> Result<BatchStream> {
-        if rows.is_empty() {
-            return Ok(futures::stream::empty().boxed());
-        }
-        if batch > SHORT_SCAN_ROWS || self.columns_cached(rg, &columns) {
-            let arrays = self.row_group_columns(rg, &columns).await?;
-            let whole = RecordBatch::try_new(schema, arrays).map_err(|e| corrupt(&self.path, e))?;
-            return Ok(slices(whole, rows, batch).boxed());
-        }
-        let (lo, hi) = (rows.start, rows.end);
-        let n = batch.min(hi - lo);
-        let fm = self.meta().await?;
-        let md = fm.meta.metadata().clone();
-        let total = md.row_group(rg).num_rows() as usize;
-        if hi > total {
-            return Err(corrupt(
-                &self.path,
-                format!("rows {lo}..{hi} asked of a row group of {total}"),
-            ));
-        }
-        let span = row_span(&md, rg, lo..lo + n);
-        let decoded = self.decoded_span(&fm, rg, span, total, false).await?;
-        if decoded.num_rows() < lo + n - span.0 {
-            return Err(corrupt(&self.path, "a page span shorter than its rows"));
-        }
-        let first = decoded
-            .project(&columns)
-            .and_then(|b| RecordBatch::try_new(schema.clone(), b.columns().to_vec()))
-            .map_err(|e| corrupt(&self.path, e))?
-            .slice(lo - span.0, n);
-        // The scans that follow slice the row group decoded whole, as before; this one and
-        // those arriving meanwhile do not wait for it.
-        self.decode_in_background(rg, &columns);
-        if lo + n == hi {
-            return Ok(futures::stream::once(async move { Ok(first) }).boxed());
-        }
-        // The rest, if the scan reads on, from the row group decoded whole once.
-        let me = self.clone();
-        let rest = futures::stream::once(async move {
-            let arrays = me
-                .row_group_columns(rg, &columns)
-                .await
-                .map_err(|e| ParquetError::General(e.to_string()))?;
-            RecordBatch::try_new(schema, arrays).map_err(ParquetError::from)
-        })
-        .flat_map(move |whole| match whole {
-            Ok(whole) => slices(whole, lo + n..hi, batch).boxed(),
-            Err(e) => futures::stream::iter([Err(e)]).boxed(),
-        });
-        Ok(futures::stream::once(async move { Ok(first) })
-            .chain(rest)
-            .boxed())
-    }
-
-    /// Starts decoding row group `rg`'s `columns` whole into the decoded-column cache on the
-    /// blocking pool, unless a decode of the row group is under way (or there is no runtime).
-    fn decode_in_background(&self, rg: usize, columns: &[usize]) {
-        if self
-            .metas
-            .decoding
-            .lock()
-            .contains_key(&(self.info.name.clone(), rg))
-        {
-            return;
-        }
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let (me, columns, on) = (self.clone(), columns.to_vec(), handle.clone());
-        strata_common::exec::detach(&handle, move || {
-            if let Err(e) = strata_common::exec::wait(&on, me.row_group_columns(rg, &columns)) {
-                tracing::debug!(file = %me.path, rg, error = %e, "background decode of a row group failed");
-            }
-        });
-    }
-
-    /// Whether the decoded-column cache holds every one of row group `rg`'s `columns`.
-    fn columns_cached(&self, rg: usize, columns: &[usize]) -> bool {
-        let Some(cache) = self.metas.columns.as_ref() else {
-            return false;
-        };
-        columns
-            .iter()
-            .all(|c| cache.get(&(self.info.name.clone(), rg, *c)).is_some())
     }
 
     /// Row group `rg`'s root columns `columns` (ascending), decoded whole: from the
@@ -1006,20 +894,6 @@ fn key_lower_bound(keys: &dyn Array, bound: &[u8]) -> Option<usize> {
     Some(
         k.values()
             .partition_point(|v| encode(*v).as_slice() < bound),
-    )
-}
-
-/// Zero-copy slices of `whole`'s rows `rows`, `batch` rows at a time, made as they are
-/// read (a short scan takes one of a row group's many).
-fn slices(
-    whole: RecordBatch,
-    rows: Range<usize>,
-    batch: usize,
-) -> impl futures::Stream<Item = std::result::Result<RecordBatch, ParquetError>> {
-    let end = rows.end;
-    futures::stream::iter(
-        rows.step_by(batch)
-            .map(move |s| Ok(whole.slice(s, batch.min(end - s)))),
     )
 }
 
@@ -1448,117 +1322,10 @@ mod stream_tests {
         for s in scans {
             s.await.unwrap();
         }
-        // Short scans: the key column whole, then the pages of their first batch; the row
-        // group's other column decoded whole in the background, once.
-        settled(&metas, 2).await;
-        let (_, _, _, misses) = metas.column_stats();
+        let (_, _, hits, misses) = metas.column_stats();
         assert_eq!(misses, 2, "the row group's two columns decoded once");
+        assert_eq!(hits, 14, "the other seven scans took them from the cache");
         assert!(metas.decoding.lock().is_empty(), "no gate left behind");
-    }
-
-    /// Waits until `columns` column chunks have been decoded whole (background decodes
-    /// included) and no row group is being decoded.
-    async fn settled(metas: &MetaCache, columns: u64) {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while metas.column_stats().3 < columns || !metas.decoding.lock().is_empty() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "decoded {} of {columns} columns",
-                metas.column_stats().3
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-        }
-    }
-
-    /// A short scan at a row group no scan has decoded reads only the pages holding its
-    /// first batch (and the key column, kept), not the whole row group; reading on decodes
-    /// the row group whole once; the rows come back in order either way, and a scan ending
-    /// inside the first batch, or finding no row, decodes no more.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_cold_short_scan_decodes_the_pages_of_its_first_batch() {
-        let metas = Arc::new(MetaCache::with_scan_cache(1 << 20, 64 << 20));
-        let source = ten_thousand_keys(metas.clone()).await;
-        let keys_of = |b: &RecordBatch| -> Vec<Vec<u8>> {
-            let k = b.column(0).as_binary::<i32>();
-            (0..k.len()).map(|i| k.value(i).to_vec()).collect()
-        };
-        let end = key(5_250);
-        let mut s = source
-            .keyed_cached(&key(5_000), Some(&end), &[0, 1], 10)
-            .await
-            .unwrap();
-        let first = s.next().await.unwrap().unwrap();
-        let mut got = keys_of(&first);
-        assert_eq!(got, (5_000..5_010).map(key).collect::<Vec<_>>());
-        assert_eq!(first.num_columns(), 2);
-        let (_, _, _, page_misses) = metas.page_stats();
-        assert_eq!(page_misses, 1, "one page span for the first batch");
-        // Meanwhile the row group is decoded whole in the background, once: the rest of
-        // this scan and the scans after it slice it.
-        settled(&metas, 2).await;
-        assert_eq!(metas.column_stats().3, 2, "each column decoded whole once");
-        while let Some(b) = s.next().await {
-            let b = b.unwrap();
-            assert!(b.num_rows() <= 10);
-            got.extend(keys_of(&b));
-        }
-        assert_eq!(got, (5_000..5_250).map(key).collect::<Vec<_>>());
-        let mut again = source
-            .keyed_cached(&key(6_000), None, &[0, 1], 10)
-            .await
-            .unwrap();
-        assert_eq!(
-            keys_of(&again.next().await.unwrap().unwrap()),
-            (6_000..6_010).map(key).collect::<Vec<_>>()
-        );
-        assert_eq!(metas.column_stats().3, 2, "nothing decoded again");
-        assert_eq!(
-            metas.page_stats().3,
-            1,
-            "a warm row group needs no page span"
-        );
-        // Another row group position, cold for values but with its key column kept: a scan
-        // ending within its first batch decodes nothing more than those pages.
-        let metas = Arc::new(MetaCache::with_scan_cache(1 << 20, 64 << 20));
-        let source = ten_thousand_keys(metas.clone()).await;
-        let mut s = source
-            .keyed_cached(&key(100), Some(&key(104)), &[0, 1], 10)
-            .await
-            .unwrap();
-        assert_eq!(
-            keys_of(&s.next().await.unwrap().unwrap()),
-            (100..104).map(key).collect::<Vec<_>>()
-        );
-        assert!(s.next().await.is_none());
-        let mut none = source
-            .keyed_cached(&key(100), Some(&key(100)), &[0, 1], 10)
-            .await
-            .unwrap();
-        assert!(none.next().await.is_none());
-        settled(&metas, 2).await;
-        assert_eq!(
-            metas.column_stats().3,
-            2,
-            "the key column, then both in the background"
-        );
-        // By position (a scan through an overlay): no key column needed at all.
-        let metas = Arc::new(MetaCache::with_scan_cache(1 << 20, 64 << 20));
-        let source = ten_thousand_keys(metas.clone()).await;
-        let mut s = source.rows_cached(7_000, 7_100, &[0, 1], 10).await.unwrap();
-        let first = s.next().await.unwrap().unwrap();
-        assert_eq!(keys_of(&first), (7_000..7_010).map(key).collect::<Vec<_>>());
-        assert_eq!(
-            metas.page_stats().3,
-            1,
-            "its first batch from one page span"
-        );
-        let mut got = keys_of(&first);
-        while let Some(b) = s.next().await {
-            got.extend(keys_of(&b.unwrap()));
-        }
-        assert_eq!(got, (7_000..7_100).map(key).collect::<Vec<_>>());
-        settled(&metas, 2).await;
-        assert_eq!(metas.column_stats().3, 2, "both columns decoded whole once");
     }
 
     #[tokio::test]
