@@ -551,6 +551,9 @@ impl Sim {
         // WAL uploads in flight, 1 to 8, from the seed (not from the generator, so every
         // seed's operations stay what they were).
         config.wal_uploads_in_flight = 1 + (seed % 8) as usize;
+        // How long locally durable writes gather before their upload: none (a segment per
+        // group commit), a few group commits, or many (the default), from the seed too.
+        config.wal_local_upload_delay_ms = [0, 5, 50][((seed / 8) % 3) as usize];
         let layout_n = rng.random_range(0..3);
         if std::env::var("STRATA_SIM_DEBUG_NO_PROMOTION").is_ok() {
             config.hotness.promotion = false;
@@ -562,13 +565,14 @@ impl Sim {
             fault.set_config(FaultConfig::default());
         }
         let log = vec![format!(
-            "levels {}, layout {layout_n}, NVMe budget {}, gc every {} ms, min age {} ms, {} versions kept, {} WAL uploads in flight; faults {fault_config:?}",
+            "levels {}, layout {layout_n}, NVMe budget {}, gc every {} ms, min age {} ms, {} versions kept, {} WAL uploads in flight, local writes gathered {} ms; faults {fault_config:?}",
             config.levels,
             config.hotness.nvme_budget_bytes,
             config.gc.interval_ms,
             config.gc.min_age_ms,
             config.gc.manifest_versions_retained,
-            config.wal_uploads_in_flight
+            config.wal_uploads_in_flight,
+            config.wal_local_upload_delay_ms
         )];
         Sim {
             rng,
