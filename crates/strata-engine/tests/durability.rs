@@ -395,9 +395,10 @@ fn locally_durable_writes_gather_into_one_segment_and_survive_a_crash() {
     let store: strata_objstore::StoreRef = fault.clone();
     let dir = tempfile::tempdir().unwrap();
     let mut config = small_config();
-    // No flush moves the replay point past the gathered segments.
+    // No flush moves the replay point past the gathered segments; no interval ends (a
+    // delay past what the clock can add gathers until something else uploads).
     config.memtable_bytes_max = 64 << 20;
-    config.wal_local_upload_delay_ms = 60_000;
+    config.wal_local_upload_delay_ms = u64::MAX;
     let local = WriteOptions {
         durability: Durability::Local,
     };

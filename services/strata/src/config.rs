@@ -472,6 +472,12 @@ impl Config {
                 "engine.wal_uploads_in_flight is 1 to {most}, got {uploads}"
             )));
         }
+        let gather = self.engine.wal_local_upload_delay_ms;
+        if gather > 60_000 {
+            return Err(err(format!(
+                "engine.wal_local_upload_delay_ms is 0 to 60000 (a locally durable write waits at most a minute for its upload), got {gather}"
+            )));
+        }
         if !(0..=19).contains(&self.engine.merge_nice) {
             return Err(err(format!(
                 "engine.merge_nice is 0 to 19, got {}",
@@ -647,6 +653,19 @@ mod tests {
             )
             .is_ok()
         );
+        let e = load(
+            Role::Serve,
+            &sources(None, &[], &["engine.wal_local_upload_delay_ms=3600000"]),
+        )
+        .unwrap_err();
+        assert!(
+            e.0.contains("engine.wal_local_upload_delay_ms is 0 to 60000"),
+            "{e}"
+        );
+        for ok in ["0", "60000"] {
+            let setting = format!("engine.wal_local_upload_delay_ms={ok}");
+            assert!(load(Role::Serve, &sources(None, &[], &[&setting])).is_ok());
+        }
         for bad in ["-1", "20"] {
             let e = load(
                 Role::Serve,

@@ -153,15 +153,8 @@ impl InFlight {
         inner: &GroupCommit,
         rx: &mut mpsc::Receiver<Request>,
     ) -> bool {
-        while self.pending.iter().any(|p| !p.local) {
-            let Some(result) = self.uploads.next().await else {
-                break;
-            };
-            if !self.acknowledge(result, inner, rx).await {
-                return false;
-            }
-        }
-        true
+        self.settle_while(inner, rx, |f| f.pending.iter().any(|p| !p.local))
+            .await
     }
 
     /// Settles the oldest uploads until fewer than `max` are in flight; `false` if the
@@ -172,7 +165,18 @@ impl InFlight {
         inner: &GroupCommit,
         rx: &mut mpsc::Receiver<Request>,
     ) -> bool {
-        while self.len() >= max {
+        self.settle_while(inner, rx, |f| f.len() >= max).await
+    }
+
+    /// Settles uploads in flight, oldest first, while `more` holds of what is left (and
+    /// any is); `false` if the writer must stop.
+    async fn settle_while(
+        &mut self,
+        inner: &GroupCommit,
+        rx: &mut mpsc::Receiver<Request>,
+        more: impl Fn(&Self) -> bool,
+    ) -> bool {
+        while more(self) {
             let Some(result) = self.uploads.next().await else {
                 break;
             };
@@ -198,12 +202,7 @@ impl InFlight {
         if !self.make_room(max, inner, rx).await {
             return false;
         }
-        let records: Vec<(u64, &[PreparedEntry])> = h
-            .writes
-            .iter()
-            .map(|(seq, entries, _, _)| (*seq, entries.as_slice()))
-            .collect();
-        let data = Bytes::from(Segment::encode(inner.epoch, &records));
+        let data = encode_writes(inner.epoch, &h.writes);
         let pending = Pending {
             wal_id: h.wal_id,
             data_len: data.len() as u64,
@@ -216,12 +215,7 @@ impl InFlight {
 
     /// Settles every upload in flight, oldest first; `false` if the writer must stop.
     async fn drain(&mut self, inner: &GroupCommit, rx: &mut mpsc::Receiver<Request>) -> bool {
-        while let Some(result) = self.uploads.next().await {
-            if !self.acknowledge(result, inner, rx).await {
-                return false;
-            }
-        }
-        true
+        self.settle_while(inner, rx, |_| true).await
     }
 }
 
@@ -354,11 +348,7 @@ pub(super) async fn writer_loop(
             }
         }
         if !writes.is_empty() {
-            let records: Vec<(u64, &[PreparedEntry])> = writes
-                .iter()
-                .map(|(seq, entries, _, _)| (*seq, entries.as_slice()))
-                .collect();
-            let data = Bytes::from(Segment::encode(inner.epoch, &records));
+            let data = encode_writes(inner.epoch, &writes);
             let data_len = data.len() as u64;
             let all_local = writes.iter().all(|w| w.2 == Durability::Local);
             // Only a group with a locally durable write leaves a local segment to remove.
@@ -409,7 +399,13 @@ pub(super) async fn writer_loop(
                         writes: Vec::new(),
                         bytes: 0,
                         memtable: inner.current().active.clone(),
-                        upload_at: tokio::time::Instant::now() + hold_for,
+                        // A delay past what the clock can add: gathered until something
+                        // else uploads them (a remote write, a full segment, a close).
+                        upload_at: tokio::time::Instant::now()
+                            .checked_add(hold_for)
+                            .unwrap_or_else(|| {
+                                tokio::time::Instant::now() + Duration::from_secs(86_400 * 365)
+                            }),
                     });
                     wal_id += 1;
                 }
@@ -475,6 +471,15 @@ pub(super) fn apply(inner: &GroupCommit, wal_id: u64, writes: &[PendingWrite]) {
         max = max.max(*seq);
     }
     inner.tree.last_seq.fetch_max(max, Ordering::AcqRel);
+}
+
+/// The WAL segment of `writes` (in sequence order) by the writer of `epoch`.
+fn encode_writes(epoch: u64, writes: &[PendingWrite]) -> Bytes {
+    let records: Vec<(u64, &[PreparedEntry])> = writes
+        .iter()
+        .map(|(seq, entries, _, _)| (*seq, entries.as_slice()))
+        .collect();
+    Bytes::from(Segment::encode(epoch, &records))
 }
 
 /// Freezes the active memtable once it is full (by size, or by the WAL segments a reopen
