@@ -224,7 +224,7 @@ impl FlightSql {
                 let df = ctx
                     .read_batch(batch)
                     .map_err(|e| Status::internal(e.to_string()))?;
-                Ok((schema, Planned::new(ctx, df), Some(count)))
+                Ok((schema, Planned::new(df), Some(count)))
             }
         }
     }
@@ -1100,7 +1100,7 @@ mod tests {
     fn planned() -> Planned {
         let ctx = datafusion::prelude::SessionContext::new();
         let df = ctx.read_empty().unwrap();
-        Planned::new(ctx, df)
+        Planned::new(df)
     }
 
     #[test]

@@ -236,9 +236,7 @@ impl ObjectStoreRegistry for NoFiles {
 /// [`QueryService::stream_planned`], which gives its operators the query's memory limit
 /// (the session's own runtime has none: it is shared by every session).
 pub struct Planned {
-    /// The session the plan belongs to.
-    pub(crate) ctx: SessionContext,
-    /// The plan.
+    /// The plan, with the session it belongs to.
     pub(crate) df: DataFrame,
     /// Whether `df`'s plan is optimized already (kept by its shape): only physical
     /// planning remains.
@@ -264,9 +262,8 @@ pub(crate) async fn physical_plan(
 
 impl Planned {
     /// A plan still to be optimized.
-    pub(crate) fn new(ctx: SessionContext, df: DataFrame) -> Self {
+    pub(crate) fn new(df: DataFrame) -> Self {
         Self {
-            ctx,
             df,
             optimized: false,
         }
@@ -283,7 +280,8 @@ pub const FIRST_RUN_WITHIN: Duration = Duration::from_secs(1);
 /// table snapshot is taken until it runs.
 #[derive(Clone)]
 pub struct Checked {
-    ctx: SessionContext,
+    /// Shared, not copied, by clones of this: the run that takes the last one moves it.
+    state: Arc<SessionState>,
     plan: LogicalPlan,
     /// Whether `plan` is optimized already (see [`Planned::optimized`]).
     optimized: bool,
@@ -291,10 +289,10 @@ pub struct Checked {
 }
 
 impl Checked {
-    /// `plan`, checked now in session `ctx`.
-    pub(crate) fn new(ctx: SessionContext, plan: LogicalPlan, optimized: bool) -> Self {
+    /// `plan`, checked now in session `state`.
+    pub(crate) fn new(state: SessionState, plan: LogicalPlan, optimized: bool) -> Self {
         Self {
-            ctx,
+            state: Arc::new(state),
             plan,
             optimized,
             at: std::time::Instant::now(),
@@ -422,7 +420,11 @@ impl QueryService {
 
     /// A fresh session with the catalog as of now, holding only the namespaces `who` may
     /// read: tables of other namespaces do not exist for the session.
-    pub(crate) async fn context_for(&self, who: &Principal) -> Result<SessionContext, QueryError> {
+    ///
+    /// The session is built once per statement from a state made once per service: a
+    /// `SessionState` copies its function registries (hundreds of named entries) when
+    /// cloned, so each statement clones it once, here, and moves it on from then on.
+    pub(crate) async fn state_for(&self, who: &Principal) -> Result<SessionState, QueryError> {
         let options = TableOptions {
             batch_rows: self.config.batch_rows,
             partitions: self.partitions(),
@@ -456,7 +458,7 @@ impl QueryService {
             )?;
             state.config_mut().options_mut().catalog.information_schema = false;
         }
-        Ok(SessionContext::new_with_state(state))
+        Ok(state)
     }
 
     /// Scan partitions per table.
@@ -543,17 +545,18 @@ impl QueryService {
         who: &Principal,
     ) -> Result<Planned, QueryError> {
         let fut = async {
-            let (ctx, plan, optimized) = self.checked_plan(sql, params, who).await?;
+            let (state, plan, optimized) = self.checked_plan(sql, params, who).await?;
             if optimized {
-                let df = DataFrame::new(ctx.state(), plan);
-                return Ok(Planned { ctx, df, optimized });
+                let df = DataFrame::new(state, plan);
+                return Ok(Planned { df, optimized });
             }
+            let ctx = SessionContext::new_with_state(state);
             if let Some(done) = self.table_ddl(&plan, who).await? {
                 let df = ctx.read_batch(done)?;
-                return Ok(Planned::new(ctx, df));
+                return Ok(Planned::new(df));
             }
             let df = ctx.execute_logical_plan(plan).await?;
-            Ok(Planned::new(ctx, df))
+            Ok(Planned::new(df))
         };
         tokio::time::timeout(self.timeout(), fut)
             .await
@@ -574,8 +577,8 @@ impl QueryService {
         sql: &str,
         params: &[ScalarValue],
         who: &Principal,
-    ) -> Result<(SessionContext, LogicalPlan, bool), QueryError> {
-        let ctx = self.context_for(who).await?;
+    ) -> Result<(SessionState, LogicalPlan, bool), QueryError> {
+        let state = self.state_for(who).await?;
         let sql = numbered_placeholders(sql);
         // Scalar subqueries with PostgreSQL's meaning (see `scalar_subquery`); the
         // PostgreSQL port's statements have been rewritten so already.
@@ -587,15 +590,15 @@ impl QueryService {
             Some(rewritten) => std::borrow::Cow::Owned(rewritten),
             None => sql,
         };
-        let failed = match self.shapes.plan(&ctx, &sql, params).await {
+        let failed = match self.shapes.plan(&state, &sql, params).await {
             Ok(plan) => {
                 check_plan(&plan, self.writable, who)?;
-                return Ok((ctx, plan, true));
+                return Ok((state, plan, true));
             }
             Err(miss) => miss.failed,
         };
         self.plan_counts.fresh();
-        let mut plan = ctx.state().create_logical_plan(&sql).await?;
+        let mut plan = state.create_logical_plan(&sql).await?;
         if let Some(shape) = failed {
             // The statement plans where its shape did not: plan it as sent from now on.
             self.shapes.never(shape);
@@ -612,7 +615,7 @@ impl QueryService {
                 .map_err(forbid)?;
             check_plan(&plan, self.writable, who)?;
         }
-        Ok((ctx, plan, false))
+        Ok((state, plan, false))
     }
 
     /// `CREATE TABLE t (... PRIMARY KEY (...))` and `DROP TABLE t` on Strata tables, where
@@ -754,7 +757,7 @@ impl QueryService {
         let fut = async {
             let kept = match checked {
                 Some(Checked {
-                    ctx,
+                    state,
                     plan,
                     optimized,
                     ..
@@ -767,33 +770,34 @@ impl QueryService {
                     } else {
                         Some(plan.with_param_values(params.to_vec())?)
                     };
-                    plan.map(|plan| (ctx, plan, optimized))
+                    plan.map(|plan| (Arc::unwrap_or_clone(state), plan, optimized))
                 }
                 None => None,
             };
-            let (ctx, plan, optimized) = match kept {
+            let (state, plan, optimized) = match kept {
                 Some(k) => k,
                 None => self.checked_plan(sql, params, who).await?,
             };
             let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
             if optimized {
-                let df = DataFrame::new(ctx.state(), plan);
-                return Ok((schema, Planned { ctx, df, optimized }, false));
+                let df = DataFrame::new(state, plan);
+                return Ok((schema, Planned { df, optimized }, false));
             }
+            let ctx = SessionContext::new_with_state(state);
             if let Some(done) = self.table_ddl(&plan, who).await? {
                 let schema = done.schema();
                 let df = ctx.read_batch(done)?;
-                return Ok((schema, Planned::new(ctx, df), true));
+                return Ok((schema, Planned::new(df), true));
             }
             let dml = changes_data(&plan);
             let df = ctx.execute_logical_plan(plan).await?;
-            let planned = Planned::new(ctx.clone(), df);
+            let planned = Planned::new(df);
             if !dml {
                 return Ok((schema, planned, false));
             }
             let (_, batches) = self.collect_planned(planned, deadline).await?;
             let df = ctx.read_batches(batches)?;
-            Ok((schema, Planned::new(ctx, df), true))
+            Ok((schema, Planned::new(df), true))
         };
         tokio::time::timeout(self.timeout(), fut)
             .await
@@ -822,7 +826,7 @@ impl QueryService {
         who: &Principal,
     ) -> Result<(SchemaRef, SchemaRef, bool, Checked), QueryError> {
         let fut = async {
-            let (ctx, plan, optimized) = self.checked_plan(sql, &[], who).await?;
+            let (state, plan, optimized) = self.checked_plan(sql, &[], who).await?;
             let changes = changes_data(&plan);
             let results = if is_table_ddl(&plan) {
                 ddl_result_schema()
@@ -856,7 +860,7 @@ impl QueryService {
                 results,
                 Arc::new(Schema::new(fields)),
                 changes,
-                Checked::new(ctx, plan, optimized),
+                Checked::new(state, plan, optimized),
             ))
         };
         tokio::time::timeout(self.timeout(), fut)
@@ -890,7 +894,7 @@ impl QueryService {
         planned: Planned,
         deadline: tokio::time::Instant,
     ) -> Result<(SchemaRef, SendableRecordBatchStream), QueryError> {
-        let Planned { ctx, df, optimized } = planned;
+        let Planned { df, optimized } = planned;
         let task = Arc::new(df.task_ctx().with_runtime(self.query_runtime()?));
         let plan = tokio::time::timeout_at(deadline, physical_plan(df, optimized))
             .await
@@ -898,10 +902,13 @@ impl QueryService {
         let stream = datafusion::physical_plan::execute_stream(plan, task)?;
         let schema = stream.schema();
         let timeout_ms = self.config.timeout_ms;
-        let s = futures::stream::unfold((stream, Some(ctx)), move |(mut stream, ctx)| async move {
-            ctx.as_ref()?;
+        // `live` turns false once the deadline has passed: the timeout error ends the stream.
+        let s = futures::stream::unfold((stream, true), move |(mut stream, live)| async move {
+            if !live {
+                return None;
+            }
             match tokio::time::timeout_at(deadline, stream.next()).await {
-                Ok(Some(item)) => Some((item, (stream, ctx))),
+                Ok(Some(item)) => Some((item, (stream, live))),
                 Ok(None) => None,
                 Err(_) => Some((
                     Err(datafusion::error::DataFusionError::External(Box::new(
@@ -910,7 +917,7 @@ impl QueryService {
                             format!("the query ran longer than its timeout of {timeout_ms} ms"),
                         ),
                     ))),
-                    (stream, None),
+                    (stream, false),
                 )),
             }
         });
@@ -1223,7 +1230,7 @@ mod tests {
     async fn a_checked_plan_serves_only_a_run_that_follows_at_once() {
         let ctx = datafusion::prelude::SessionContext::new();
         let plan = ctx.state().create_logical_plan("SELECT 1").await.unwrap();
-        let now = Checked::new(ctx, plan, false);
+        let now = Checked::new(ctx.state(), plan, false);
         let mut old = now.clone();
         old.at = std::time::Instant::now()
             .checked_sub(FIRST_RUN_WITHIN * 2)

@@ -46,7 +46,6 @@ use datafusion::logical_expr::expr::Placeholder;
 use datafusion::logical_expr::{
     Expr, LogicalPlan, TableProviderFilterPushDown, TableScan, Volatility,
 };
-use datafusion::prelude::SessionContext;
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::{
     self, BinaryOperator, Expr as SqlExpr, Value, visit_expressions, visit_expressions_mut,
@@ -165,20 +164,19 @@ impl PlanCache {
         self.entries.insert(key, Entry::Never);
     }
 
-    /// The optimized plan of `sql` in session `ctx`, its parameters bound to `params` (or,
+    /// The optimized plan of `sql` in session `state`, its parameters bound to `params` (or,
     /// for a statement with parameters of its own and no `params`, left for a later
     /// [`bind_clients`]), when the statement is one the cache keeps.
     pub(crate) async fn plan(
         &self,
-        ctx: &SessionContext,
+        state: &SessionState,
         sql: &str,
         params: &[ScalarValue],
     ) -> Result<LogicalPlan, Miss> {
-        let state = ctx.state();
-        let shape = shape(&state, sql, params).ok_or_else(Miss::skip)?;
+        let shape = shape(state, sql, params).ok_or_else(Miss::skip)?;
         match self.entries.get(&shape.key) {
             Some(Entry::Never) => Err(Miss::skip()),
-            Some(Entry::Plan(kept)) if let Some(plan) = with_tables(ctx, &kept).await => {
+            Some(Entry::Plan(kept)) if let Some(plan) = with_tables(state, &kept).await => {
                 let plan = shape.bind(plan).ok_or_else(Miss::skip)?;
                 self.counts.inc("kept");
                 Ok(plan)
@@ -472,9 +470,9 @@ fn detached(plan: &LogicalPlan) -> Option<Kept> {
     })
 }
 
-/// The kept plan with the tables of session `ctx` in place of its stand-ins; None when a
+/// The kept plan with the tables of session `state` in place of its stand-ins; None when a
 /// table is not there for the caller, has other columns, or takes its filters otherwise.
-async fn with_tables(ctx: &SessionContext, kept: &Kept) -> Option<LogicalPlan> {
+async fn with_tables(state: &SessionState, kept: &Kept) -> Option<LogicalPlan> {
     let mut names: Vec<TableReference> = Vec::new();
     let _ = kept.plan.apply(|node| {
         if let LogicalPlan::TableScan(scan) = node
@@ -486,7 +484,12 @@ async fn with_tables(ctx: &SessionContext, kept: &Kept) -> Option<LogicalPlan> {
     });
     let mut tables: HashMap<TableReference, Arc<dyn TableProvider>> = HashMap::new();
     for name in names {
-        let table = ctx.table_provider(name.clone()).await.ok()?;
+        let table = state
+            .schema_for_ref(name.clone())
+            .ok()?
+            .table(name.table())
+            .await
+            .ok()??;
         tables.insert(name, table);
     }
     let mut n = 0;
