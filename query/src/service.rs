@@ -251,6 +251,9 @@ pub(crate) async fn physical_plan(
 ) -> datafusion::error::Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
     if optimized {
         let (state, plan) = df.into_parts();
+        if let Some(scan) = table_scan_only(&state, &plan).await? {
+            return Ok(scan);
+        }
         state
             .query_planner()
             .create_physical_plan(&plan, &state)
@@ -258,6 +261,55 @@ pub(crate) async fn physical_plan(
     } else {
         df.create_physical_plan().await
     }
+}
+
+/// The physical plan of an optimized `plan` that is one scan of a Strata table and nothing
+/// else (a point read or a key range: every filter taken exactly by the table, no limit,
+/// no operator above): the table's own scan under the cooperative wrapper, as DataFusion's
+/// planner makes it, without running its physical optimizer rules over a one-node plan.
+/// For a SQL point read those rules cost more of the server's CPU than the read (8.5%
+/// against 2.3%, section "a SQL statement's fixed cost" of docs/BENCHMARKS.md). `None`
+/// for any other plan, or a scan whose columns are not the plan's: planned as usual.
+pub(crate) async fn table_scan_only(
+    state: &SessionState,
+    plan: &LogicalPlan,
+) -> datafusion::error::Result<Option<Arc<dyn datafusion::physical_plan::ExecutionPlan>>> {
+    use datafusion::logical_expr::TableProviderFilterPushDown;
+    let LogicalPlan::TableScan(scan) = plan else {
+        return Ok(None);
+    };
+    let Ok(table) = datafusion::datasource::source_as_provider(&scan.source) else {
+        return Ok(None);
+    };
+    if scan.fetch.is_some() || !table.is::<crate::provider::StrataTable>() {
+        return Ok(None);
+    }
+    let filters =
+        datafusion::logical_expr::expr_rewriter::unnormalize_cols(scan.filters.iter().cloned());
+    let taken = table.supports_filters_pushdown(&filters.iter().collect::<Vec<_>>())?;
+    if taken
+        .iter()
+        .any(|t| *t != TableProviderFilterPushDown::Exact)
+    {
+        return Ok(None);
+    }
+    let exec = table
+        .scan(state, scan.projection.as_ref(), &filters, None)
+        .await?;
+    let wanted = plan.schema().as_arrow().clone();
+    let same = exec.schema().fields().len() == wanted.fields().len()
+        && exec
+            .schema()
+            .fields()
+            .iter()
+            .zip(wanted.fields())
+            .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
+    if !same {
+        return Ok(None);
+    }
+    Ok(Some(Arc::new(
+        datafusion::physical_plan::coop::CooperativeExec::new(exec),
+    )))
 }
 
 impl Planned {

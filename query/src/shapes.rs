@@ -1,6 +1,7 @@
 //! Optimized plans of read-only statements, kept by the statement's shape, so that a
 //! statement seen before skips DataFusion's SQL planner, analyzer and optimizer (together
-//! about a quarter of a short query's server CPU) and goes straight to physical planning.
+//! about a quarter of a short query's server CPU) and goes straight to physical planning
+//! (none at all for a plan that is one table scan: `service::table_scan_only`).
 //!
 //! A statement's shape is its text with the literals it compares columns with (`a0 >=
 //! 250000`, `name = 'x'`, `a0 BETWEEN 1 AND 9`) taken out as parameters `$1`, `$2`, ...; a
@@ -763,6 +764,89 @@ mod tests {
         );
         // Exact key filters are not applied again above the scan, as when planned afresh.
         assert!(!second.contains("FilterExec"), "{second}");
+        db.close().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_kept_plan_of_one_table_scan_is_the_scan_datafusion_would_plan() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (db, q) = service(tmp.path()).await;
+        table(&q).await;
+        for (first, second, want) in [
+            // A point read.
+            (
+                "SELECT * FROM t WHERE id = 5",
+                "SELECT * FROM t WHERE id = 17",
+                vec![vec!["17", "3", "x2"]],
+            ),
+            // Some columns, the key not among them.
+            (
+                "SELECT a, s FROM t WHERE id = 5",
+                "SELECT a, s FROM t WHERE id = 33",
+                vec![vec!["5", "x3"]],
+            ),
+            // A key range.
+            (
+                "SELECT id, a FROM t WHERE id >= 1 AND id < 3",
+                "SELECT id, a FROM t WHERE id >= 3 AND id < 6",
+                vec![vec!["3", "3"], vec!["4", "4"], vec!["5", "5"]],
+            ),
+        ] {
+            rows(&q, first).await;
+            let (hits0, _) = q.plan_counts().kept_and_made();
+            let kept = q.plan(second).await.unwrap();
+            assert!(kept.optimized, "{second}");
+            assert_eq!(q.plan_counts().kept_and_made().0, hits0 + 1, "{second}");
+            // The same statement through DataFusion's planner and its optimizer rules.
+            let (state, plan) = kept.df.clone().into_parts();
+            let scan_only = crate::service::table_scan_only(&state, &plan).await;
+            assert!(scan_only.unwrap().is_some(), "{second}");
+            let planner = state.query_planner().create_physical_plan(&plan, &state);
+            let full = displayable(planner.await.unwrap().as_ref())
+                .indent(false)
+                .to_string();
+            let ours = crate::service::physical_plan(kept.df, true).await.unwrap();
+            let ours = displayable(ours.as_ref()).indent(false).to_string();
+            assert!(ours.starts_with("CooperativeExec"), "{ours}");
+            assert_eq!(ours, full, "{second}");
+            let want: Vec<Vec<String>> = want
+                .into_iter()
+                .map(|r| r.into_iter().map(String::from).collect())
+                .collect();
+            assert_eq!(rows(&q, second).await, want, "{second}");
+        }
+        // Anything above the scan (columns in another order, a filter the table does not
+        // take exactly, a limit) is planned as usual.
+        for (first, second) in [
+            (
+                "SELECT s, a FROM t WHERE id = 5",
+                "SELECT s, a FROM t WHERE id = 33",
+            ),
+            ("SELECT * FROM t WHERE a = 1", "SELECT * FROM t WHERE a = 2"),
+            (
+                "SELECT * FROM t WHERE id > 1 LIMIT 2",
+                "SELECT * FROM t WHERE id > 5 LIMIT 2",
+            ),
+        ] {
+            rows(&q, first).await;
+            let kept = q.plan(second).await.unwrap();
+            let (state, plan) = kept.df.clone().into_parts();
+            let scan_only = crate::service::table_scan_only(&state, &plan).await;
+            assert!(scan_only.unwrap().is_none(), "{second}");
+            let ours = crate::service::physical_plan(kept.df, kept.optimized)
+                .await
+                .unwrap();
+            let ours = displayable(ours.as_ref()).indent(false).to_string();
+            assert!(ours.lines().count() > 2, "{ours}");
+        }
+        assert_eq!(
+            rows(&q, "SELECT * FROM t WHERE id > 5 LIMIT 2").await,
+            vec![vec!["6", "6", "x1"], vec!["7", "0", "x2"]]
+        );
+        assert_eq!(
+            rows(&q, "SELECT s, a FROM t WHERE id = 33").await,
+            vec![vec!["x3", "5"]]
+        );
         db.close().await;
     }
 
