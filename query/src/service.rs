@@ -286,6 +286,8 @@ pub(crate) async fn table_scan_only(
     }
     let filters =
         datafusion::logical_expr::expr_rewriter::unnormalize_cols(scan.filters.iter().cloned());
+    // A lone scan implies it (a filter taken inexactly keeps a Filter above the scan); checked
+    // anyway, as it is what makes the scan alone the whole answer.
     let taken = table.supports_filters_pushdown(&filters.iter().collect::<Vec<_>>())?;
     if taken
         .iter()
@@ -296,13 +298,12 @@ pub(crate) async fn table_scan_only(
     let exec = table
         .scan(state, scan.projection.as_ref(), &filters, None)
         .await?;
-    let wanted = plan.schema().as_arrow().clone();
-    let same = exec.schema().fields().len() == wanted.fields().len()
-        && exec
-            .schema()
+    let (got, wanted) = (exec.schema(), plan.schema().fields());
+    let same = got.fields().len() == wanted.len()
+        && got
             .fields()
             .iter()
-            .zip(wanted.fields())
+            .zip(wanted.iter())
             .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
     if !same {
         return Ok(None);
