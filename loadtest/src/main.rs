@@ -474,6 +474,8 @@ async fn one_op(
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    // As `strata serve` runs (strata_common::process).
+    strata_common::process::huge_pages_from_env();
     let args = Args::parse();
     let tmp = tempfile::tempdir()?;
     let dir = args.dir.clone().unwrap_or_else(|| tmp.path().to_path_buf());

@@ -82,6 +82,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
+    strata_common::process::huge_pages_from_env();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),

@@ -355,9 +355,11 @@ impl Sources {
 }
 
 /// Environment variables with the `STRATA_` prefix that are not settings but are read
-/// elsewhere (the config file's path, the `strata sql` client's key, test switches).
+/// elsewhere (the config file's path, the `strata sql` client's key, the process's
+/// transparent huge pages, test switches).
 const OTHER_VARS: &[&str] = &[
     "STRATA_CONFIG",
+    strata_common::process::THP_ENV,
     "STRATA_API_KEY",
     "STRATA_CA_CERT",
     "STRATA_CACHE",

@@ -594,6 +594,8 @@ impl From<RoleArg> for Role {
 
 #[tokio::main]
 async fn main() {
+    // Before the first large allocation (strata_common::process: cold columnar reads).
+    strata_common::process::huge_pages_from_env();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Quickstart { dir } => {
