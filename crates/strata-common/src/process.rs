@@ -5,9 +5,10 @@
 //! whole 2 MiB page that the kernel zeroes first. A cold point read into a columnar level
 //! allocates such buffers for every column's dictionary page; zeroing them was a quarter of
 //! its CPU (docs/BENCHMARKS.md, "cold point reads without transparent huge pages"). With THP
-//! off, a cold read costs about a third less CPU and its p99 halves, with no change to
-//! warm scans, loads or the write path's tail. Databases with churning heaps recommend the
-//! same (Redis, MongoDB). `STRATA_TRANSPARENT_HUGE_PAGES=on` keeps the kernel's setting.
+//! off, cold reads cost about a fifth less CPU on average and vary far less (p99 21-33 ms
+//! against 20-76 ms), with no change beyond the noise to warm scans or the write path's
+//! tail. Databases with churning heaps advise the same (Redis, MongoDB).
+//! `STRATA_TRANSPARENT_HUGE_PAGES=on` keeps the kernel's setting.
 
 /// The environment variable that keeps transparent huge pages as the kernel has them
 /// (`on`); unset or `off` turns them off for the process.
