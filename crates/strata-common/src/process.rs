@@ -71,15 +71,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn on_keeps_the_kernel_setting_and_a_bad_value_is_refused() {
-        assert_eq!(huge_pages(Some("on")), Ok(HugePages::Kept));
+    fn a_bad_value_is_refused_with_the_accepted_ones_named() {
         let e = huge_pages(Some("maybe")).unwrap_err();
         assert!(e.contains(THP_ENV) && e.contains("`on`"), "{e}");
     }
 
+    // One test, in this order: the flag is the process's, and only this test touches it.
     #[cfg(target_os = "linux")]
     #[test]
-    fn by_default_the_process_has_no_transparent_huge_pages() {
+    fn on_and_a_bad_value_change_nothing_and_the_default_turns_them_off() {
+        let before = rustix::thread::transparent_huge_pages_are_disabled().unwrap();
+        assert_eq!(huge_pages(Some("on")), Ok(HugePages::Kept));
+        assert!(huge_pages(Some("maybe")).is_err());
+        assert_eq!(
+            rustix::thread::transparent_huge_pages_are_disabled().unwrap(),
+            before
+        );
         assert_eq!(huge_pages(None), Ok(HugePages::Off));
         assert!(rustix::thread::transparent_huge_pages_are_disabled().unwrap());
         assert_eq!(huge_pages(Some("off")), Ok(HugePages::Off));
