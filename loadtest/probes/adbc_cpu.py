@@ -1,12 +1,11 @@
 """One ADBC connection, DB-API execute+fetchall as loadtest/htap.sh does; prints client and server CPU per query.
 usage: adbc_cpu.py SERVER_PID KIND N   (KIND: q4 | q2a | q2b | q3 | select1)"""
-import sys, time, os, random, resource, statistics
+import sys, time, random, resource, statistics
 import adbc_driver_flightsql.dbapi as flight_sql
+from rawhttp import cpu_seconds
 pid, kind, n = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
-tck = os.sysconf("SC_CLK_TCK")
 def scpu():
-    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(f[11]) + int(f[12])) / tck
+    return cpu_seconds(pid)
 def ccpu():
     r = resource.getrusage(resource.RUSAGE_SELF); return r.ru_utime + r.ru_stime
 N = 1_000_000; rng = random.Random(1)
@@ -24,3 +23,4 @@ for _ in range(n):
     q = sql(); t0 = time.perf_counter(); cur.execute(q); cur.fetchall(); lat.append((time.perf_counter() - t0) * 1e3)
 s1, c1 = scpu(), ccpu()
 print(f"{kind}: p50 {statistics.median(lat):.2f} ms, server CPU {(s1-s0)/n*1e3:.2f} ms/q, client CPU {(c1-c0)/n*1e3:.2f} ms/q")
+cur.close(); conn.close()
