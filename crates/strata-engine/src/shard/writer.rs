@@ -377,7 +377,7 @@ pub(super) async fn writer_loop(
             }
             let id = held.as_ref().map_or(wal_id, |h| h.wal_id);
             if local {
-                match write_local_wal(&inner, id, &data).await {
+                match write_local_wal(&inner, id, &data, writes.len()).await {
                     Ok(()) => {
                         apply(&inner, id, &writes);
                         for w in writes.iter_mut().filter(|w| w.2 == Durability::Local) {
@@ -503,13 +503,28 @@ fn lock_log(log: &std::sync::Mutex<LocalLog>) -> std::sync::MutexGuard<'_, Local
     log.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Appends the segment to the shard's local log and returns once it is on the local disk.
-pub(super) async fn write_local_wal(inner: &GroupCommit, wal_id: u64, data: &Bytes) -> Result<()> {
+/// Appends the segment of a group of `writes` to the shard's local log and returns once it
+/// is on the local disk. A lone write's brief append (an existing file, a fast disk) runs on
+/// this task's thread when a runtime worker stays free: the write is answered without two
+/// thread hand-offs (30-60 µs of a 210 µs insert over HTTP). A larger group means writers
+/// are queueing: its append goes to the blocking pool, so both workers keep serving them
+/// while it syncs (in place, 64 writers lost 10-20% of their throughput).
+pub(super) async fn write_local_wal(
+    inner: &GroupCommit,
+    wal_id: u64,
+    data: &Bytes,
+    writes: usize,
+) -> Result<()> {
     let (log, data) = (inner.local_log.clone(), data.clone());
-    strata_common::exec::blocking(move || lock_log(&log).append(wal_id, &data))
-        .await
-        .map_err(|e| Error::Internal(e.to_string()))?
-        .map_err(Error::io("local wal"))
+    let brief = writes == 1 && lock_log(&log).append_is_brief(data.len());
+    let append = move || lock_log(&log).append(wal_id, &data);
+    if brief {
+        strata_common::exec::blocking_brief(append).await
+    } else {
+        strata_common::exec::blocking(append).await
+    }
+    .map_err(|e| Error::Internal(e.to_string()))?
+    .map_err(Error::io("local wal"))
 }
 
 /// Uploads the local WAL segments above `replay_after` that a previous process left (in its

@@ -17,7 +17,7 @@
 //! generation, higher than any before it in this log; reading a file back stops at the first
 //! record that is torn, not a record, or of another generation than the file's first record,
 //! so what an earlier use left past the end is never read as new. Only std file I/O: the
-//! caller runs it off the async runtime. This module owns the log's files and nothing else;
+//! caller runs it off the async runtime, or in place when [`LocalLog::append_is_brief`]. This module owns the log's files and nothing else;
 //! it calls the segment format's checksum only.
 
 use std::fs::{File, OpenOptions};
@@ -62,7 +62,15 @@ pub struct LocalLog {
     spare: Vec<LogFile>,
     next_generation: u64,
     next_file: u64,
+    /// How long the last append took (its sync, mostly).
+    last_append: std::time::Duration,
 }
+
+/// An append that overwrites a file the log already has and whose last sync took less than
+/// this is brief: the caller may run it in place on its thread rather than hand it off
+/// (`strata_common::exec::blocking_brief`). A disk slower than this (a network volume) gains
+/// little from saving the hand-off.
+pub const BRIEF_APPEND: std::time::Duration = std::time::Duration::from_millis(1);
 
 impl LocalLog {
     /// A log in `dir` (which holds no log files: a shard's open uploads and removes them),
@@ -75,7 +83,18 @@ impl LocalLog {
             spare: Vec::new(),
             next_generation: 1,
             next_file: 1,
+            last_append: std::time::Duration::ZERO,
         }
+    }
+
+    /// Whether appending `len` bytes is brief ([`BRIEF_APPEND`]): it fits the file taking
+    /// appends or a spare one (making a file writes all of it), and the last append was
+    /// quick.
+    pub fn append_is_brief(&self, len: usize) -> bool {
+        let need = (HEADER + len + TRAILER) as u64;
+        let fits = self.used.last().is_some_and(|f| f.pos + need <= f.len)
+            || self.spare.iter().any(|f| f.len >= need);
+        fits && self.last_append < BRIEF_APPEND
     }
 
     /// Appends the segment `data` with id `wal_id` and returns once it is on the disk
@@ -83,6 +102,7 @@ impl LocalLog {
     /// segment, in order (locally durable group commits gathered before their upload), read
     /// back together by [`recover`].
     pub fn append(&mut self, wal_id: u64, data: &[u8]) -> std::io::Result<()> {
+        let start = std::time::Instant::now();
         let need = (HEADER + data.len() + TRAILER) as u64;
         let room = self.used.last().is_some_and(|f| f.pos + need <= f.len);
         if !room {
@@ -91,7 +111,9 @@ impl LocalLog {
         let f = self.used.last_mut().expect("a file in use");
         let record = encode(f.generation, wal_id, data);
         f.file.write_all_at(&record, f.pos)?;
-        f.file.sync_data()?;
+        let synced = f.file.sync_data();
+        self.last_append = start.elapsed();
+        synced?;
         f.pos += need;
         f.last_id = wal_id;
         Ok(())
@@ -280,6 +302,26 @@ mod tests {
                 .collect::<Vec<_>>()
         );
         assert_eq!(log.files(), 1);
+    }
+
+    #[test]
+    fn an_append_is_brief_only_into_a_file_the_log_has() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = LocalLog::new(dir.path(), 4096);
+        assert!(!log.append_is_brief(100), "the first append makes a file");
+        log.append(1, &seg(1, 100)).unwrap();
+        let quick = log.last_append < BRIEF_APPEND;
+        assert_eq!(log.append_is_brief(100), quick);
+        assert!(
+            !log.append_is_brief(8192),
+            "larger than any file: a new one"
+        );
+        // Once uploaded, a full file becomes a spare a later use can take.
+        log.append(2, &seg(2, 3000)).unwrap();
+        log.append(3, &seg(3, 3000)).unwrap();
+        log.uploaded(2);
+        assert_eq!(log.files(), 2);
+        assert_eq!(log.append_is_brief(3000), log.last_append < BRIEF_APPEND);
     }
 
     #[test]
