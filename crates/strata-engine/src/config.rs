@@ -140,7 +140,10 @@ pub struct EngineConfig {
     /// Bytes of memory for the decoded columns of columnar files that scans read, SQL and
     /// key-value range scans alike (per process, whole row groups of one column each), so
     /// a repeated scan of the same columns costs no read and no decode, as in-memory
-    /// column stores serve analytics, and a short scan a slice of them; 0 turns it off.
+    /// column stores serve analytics, and a short scan a slice of them. Point lookups
+    /// slice it too, and from a row group's second cold lookup on decode its
+    /// high-cardinality columns (dictionary at least half the chunk) into it whole; 0
+    /// turns it off.
     pub scan_cache_bytes: u64,
     /// Sorted runs (frozen memtables, L0 files, non-empty deeper NVMe levels and S3 group
     /// runs) above which writes are refused with a retryable "overloaded" error (Luo ch. 5:

@@ -90,6 +90,10 @@ pub struct MetaCache {
     columns: Option<quick_cache::sync::Cache<ColumnKey, ArrayRef, ArrayWeighter>>,
     column_hits: std::sync::atomic::AtomicU64,
     column_misses: std::sync::atomic::AtomicU64,
+    /// Row groups that a point read has read a full span of (file, row group), remembered
+    /// only where there is a decoded-column cache: the next cold span read of the row
+    /// group takes its dictionary-heavy columns whole ([`dictionary_heavy`]).
+    spans_read: Option<quick_cache::sync::Cache<(String, usize), ()>>,
     /// Row groups being decoded into `columns`, by file and row group: a scan that misses
     /// waits for the one decoding it rather than decoding it again (cold scans of one key
     /// range arrive together).
@@ -178,6 +182,9 @@ impl quick_cache::Weighter<PageKey, RecordBatch> for BatchWeighter {
 
 const META_CACHE_FILES: usize = 4096;
 
+/// Row groups whose first cold span read [`MetaCache`] remembers (about 80 bytes each).
+const SPANS_READ_ROW_GROUPS: usize = 1 << 16;
+
 /// Decoded bytes of a typical cached page span, for sizing the cache's table.
 const PAGE_BYTES_TYPICAL: u64 = 256 << 10;
 
@@ -204,8 +211,12 @@ impl MetaCache {
             let items = (scan_cache_bytes / COLUMN_BYTES_TYPICAL).clamp(16, 1 << 20) as usize;
             quick_cache::sync::Cache::with_weighter(items, scan_cache_bytes, ArrayWeighter)
         });
+        let spans_read = columns
+            .is_some()
+            .then(|| quick_cache::sync::Cache::new(SPANS_READ_ROW_GROUPS));
         Self {
             files: quick_cache::sync::Cache::new(META_CACHE_FILES),
+            spans_read,
             pages,
             page_hits: Default::default(),
             page_misses: Default::default(),
@@ -400,14 +411,122 @@ impl ParquetSource {
             self.metas.page_hits.fetch_add(1, Relaxed);
             return Ok(batch);
         }
+        let batch = if keys_only {
+            let mask = ProjectionMask::leaves(fm.meta.parquet_schema(), [0]);
+            self.read_span(fm, rgi, (first, n), rows, Some(mask))
+                .await?
+        } else {
+            match self
+                .span_from_whole_chunks(fm, rgi, (first, n), rows)
+                .await?
+            {
+                Some(batch) => batch,
+                None => self.read_span(fm, rgi, (first, n), rows, None).await?,
+            }
+        };
+        if let Some(pages) = &self.metas.pages {
+            self.metas.page_misses.fetch_add(1, Relaxed);
+            // Copied into buffers of exactly its size: decoding grows them as it goes (up
+            // to twice what they hold), which would halve what the budget keeps.
+            let indices = arrow::array::UInt32Array::from_iter_values(0..batch.num_rows() as u32);
+            let compact = arrow::compute::take_record_batch(&batch, &indices)
+                .map_err(|e| corrupt(&self.path, e))?;
+            pages.insert((self.info.name.clone(), rgi, first, keys_only), compact);
+        }
+        Ok(batch)
+    }
+
+    /// A full span whose columns the decoded-column cache holds are sliced from their
+    /// whole column chunks, the rest read over the span's pages; from the second cold span
+    /// read of the row group on, its dictionary-heavy columns ([`dictionary_heavy`]) are
+    /// decoded whole into that cache first (as a scan does). A point read otherwise decodes
+    /// such a column's dictionary (nearly the whole column: its distinct values) again for
+    /// every cold span of the row group; decoded once, it serves every later read and scan
+    /// of the row group. The first span read decodes no whole chunk, so reads scattered
+    /// over many row groups (one each) cost what they did. None where it does not apply:
+    /// no decoded-column cache, nested columns, or no column to take whole.
+    async fn span_from_whole_chunks(
+        &self,
+        fm: &Arc<FileMeta>,
+        rgi: usize,
+        (first, n): (usize, usize),
+        rows: usize,
+    ) -> Result<Option<RecordBatch>> {
+        let Some(cache) = &self.metas.columns else {
+            return Ok(None);
+        };
+        let md = fm.meta.metadata();
+        let schema = fm.meta.schema().clone();
+        let columns = schema.fields().len();
+        if md.file_metadata().schema_descr().num_columns() != columns {
+            return Ok(None);
+        }
+        let name = &self.info.name;
+        let cached: Vec<bool> = (0..columns)
+            .map(|c| cache.contains_key(&(name.clone(), rgi, c)))
+            .collect();
+        let heavy: Vec<bool> = (0..columns)
+            .map(|c| !cached[c] && dictionary_heavy(md, rgi, c))
+            .collect();
+        // Heavy columns are taken whole from the row group's second cold span read on.
+        let take_heavy = heavy.contains(&true)
+            && self.metas.spans_read.as_ref().is_some_and(|read| {
+                let key = (name.clone(), rgi);
+                let before = read.get(&key).is_some();
+                if !before {
+                    read.insert(key, ());
+                }
+                before
+            });
+        let whole: Vec<usize> = (0..columns)
+            .filter(|&c| cached[c] || (take_heavy && heavy[c]))
+            .collect();
+        if whole.is_empty() {
+            return Ok(None);
+        }
+        let rest: Vec<usize> = (0..columns).filter(|c| !whole.contains(c)).collect();
+        let chunks = self.row_group_columns(rgi, &whole).await?;
+        let span = if rest.is_empty() {
+            None
+        } else {
+            let mask =
+                ProjectionMask::roots(md.file_metadata().schema_descr(), rest.iter().copied());
+            Some(
+                self.read_span(fm, rgi, (first, n), rows, Some(mask))
+                    .await?,
+            )
+        };
+        let (mut chunks, mut spans) = (chunks.into_iter(), 0..rest.len());
+        let arrays: Vec<ArrayRef> = (0..columns)
+            .map(|c| match (whole.contains(&c), &span) {
+                (true, _) => chunks.next().map(|a| a.slice(first, n)),
+                (false, Some(b)) => spans.next().map(|i| b.column(i).clone()),
+                (false, None) => None,
+            })
+            .collect::<Option<_>>()
+            .ok_or_else(|| corrupt(&self.path, "a span's columns do not add up"))?;
+        RecordBatch::try_new(schema, arrays)
+            .map(Some)
+            .map_err(|e| corrupt(&self.path, e))
+    }
+
+    /// Rows `first..first + n` of row group `rgi`, decoded over the pages holding them:
+    /// every column, or those of `mask`.
+    async fn read_span(
+        &self,
+        fm: &Arc<FileMeta>,
+        rgi: usize,
+        (first, n): (usize, usize),
+        rows: usize,
+        mask: Option<ProjectionMask>,
+    ) -> Result<RecordBatch> {
         let mut builder = ParquetRecordBatchStreamBuilder::new_with_metadata(
             self.reader(fm.clone()),
             fm.meta.clone(),
         )
         .with_row_groups(vec![rgi])
         .with_batch_size(n.max(1));
-        if keys_only {
-            let mask = ProjectionMask::leaves(fm.meta.parquet_schema(), [0]);
+        if let Some(mask) = mask {
             builder = builder.with_projection(mask);
         }
         if (first, n) != (0, rows) {
@@ -427,21 +546,11 @@ impl ParquetSource {
         while let Some(batch) = stream.next().await {
             batches.push(batch.map_err(|e| corrupt(&self.path, e))?);
         }
-        let batch = match batches.len() {
-            1 => batches.pop().expect("one batch"),
+        match batches.len() {
+            1 => Ok(batches.pop().expect("one batch")),
             _ => arrow::compute::concat_batches(&schema, &batches)
-                .map_err(|e| corrupt(&self.path, e))?,
-        };
-        if let Some(pages) = &self.metas.pages {
-            self.metas.page_misses.fetch_add(1, Relaxed);
-            // Copied into buffers of exactly its size: decoding grows them as it goes (up
-            // to twice what they hold), which would halve what the budget keeps.
-            let indices = arrow::array::UInt32Array::from_iter_values(0..batch.num_rows() as u32);
-            let compact = arrow::compute::take_record_batch(&batch, &indices)
-                .map_err(|e| corrupt(&self.path, e))?;
-            pages.insert((self.info.name.clone(), rgi, first, keys_only), compact);
+                .map_err(|e| corrupt(&self.path, e)),
         }
-        Ok(batch)
     }
 
     /// Every version of `key` in the file with sequence number at most `seq`, newest first,
@@ -864,6 +973,20 @@ impl ParquetSource {
             })
             .collect())
     }
+}
+
+/// Whether a point read should take column `c` of row group `rgi` whole (decoded once into
+/// the decoded-column cache) rather than over its span's pages: its dictionary page is at
+/// least half of its bytes. A reader decodes a column chunk's dictionary before any of its
+/// data pages, so for such a column (high cardinality: the dictionary holds nearly every
+/// value) every cold span costs most of what the whole chunk does: decoded whole, it is
+/// paid once per row group instead of once per span.
+fn dictionary_heavy(md: &ParquetMetaData, rgi: usize, c: usize) -> bool {
+    let chunk = md.row_group(rgi).column(c);
+    chunk.dictionary_page_offset().is_some_and(|d| {
+        let dictionary = chunk.data_page_offset() - d;
+        dictionary > 0 && 2 * dictionary >= chunk.compressed_size()
+    })
 }
 
 /// Row groups that may hold keys in [start, end) by their `_key` statistics.
@@ -1326,6 +1449,113 @@ mod stream_tests {
         assert_eq!(misses, 2, "the row group's two columns decoded once");
         assert_eq!(hits, 14, "the other seven scans took them from the cache");
         assert!(metas.decoding.lock().is_empty(), "no gate left behind");
+    }
+
+    /// Keys 0..10,000 in one row group of pages of 100 rows: `v` distinct (its dictionary
+    /// is most of its bytes), `w` of three values (a small dictionary), every seventh key
+    /// with a second, newer version.
+    async fn keys_with_a_heavy_dictionary(metas: Arc<MetaCache>) -> (ParquetSource, GroupFormat) {
+        let store: StoreRef = Arc::new(object_store::memory::InMemory::new());
+        let schema = Schema::new(vec![
+            Field::new("k", DataType::Int64, false),
+            Field::new("v", DataType::Int64, true),
+            Field::new("w", DataType::Int32, true),
+        ]);
+        let format = GroupFormat::new(&schema, &[0], &[1, 2], vec![0, 1]);
+        let shape = FileShape {
+            file_bytes_target: 1 << 30,
+            row_group_rows: 20_000,
+            page_bytes: 1 << 20,
+            page_rows: 100,
+            dictionary_page_bytes: 1 << 20,
+        };
+        let mut w = RunWriter::new(
+            store.clone(),
+            Arc::new(format.clone()),
+            shape,
+            "t".into(),
+            Box::new(|name| Path::from(format!("p/{name}.parquet"))),
+        );
+        let entry = |i: i64, seq: u64| {
+            let v = crate::value::Value::Int(i * 7_919 + seq as i64);
+            let value = format
+                .codec
+                .encode(&[
+                    Some(v),
+                    (i % 5 != 0).then_some(crate::value::Value::Int(i % 3)),
+                ])
+                .unwrap();
+            Entry {
+                key: Bytes::from(key(i)),
+                seq,
+                kind: EntryKind::Put,
+                value: Bytes::from(value),
+            }
+        };
+        for i in 0..10_000i64 {
+            let versions = if i % 7 == 0 {
+                vec![entry(i, 2), entry(i, 1)]
+            } else {
+                vec![entry(i, 1)]
+            };
+            w.add_key(versions).await.unwrap();
+        }
+        let info = w.finish().await.unwrap().pop().unwrap();
+        let source = ParquetSource {
+            store,
+            path: Path::from(format!("p/{}.parquet", info.name)),
+            info,
+            cache: None,
+            metas,
+        };
+        (source, format)
+    }
+
+    #[tokio::test]
+    async fn a_point_read_takes_a_dictionary_heavy_column_whole_and_reads_the_same() {
+        let whole = Arc::new(MetaCache::with_scan_cache(64 << 20, 64 << 20));
+        let (source, format) = keys_with_a_heavy_dictionary(whole.clone()).await;
+        let spans = ParquetSource {
+            metas: Arc::new(MetaCache::new(64 << 20)),
+            ..source.clone()
+        };
+        let fm = source.meta().await.unwrap();
+        let md = fm.meta.metadata();
+        let heavy: Vec<usize> = (0..md.row_group(0).num_columns())
+            .filter(|&c| dictionary_heavy(md, 0, c))
+            .collect();
+        let v = fm.meta.schema().index_of("v").unwrap();
+        assert_eq!(
+            heavy,
+            vec![v],
+            "only the distinct column's dictionary is heavy"
+        );
+        // The row group's first cold span read decodes no whole chunk.
+        assert_eq!(source.lookup(&format, &key(5), 1).await.unwrap().len(), 1);
+        assert_eq!(whole.column_stats(), (0, 0, 0, 0));
+        for i in [0i64, 1, 7, 99, 100, 4_242, 5_005, 9_999, 10_000, -1] {
+            for seq in [1, 2, u64::MAX] {
+                let got = source.lookup(&format, &key(i), seq).await.unwrap();
+                let want = spans.lookup(&format, &key(i), seq).await.unwrap();
+                assert_eq!(got, want, "key {i} at {seq}");
+                let versions = if !(0..10_000).contains(&i) {
+                    0
+                } else if i % 7 == 0 && seq >= 2 {
+                    2
+                } else {
+                    1
+                };
+                assert_eq!(got.len(), versions, "key {i} at {seq}");
+            }
+        }
+        let (_, chunks, hits, misses) = whole.column_stats();
+        assert_eq!((chunks, misses), (1, 1), "`v` decoded whole once");
+        assert!(hits > 0, "and taken from the cache by the reads after");
+        assert_eq!(
+            spans.metas.column_stats().1,
+            0,
+            "no decoded-column cache there"
+        );
     }
 
     #[tokio::test]
