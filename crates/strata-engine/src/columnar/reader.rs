@@ -485,7 +485,21 @@ impl ParquetSource {
             return Ok(None);
         }
         let rest: Vec<usize> = (0..columns).filter(|c| !whole.contains(c)).collect();
-        let chunks = self.row_group_columns(rgi, &whole).await?;
+        // Decoding whole chunks is tens of milliseconds of CPU: off the runtime's threads,
+        // where the request's task runs (in a simulation, where blocking work runs inline,
+        // on the task: its wait would stall every other task).
+        let decodes = whole.iter().any(|&c| !cached[c]);
+        let chunks = if decodes && !strata_common::exec::inline() {
+            let (me, whole) = (self.clone(), whole.clone());
+            let handle = tokio::runtime::Handle::current();
+            strata_common::exec::blocking(move || {
+                strata_common::exec::wait(&handle, me.row_group_columns(rgi, &whole))
+            })
+            .await
+            .map_err(|e| Error::Internal(e.to_string()))??
+        } else {
+            self.row_group_columns(rgi, &whole).await?
+        };
         let span = if rest.is_empty() {
             None
         } else {
