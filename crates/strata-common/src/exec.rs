@@ -169,17 +169,19 @@ mod tests {
         assert_eq!(v, 7);
     }
 
-    /// Where `blocking_brief` ran `f` when called from a spawned task: on the task's own
-    /// thread, or elsewhere (the pool).
+    /// Where `blocking_brief` ran `f` when called from a spawned task: on the thread the
+    /// task goes on with right after (in place), or elsewhere (the pool, whose threads
+    /// never poll tasks). Compared after the call, not before: the task may move to the
+    /// other worker at the yield.
     async fn brief_in_place(f: impl FnOnce() + Send + 'static) -> bool {
         tokio::spawn(async move {
-            let here = std::thread::current().id();
-            blocking_brief(move || {
+            let ran_on = blocking_brief(move || {
                 f();
-                std::thread::current().id() == here
+                std::thread::current().id()
             })
             .await
-            .unwrap()
+            .unwrap();
+            ran_on == std::thread::current().id()
         })
         .await
         .unwrap()
