@@ -189,12 +189,23 @@ async fn killed_worker_job_is_finished_by_another() {
     );
 
     // Worker B takes the job over once A's lease expires.
-    let _b = worker(&endpoint, &bucket, &prefix, "worker-b", 0);
-    tokio::time::timeout(Duration::from_secs(120), drain)
-        .await
-        .expect("job finished by worker B")
-        .unwrap()
-        .unwrap();
+    let mut b = worker(&endpoint, &bucket, &prefix, "worker-b", 0);
+    let drained = match tokio::time::timeout(Duration::from_secs(120), drain).await {
+        Ok(d) => d,
+        Err(_) => {
+            // What the bucket says of the jobs, and whether worker B still runs, for the
+            // failure message: a hang here otherwise leaves no trace.
+            let jobs: Vec<(String, u64)> = store
+                .list(Some(&jobs_dir))
+                .map_ok(|m| (m.location.to_string(), m.size))
+                .try_collect()
+                .await
+                .unwrap_or_default();
+            let b_state = b.0.try_wait();
+            panic!("job not finished by worker B in 120 s; worker B: {b_state:?}; jobs: {jobs:?}");
+        }
+    };
+    drained.unwrap().unwrap();
 
     let m = t.shards().next().unwrap().manifest();
     let committed: Vec<String> = m.value.parquet_files().map(|f| f.name.clone()).collect();
