@@ -3,11 +3,10 @@ keep-alive HTTP connection on the table `kv(id int64, name string, score float64
 read keys 0..999): p50, p99 and the server's CPU per operation, after 200 warm-up ones.
 usage: one_row.py PID N [local|remote|get] [TABLE]"""
 import json
-import statistics
 import sys
 import time
 
-from rawhttp import Conn, cpu_seconds
+from rawhttp import Conn, timed
 
 pid, n, mode = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 table = sys.argv[4] if len(sys.argv) > 4 else "kv"
@@ -27,14 +26,5 @@ def request(i: int) -> bytes:
 conn = Conn()
 for i in range(200):
     conn.call(request(i))
-lat = []
-c0 = cpu_seconds(pid)
-for i in range(200, 200 + n):
-    r = request(i)
-    t0 = time.perf_counter()
-    conn.call(r)
-    lat.append((time.perf_counter() - t0) * 1e6)
-c1 = cpu_seconds(pid)
-lat.sort()
-print(f"{mode}: p50 {statistics.median(lat):.0f} us, p99 {lat[int(0.99 * n)]:.0f} us, "
-      f"server CPU {(c1 - c0) / n * 1e6:.0f} us/op")
+p50, p99, cpu = timed(conn, pid, [request(i) for i in range(200, 200 + n)])
+print(f"{mode}: p50 {p50 * 1e6:.0f} us, p99 {p99 * 1e6:.0f} us, server CPU {cpu * 1e6:.0f} us/op")

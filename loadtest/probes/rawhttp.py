@@ -1,7 +1,10 @@
-"""What the probes share: a process's CPU seconds from /proc, and one keep-alive HTTP/1.1
-connection over a raw socket (the least a client can add to a request's time)."""
+"""What the probes share: a process's CPU seconds from /proc, one keep-alive HTTP/1.1
+connection over a raw socket (the least a client can add to a request's time), and a timed
+run of requests over it."""
 import os
 import socket
+import statistics
+import time
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -37,3 +40,18 @@ class Conn:
             body += self.s.recv(65536)
         assert head.startswith(b"HTTP/1.1 200"), buf[:300]
         return body
+
+
+def timed(conn: Conn, pid: int, requests) -> tuple[float, float, float]:
+    """Sends `requests` (bytes, in order) over `conn`, one at a time, each built before its
+    clock starts: (p50, p99) of their latencies in seconds and process `pid`'s CPU seconds
+    per request over the run."""
+    lat = []
+    c0 = cpu_seconds(pid)
+    for req in requests:
+        t0 = time.perf_counter()
+        conn.call(req)
+        lat.append(time.perf_counter() - t0)
+    c1 = cpu_seconds(pid)
+    lat.sort()
+    return statistics.median(lat), lat[int(0.99 * len(lat))], (c1 - c0) / len(lat)
