@@ -478,13 +478,14 @@ impl ParquetSource {
                 }
                 before
             });
-        let whole: Vec<usize> = (0..columns)
-            .filter(|&c| cached[c] || (take_heavy && heavy[c]))
+        let taken: Vec<bool> = (0..columns)
+            .map(|c| cached[c] || (take_heavy && heavy[c]))
             .collect();
+        let whole: Vec<usize> = (0..columns).filter(|&c| taken[c]).collect();
         if whole.is_empty() {
             return Ok(None);
         }
-        let rest: Vec<usize> = (0..columns).filter(|c| !whole.contains(c)).collect();
+        let rest: Vec<usize> = (0..columns).filter(|&c| !taken[c]).collect();
         // Decoding whole chunks is tens of milliseconds of CPU: off the runtime's threads,
         // where the request's task runs (in a simulation, where blocking work runs inline,
         // on the task: its wait would stall every other task).
@@ -512,7 +513,7 @@ impl ParquetSource {
         };
         let (mut chunks, mut spans) = (chunks.into_iter(), 0..rest.len());
         let arrays: Vec<ArrayRef> = (0..columns)
-            .map(|c| match (whole.contains(&c), &span) {
+            .map(|c| match (taken[c], &span) {
                 (true, _) => chunks.next().map(|a| a.slice(first, n)),
                 (false, Some(b)) => spans.next().map(|i| b.column(i).clone()),
                 (false, None) => None,
