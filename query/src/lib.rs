@@ -15,6 +15,8 @@
 //!   and timeout per query).
 //! - [`shapes`]: optimized plans of read-only statements kept by shape (literals compared
 //!   with columns taken out as parameters), so a statement seen before is not planned again.
+//! - [`physical`]: physical plans kept by shape, for shapes whose runs differ only in
+//!   what their one table scan reads.
 //! - [`ingest`]: bulk ingest of Arrow batch streams (Flight SQL `CommandStatementIngest`).
 //! - [`metadata`]: Flight SQL's catalog metadata commands (`GetTables`, `GetSqlInfo`, ...).
 //! - [`prepared`]: Flight SQL's prepared statements (parameters bound by `DoPut`).
@@ -33,6 +35,7 @@ pub mod http;
 pub mod ingest;
 pub mod metadata;
 pub mod metrics;
+mod physical;
 pub mod postgres;
 pub mod prepared;
 pub mod provider;

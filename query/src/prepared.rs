@@ -234,7 +234,7 @@ mod tests {
         let h = s.open(
             me.clone(),
             "SELECT 1".into(),
-            Some(Checked::new(ctx.state(), plan, false)),
+            Some(Checked::new(ctx.state(), plan, None)),
         );
         assert!(s.take_first(&h, &other).is_none());
         assert!(s.take_first(&h, &me).is_some());

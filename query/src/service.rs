@@ -34,6 +34,7 @@ use datafusion_pg_catalog::pg_catalog::{
 use crate::auth::{DEFAULT_NAMESPACE, Principal, Scope, qualified, split_name};
 use crate::catalog::{AsOfFunction, StrataSchema};
 use crate::error::{QueryError, QueryErrorKind};
+use crate::physical::Physical;
 use crate::postgres::information_schema::PgInformationSchema;
 use crate::provider::TableOptions;
 use crate::shapes::{PlanCache, PlanCounts};
@@ -238,26 +239,32 @@ impl ObjectStoreRegistry for NoFiles {
 pub struct Planned {
     /// The plan, with the session it belongs to.
     pub(crate) df: DataFrame,
-    /// Whether `df`'s plan is optimized already (kept by its shape): only physical
-    /// planning remains.
-    pub(crate) optimized: bool,
+    /// Whether `df`'s plan is optimized already (kept by its shape; `Some`): only physical
+    /// planning remains, from the shape's kept physical plans where they serve.
+    pub(crate) optimized: Option<Arc<Physical>>,
 }
 
 /// The physical plan of `df`; `optimized`: its logical plan is optimized already (kept by
-/// its shape), so the analyzer and optimizer do not run again.
+/// its shape), so the analyzer and optimizer do not run again, and the shape's kept
+/// physical plans ([`crate::physical`]) serve where they fit.
 pub(crate) async fn physical_plan(
     df: DataFrame,
-    optimized: bool,
+    optimized: Option<Arc<Physical>>,
 ) -> datafusion::error::Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
-    if optimized {
+    if let Some(physical) = optimized {
         let (state, plan) = df.into_parts();
         if let Some(scan) = table_scan_only(&state, &plan).await? {
             return Ok(scan);
         }
-        state
+        if let Some(kept) = physical.plan(&state, &plan).await? {
+            return Ok(kept);
+        }
+        let made = state
             .query_planner()
             .create_physical_plan(&plan, &state)
-            .await
+            .await?;
+        physical.keep(&made);
+        Ok(made)
     } else {
         df.create_physical_plan().await
     }
@@ -318,7 +325,7 @@ impl Planned {
     pub(crate) fn new(df: DataFrame) -> Self {
         Self {
             df,
-            optimized: false,
+            optimized: None,
         }
     }
 }
@@ -337,13 +344,17 @@ pub struct Checked {
     state: Arc<SessionState>,
     plan: LogicalPlan,
     /// Whether `plan` is optimized already (see [`Planned::optimized`]).
-    optimized: bool,
+    optimized: Option<Arc<Physical>>,
     at: std::time::Instant,
 }
 
 impl Checked {
     /// `plan`, checked now in session `state`.
-    pub(crate) fn new(state: SessionState, plan: LogicalPlan, optimized: bool) -> Self {
+    pub(crate) fn new(
+        state: SessionState,
+        plan: LogicalPlan,
+        optimized: Option<Arc<Physical>>,
+    ) -> Self {
         Self {
             state: Arc::new(state),
             plan,
@@ -599,7 +610,7 @@ impl QueryService {
     ) -> Result<Planned, QueryError> {
         let fut = async {
             let (state, plan, optimized) = self.checked_plan(sql, params, who).await?;
-            if optimized {
+            if optimized.is_some() {
                 let df = DataFrame::new(state, plan);
                 return Ok(Planned { df, optimized });
             }
@@ -624,13 +635,14 @@ impl QueryService {
     /// A fresh session for `who` and the statement's logical plan, refused if it does what
     /// SQL over Strata must not; CREATE / DROP TABLE pass through for
     /// [`QueryService::table_ddl`] to check and run. A read-only statement whose shape was
-    /// seen before gets its kept plan, optimized already (true).
+    /// seen before gets its kept plan, optimized already, and the shape's kept physical
+    /// plans (`Some`).
     async fn checked_plan(
         &self,
         sql: &str,
         params: &[ScalarValue],
         who: &Principal,
-    ) -> Result<(SessionState, LogicalPlan, bool), QueryError> {
+    ) -> Result<(SessionState, LogicalPlan, Option<Arc<Physical>>), QueryError> {
         let state = self.state_for(who).await?;
         let sql = numbered_placeholders(sql);
         // Scalar subqueries with PostgreSQL's meaning (see `scalar_subquery`); the
@@ -644,9 +656,9 @@ impl QueryService {
             None => sql,
         };
         let failed = match self.shapes.plan(&state, &sql, params).await {
-            Ok(plan) => {
+            Ok((plan, physical)) => {
                 check_plan(&plan, self.writable, who)?;
-                return Ok((state, plan, true));
+                return Ok((state, plan, Some(physical)));
             }
             Err(miss) => miss.failed,
         };
@@ -668,7 +680,7 @@ impl QueryService {
                 .map_err(forbid)?;
             check_plan(&plan, self.writable, who)?;
         }
-        Ok((state, plan, false))
+        Ok((state, plan, None))
     }
 
     /// `CREATE TABLE t (... PRIMARY KEY (...))` and `DROP TABLE t` on Strata tables, where
@@ -817,7 +829,7 @@ impl QueryService {
                 }) => {
                     let plan = if params.is_empty() {
                         Some(plan)
-                    } else if optimized {
+                    } else if optimized.is_some() {
                         // None: the values do not bind to the kept plan; plan afresh.
                         crate::shapes::bind_clients(plan, params)
                     } else {
@@ -832,7 +844,7 @@ impl QueryService {
                 None => self.checked_plan(sql, params, who).await?,
             };
             let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
-            if optimized {
+            if optimized.is_some() {
                 let df = DataFrame::new(state, plan);
                 return Ok((schema, Planned { df, optimized }, false));
             }
@@ -1283,7 +1295,7 @@ mod tests {
     async fn a_checked_plan_serves_only_a_run_that_follows_at_once() {
         let ctx = datafusion::prelude::SessionContext::new();
         let plan = ctx.state().create_logical_plan("SELECT 1").await.unwrap();
-        let now = Checked::new(ctx.state(), plan, false);
+        let now = Checked::new(ctx.state(), plan, None);
         let mut old = now.clone();
         old.at = std::time::Instant::now()
             .checked_sub(FIRST_RUN_WITHIN * 2)

@@ -55,6 +55,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
+use crate::physical::Physical;
 use crate::provider::StrataTable;
 
 /// Shapes kept at most (least recently used go first).
@@ -77,6 +78,8 @@ struct Kept {
     plan: LogicalPlan,
     /// Per table scan, in the plan's order: how the table took each filter pushed into it.
     pushed: Vec<Vec<TableProviderFilterPushDown>>,
+    /// Its physical plans, where runs may share them.
+    physical: Arc<Physical>,
 }
 
 /// A statement's shape: the cache key, the statement with its literals taken out, and the
@@ -96,6 +99,9 @@ struct Shape {
 #[derive(Clone, Debug, Default)]
 pub struct PlanCounts {
     by: Family<PlanLabel, Counter>,
+    /// Physical plans of kept shapes ([`crate::physical`]): `kept` (a run served from a
+    /// kept physical plan), `made` (planned and kept for later runs).
+    physical: Family<PlanLabel, Counter>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -120,12 +126,29 @@ impl PlanCounts {
         self.inc("fresh");
     }
 
+    /// A physical plan kept (`made`) or served from one kept (`kept`).
+    pub(crate) fn physical(&self, plan: &'static str) {
+        self.physical.get_or_create(&PlanLabel { plan }).inc();
+    }
+
+    /// Runs served from a kept physical plan, and physical plans made and kept, since the
+    /// service started.
+    pub fn physical_kept_and_made(&self) -> (u64, u64) {
+        let get = |plan| self.physical.get_or_create(&PlanLabel { plan }).get();
+        (get("kept"), get("made"))
+    }
+
     /// Adds the counts to `registry`.
     pub fn register(&self, registry: &mut prometheus_client::registry::Registry) {
         registry.register(
             "strata_sql_plans",
             "SQL statements by how their plan was had: kept (by the statement's shape), made (and kept), fresh (not kept)",
             self.by.clone(),
+        );
+        registry.register(
+            "strata_sql_physical_plans",
+            "Physical plans of kept shapes: kept (a run's plan made from a kept one around the run's own scan), made (planned and kept)",
+            self.physical.clone(),
         );
     }
 }
@@ -173,14 +196,14 @@ impl PlanCache {
         state: &SessionState,
         sql: &str,
         params: &[ScalarValue],
-    ) -> Result<LogicalPlan, Miss> {
+    ) -> Result<(LogicalPlan, Arc<Physical>), Miss> {
         let shape = shape(state, sql, params).ok_or_else(Miss::skip)?;
         match self.entries.get(&shape.key) {
             Some(Entry::Never) => Err(Miss::skip()),
             Some(Entry::Plan(kept)) if let Some(plan) = with_tables(state, &kept).await => {
                 let plan = shape.bind(plan).ok_or_else(Miss::skip)?;
                 self.counts.inc("kept");
-                Ok(plan)
+                Ok((plan, kept.physical.clone()))
             }
             // No entry, or a plan for tables that have changed since (another key or
             // other columns): planned again, and kept in its place.
@@ -198,16 +221,17 @@ impl PlanCache {
                     return Err(Miss::skip());
                 }
                 let plan = state.optimize(&plan).map_err(|_| Miss::skip())?;
-                let Some(kept) = detached(&plan) else {
+                let Some(kept) = detached(&plan, &self.counts) else {
                     self.never(key);
                     return Err(Miss::skip());
                 };
                 let kinds_fit = shape.kinds_fit(&plan);
                 match shape.bind(plan) {
                     Some(bound) => {
+                        let physical = kept.physical.clone();
                         self.entries.insert(key, Entry::Plan(Arc::new(kept)));
                         self.counts.inc("made");
-                        Ok(bound)
+                        Ok((bound, physical))
                     }
                     // Only this run's values do not bind (a NULL key, a number too large
                     // for its column): the plan is kept for the next run.
@@ -444,7 +468,7 @@ fn pushed(table: &dyn TableProvider, filters: &[Expr]) -> Option<Vec<TableProvid
 
 /// `plan` with its tables replaced by stand-ins (their columns, no data), and how each
 /// scan's table took its filters; None if a scan reads anything but a Strata table.
-fn detached(plan: &LogicalPlan) -> Option<Kept> {
+fn detached(plan: &LogicalPlan, counts: &PlanCounts) -> Option<Kept> {
     let mut takes = Vec::new();
     let plan = plan
         .clone()
@@ -465,9 +489,11 @@ fn detached(plan: &LogicalPlan) -> Option<Kept> {
         })
         .ok()?
         .data;
+    let physical = Arc::new(Physical::for_plan(&plan, &takes, counts.clone()));
     Some(Kept {
         plan,
         pushed: takes,
+        physical,
     })
 }
 
@@ -768,6 +794,126 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn runs_of_a_one_scan_shape_share_its_physical_plan_and_read_their_own_rows() {
+        use std::collections::BTreeMap;
+        let tmp = tempfile::tempdir().unwrap();
+        let (db, q) = service(tmp.path()).await;
+        table(&q).await;
+        // id -> (a, s), as `table` wrote them; rows change between runs below.
+        let mut data: BTreeMap<i64, (i64, String)> = (0..200)
+            .map(|i| (i, (i % 7, format!("x{}", i % 5))))
+            .collect();
+        let text = |v: Option<i64>| v.map_or("NULL".to_string(), |v| v.to_string());
+        let mut runs = 0;
+        for (lo, hi) in [(10, 50), (20, 60), (0, 200), (150, 400), (60, 61), (70, 70)] {
+            // The kept plan must read each run's own snapshot: a row of the range changes,
+            // one appears past the table's end, one goes.
+            rows(
+                &q,
+                &format!("UPDATE t SET a = a + 10 WHERE id = {}", lo + 1),
+            )
+            .await;
+            if let Some(v) = data.get_mut(&(lo + 1)) {
+                v.0 += 10;
+            }
+            let new = 200 + runs;
+            rows(&q, &format!("INSERT INTO t VALUES ({new}, 1, 'new')")).await;
+            data.insert(new, (1, "new".into()));
+            rows(&q, &format!("DELETE FROM t WHERE id = {}", lo + 2)).await;
+            data.remove(&(lo + 2));
+            let range: Vec<(i64, &(i64, String))> =
+                data.range(lo..hi).map(|(k, v)| (*k, v)).collect();
+
+            let got = rows(
+                &q,
+                &format!("SELECT SUM(a + a), COUNT(*) FROM t WHERE id >= {lo} AND id < {hi}"),
+            )
+            .await;
+            let sum = (!range.is_empty()).then(|| range.iter().map(|(_, v)| 2 * v.0).sum());
+            assert_eq!(
+                got,
+                vec![vec![text(sum), range.len().to_string()]],
+                "{lo}..{hi}"
+            );
+
+            let got = rows(&q, &format!("SELECT MAX(a), MIN(s) FROM t WHERE id < {hi}")).await;
+            let below: Vec<&(i64, String)> = data.range(..hi).map(|(_, v)| v).collect();
+            let max = below.iter().map(|v| v.0).max();
+            let min = below.iter().map(|v| v.1.clone()).min();
+            assert_eq!(
+                got,
+                vec![vec![text(max), min.unwrap_or_else(|| "NULL".into())]],
+                "..{hi}"
+            );
+
+            let got = rows(
+                &q,
+                &format!(
+                    "SELECT a, COUNT(*) FROM t WHERE id >= {lo} AND id < {hi} GROUP BY a ORDER BY a"
+                ),
+            )
+            .await;
+            let mut groups: BTreeMap<i64, usize> = BTreeMap::new();
+            for (_, v) in &range {
+                *groups.entry(v.0).or_default() += 1;
+            }
+            let want: Vec<Vec<String>> = groups
+                .iter()
+                .map(|(a, n)| vec![a.to_string(), n.to_string()])
+                .collect();
+            assert_eq!(got, want, "{lo}..{hi} grouped");
+            runs += 1;
+        }
+        // Three shapes, six runs each: each made its physical plan once per partition count
+        // of its scan (at most `PLANS`), every other run reused one.
+        let (kept, made) = q.plan_counts().physical_kept_and_made();
+        assert!((3..=3 * 4).contains(&made), "made {made}");
+        assert_eq!(kept + made, 3 * runs as u64, "kept {kept}, made {made}");
+
+        // A run's plan from a kept one is the plan DataFusion would make for it.
+        let sql = "SELECT SUM(a + a), COUNT(*) FROM t WHERE id >= 5 AND id < 9";
+        let planned = q.plan(sql).await.unwrap();
+        let (state, plan) = planned.df.clone().into_parts();
+        let full = state.query_planner().create_physical_plan(&plan, &state);
+        let full = displayable(full.await.unwrap().as_ref())
+            .indent(false)
+            .to_string();
+        let ours = crate::service::physical_plan(planned.df, planned.optimized)
+            .await
+            .unwrap();
+        assert_eq!(displayable(ours.as_ref()).indent(false).to_string(), full);
+        assert_eq!(q.plan_counts().physical_kept_and_made().0, kept + 1);
+
+        // A parameter above the scan (a filter on a column the table does not take
+        // exactly), or a sort that keeps its top rows: planned every run.
+        let before = q.plan_counts().physical_kept_and_made();
+        for v in [1, 2, 3] {
+            let got = rows(
+                &q,
+                &format!("SELECT id FROM t WHERE id < 30 AND a = {v} ORDER BY id"),
+            )
+            .await;
+            let want: Vec<Vec<String>> = data
+                .range(..30)
+                .filter(|(_, r)| r.0 == v)
+                .map(|(k, _)| vec![k.to_string()])
+                .collect();
+            assert_eq!(got, want, "a = {v}");
+            let got = rows(
+                &q,
+                &format!("SELECT a FROM t WHERE id >= {v} ORDER BY a DESC LIMIT 2"),
+            )
+            .await;
+            let mut all: Vec<i64> = data.range(v..).map(|(_, r)| r.0).collect();
+            all.sort_unstable_by(|x, y| y.cmp(x));
+            let want: Vec<Vec<String>> = all.iter().take(2).map(|a| vec![a.to_string()]).collect();
+            assert_eq!(got, want, "top 2 from {v}");
+        }
+        assert_eq!(q.plan_counts().physical_kept_and_made(), before);
+        db.close().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_kept_plan_of_one_table_scan_is_the_scan_datafusion_would_plan() {
         let tmp = tempfile::tempdir().unwrap();
         let (db, q) = service(tmp.path()).await;
@@ -795,7 +941,7 @@ mod tests {
             rows(&q, first).await;
             let (hits0, _) = q.plan_counts().kept_and_made();
             let kept = q.plan(second).await.unwrap();
-            assert!(kept.optimized, "{second}");
+            assert!(kept.optimized.is_some(), "{second}");
             assert_eq!(q.plan_counts().kept_and_made().0, hits0 + 1, "{second}");
             // The same statement through DataFusion's planner and its optimizer rules.
             let (state, plan) = kept.df.clone().into_parts();
@@ -805,7 +951,9 @@ mod tests {
             let full = displayable(planner.await.unwrap().as_ref())
                 .indent(false)
                 .to_string();
-            let ours = crate::service::physical_plan(kept.df, true).await.unwrap();
+            let ours = crate::service::physical_plan(kept.df, kept.optimized)
+                .await
+                .unwrap();
             let ours = displayable(ours.as_ref()).indent(false).to_string();
             assert!(ours.starts_with("CooperativeExec"), "{ours}");
             assert_eq!(ours, full, "{second}");

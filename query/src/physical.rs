@@ -1,0 +1,223 @@
+//! Physical plans kept by statement shape, for the shapes whose runs differ only in what
+//! their one table scan reads.
+//!
+//! A kept shape ([`crate::shapes`]) skips DataFusion's SQL planner and optimizer, but each
+//! run still made its physical plan: the physical planner and its optimizer rules took
+//! 11-13% of the server's CPU for LASER's Q3 and Q4 (a MAX and a SUM over a key range,
+//! section "physical plans kept by shape" of docs/BENCHMARKS.md). When every parameter of
+//! a shape sits in the filters of its single table scan, and the table takes each of them
+//! exactly, a run's values change nothing above the scan: the kept physical plan is rebuilt
+//! around the run's own scan (its snapshot and key ranges), and only the operators above it
+//! are made again, from the kept ones (`with_new_children`, no planner, no rule).
+//!
+//! What keeps a kept physical plan right:
+//! - The shape's plan has one table scan, a Strata table's, every filter in it taken
+//!   exactly, and no parameter anywhere else (checked on the optimized logical plan, once
+//!   per shape: [`Physical::for_plan`]).
+//! - The kept physical plan is a chain of operators that hold no state between runs
+//!   (aggregates, projections, filters, sorts without a limit, merges, repartitions,
+//!   limits, the cooperative wrapper) over one `StrataScanExec`, with no dynamic filter:
+//!   a TopK sort's or a join's build side would carry a run's state into the next.
+//! - The run's scan has the kept scan's columns, ordering and number of partitions (the
+//!   key ranges a scan is split into depend on the data): the operators above were chosen
+//!   for those. A scan that differs is planned afresh, and its plan kept beside the others
+//!   (at most [`PLANS`] per shape).
+
+use std::sync::Arc;
+
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::datasource::source_as_provider;
+use datafusion::error::Result;
+use datafusion::execution::session_state::SessionState;
+use datafusion::logical_expr::{Expr, LogicalPlan, TableProviderFilterPushDown};
+use datafusion::physical_expr::expressions::DynamicFilterPhysicalExpr;
+use datafusion::physical_plan::ExecutionPlan;
+
+use crate::scan::StrataScanExec;
+use crate::shapes::PlanCounts;
+
+/// Physical plans kept per shape at most (one per partition count of its scan).
+const PLANS: usize = 4;
+
+/// Operators a kept physical plan may hold above its scan: none keeps state from one
+/// execution to the next once made again over a new child.
+const STATELESS: &[&str] = &[
+    "AggregateExec",
+    "ProjectionExec",
+    "FilterExec",
+    "CoalescePartitionsExec",
+    "CoalesceBatchesExec",
+    "CooperativeExec",
+    "RepartitionExec",
+    "SortExec",
+    "SortPreservingMergeExec",
+    "GlobalLimitExec",
+    "LocalLimitExec",
+];
+
+/// The physical plans kept for one shape.
+pub(crate) struct Physical {
+    /// Whether the shape's runs differ only in what its one table scan reads.
+    eligible: bool,
+    plans: parking_lot::Mutex<Vec<Arc<dyn ExecutionPlan>>>,
+    counts: PlanCounts,
+}
+
+impl Physical {
+    /// For a shape with the optimized logical plan `plan` (parameters unbound), whose table
+    /// scans took their filters as `pushed` says.
+    pub(crate) fn for_plan(
+        plan: &LogicalPlan,
+        pushed: &[Vec<TableProviderFilterPushDown>],
+        counts: PlanCounts,
+    ) -> Self {
+        let exact = pushed.len() == 1
+            && pushed[0]
+                .iter()
+                .all(|p| *p == TableProviderFilterPushDown::Exact);
+        let mut eligible = exact;
+        let _ = plan.apply(|node| {
+            if !matches!(node, LogicalPlan::TableScan(_)) {
+                let _ = node.apply_expressions(|e| {
+                    e.apply(|e| {
+                        if matches!(e, Expr::Placeholder(_)) {
+                            eligible = false;
+                        }
+                        Ok(TreeNodeRecursion::Continue)
+                    })
+                });
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+        Self {
+            eligible,
+            plans: parking_lot::Mutex::new(Vec::new()),
+            counts,
+        }
+    }
+
+    /// The physical plan of `plan` (this shape's, bound to a run's values) from a kept
+    /// one, with the run's own scan; None: plan it (and [`Physical::keep`] the result).
+    pub(crate) async fn plan(
+        &self,
+        state: &SessionState,
+        plan: &LogicalPlan,
+    ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+        if !self.eligible || self.plans.lock().is_empty() {
+            return Ok(None);
+        }
+        let Some(scan) = run_scan(state, plan).await? else {
+            return Ok(None);
+        };
+        let kept = self
+            .plans
+            .lock()
+            .iter()
+            .find(|p| scan_of(p.as_ref()).is_some_and(|s| fits(s, scan.as_ref())))
+            .cloned();
+        let Some(kept) = kept else {
+            return Ok(None);
+        };
+        let plan = kept
+            .transform_up(|node| {
+                Ok(if node.is::<StrataScanExec>() {
+                    Transformed::yes(scan.clone())
+                } else {
+                    Transformed::no(node)
+                })
+            })?
+            .data;
+        self.counts.physical("kept");
+        Ok(Some(plan))
+    }
+
+    /// Keeps `plan`, made for a run of this shape, for later runs whose scan has its
+    /// partitions, if it is a plan this module keeps (see the module doc).
+    pub(crate) fn keep(&self, plan: &Arc<dyn ExecutionPlan>) {
+        if !self.eligible || !keepable(plan.as_ref()) {
+            return;
+        }
+        let Some(scan) = scan_of(plan.as_ref()) else {
+            return;
+        };
+        let partitions = scan.properties().partitioning.partition_count();
+        let mut plans = self.plans.lock();
+        plans.retain(|p| {
+            scan_of(p.as_ref())
+                .is_some_and(|s| s.properties().partitioning.partition_count() != partitions)
+        });
+        if plans.len() < PLANS {
+            plans.push(plan.clone());
+            self.counts.physical("made");
+        }
+    }
+}
+
+/// The scan a run of `plan` reads, made as DataFusion's planner makes it; None when `plan`
+/// does not have one Strata table scan.
+async fn run_scan(
+    state: &SessionState,
+    plan: &LogicalPlan,
+) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    let mut scans = Vec::new();
+    plan.apply(|node| {
+        if let LogicalPlan::TableScan(scan) = node {
+            scans.push(scan.clone());
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    let [scan] = scans.as_slice() else {
+        return Ok(None);
+    };
+    let Ok(table) = source_as_provider(&scan.source) else {
+        return Ok(None);
+    };
+    let filters =
+        datafusion::logical_expr::expr_rewriter::unnormalize_cols(scan.filters.iter().cloned());
+    let exec = table
+        .scan(state, scan.projection.as_ref(), &filters, scan.fetch)
+        .await?;
+    Ok(exec.is::<StrataScanExec>().then_some(exec))
+}
+
+/// The one scan of a kept plan.
+fn scan_of(plan: &dyn ExecutionPlan) -> Option<&dyn ExecutionPlan> {
+    if plan.is::<StrataScanExec>() {
+        return Some(plan);
+    }
+    match plan.children()[..] {
+        [child] => scan_of(child.as_ref()),
+        _ => None,
+    }
+}
+
+/// Whether `run`, a run's scan, can take the place of `kept` in a kept plan: the same
+/// columns, ordering and number of partitions.
+fn fits(kept: &dyn ExecutionPlan, run: &dyn ExecutionPlan) -> bool {
+    kept.schema() == run.schema()
+        && kept.properties().partitioning.partition_count()
+            == run.properties().partitioning.partition_count()
+        && kept.properties().output_ordering() == run.properties().output_ordering()
+}
+
+/// Whether `plan` is a chain of [`STATELESS`] operators over one Strata scan, with no
+/// sort that keeps only its top rows and no dynamic filter.
+fn keepable(plan: &dyn ExecutionPlan) -> bool {
+    if plan.is::<StrataScanExec>() {
+        return true;
+    }
+    let mut dynamic = false;
+    let _ = plan.apply_expressions(&mut |e| {
+        e.apply(|e| {
+            dynamic |= e.is::<DynamicFilterPhysicalExpr>();
+            Ok(TreeNodeRecursion::Continue)
+        })
+    });
+    let topk = plan.name() == "SortExec" && plan.fetch().is_some();
+    match plan.children().as_slice() {
+        [child] if STATELESS.contains(&plan.name()) && !dynamic && !topk => {
+            keepable(child.as_ref())
+        }
+        _ => false,
+    }
+}
