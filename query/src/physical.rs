@@ -22,16 +22,25 @@
 //!   key ranges a scan is split into depend on the data): the operators above were chosen
 //!   for those. A scan that differs is planned afresh, and its plan kept beside the others
 //!   (at most [`PLANS`] per shape).
+//! - A kept plan holds no scan, only a stand-in with the scan's properties ([`ScanSlot`]):
+//!   a scan holds its table view, which would keep the first run's memtables and files
+//!   alive for as long as the shape is kept. Nor does it hold the operators the first run
+//!   executed: they are made again over the stand-in when the plan is kept.
 
+use std::fmt;
 use std::sync::Arc;
 
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::datasource::source_as_provider;
-use datafusion::error::Result;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::TaskContext;
 use datafusion::execution::session_state::SessionState;
 use datafusion::logical_expr::{Expr, LogicalPlan, TableProviderFilterPushDown};
+use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::DynamicFilterPhysicalExpr;
-use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
+};
 
 use crate::scan::StrataScanExec;
 use crate::shapes::PlanCounts;
@@ -113,14 +122,14 @@ impl Physical {
             .plans
             .lock()
             .iter()
-            .find(|p| scan_of(p.as_ref()).is_some_and(|s| fits(s, scan.as_ref())))
+            .find(|p| slot_of(p.as_ref()).is_some_and(|s| fits(s, scan.as_ref())))
             .cloned();
         let Some(kept) = kept else {
             return Ok(None);
         };
         let plan = kept
             .transform_up(|node| {
-                Ok(if node.is::<StrataScanExec>() {
+                Ok(if node.is::<ScanSlot>() {
                     Transformed::yes(scan.clone())
                 } else {
                     Transformed::no(node)
@@ -137,19 +146,41 @@ impl Physical {
         if !self.eligible || !keepable(plan.as_ref()) {
             return;
         }
-        let Some(scan) = scan_of(plan.as_ref()) else {
+        let Ok(kept) = plan.clone().transform_up(|node| {
+            Ok(if node.is::<StrataScanExec>() {
+                Transformed::yes(Arc::new(ScanSlot(node.properties().clone())) as _)
+            } else {
+                Transformed::no(node)
+            })
+        }) else {
             return;
         };
-        let partitions = scan.properties().partitioning.partition_count();
+        let kept = kept.data;
+        let Some(slot) = slot_of(kept.as_ref()) else {
+            return;
+        };
+        let partitions = slot.properties().partitioning.partition_count();
         let mut plans = self.plans.lock();
         plans.retain(|p| {
-            scan_of(p.as_ref())
+            slot_of(p.as_ref())
                 .is_some_and(|s| s.properties().partitioning.partition_count() != partitions)
         });
         if plans.len() < PLANS {
-            plans.push(plan.clone());
+            plans.push(kept);
             self.counts.physical("made");
         }
+    }
+}
+
+#[cfg(test)]
+impl Physical {
+    /// How many plans are kept, and whether any of them holds a scan (a table view).
+    pub(crate) fn kept(&self) -> (usize, bool) {
+        let plans = self.plans.lock();
+        let scans = plans
+            .iter()
+            .any(|p| p.exists(|n| Ok(n.is::<StrataScanExec>())).unwrap_or(true));
+        (plans.len(), scans)
     }
 }
 
@@ -180,13 +211,13 @@ async fn run_scan(
     Ok(exec.is::<StrataScanExec>().then_some(exec))
 }
 
-/// The one scan of a kept plan.
-fn scan_of(plan: &dyn ExecutionPlan) -> Option<&dyn ExecutionPlan> {
-    if plan.is::<StrataScanExec>() {
+/// The stand-in for the scan of a kept plan.
+fn slot_of(plan: &dyn ExecutionPlan) -> Option<&dyn ExecutionPlan> {
+    if plan.is::<ScanSlot>() {
         return Some(plan);
     }
     match plan.children()[..] {
-        [child] => scan_of(child.as_ref()),
+        [child] => slot_of(child.as_ref()),
         _ => None,
     }
 }
@@ -219,5 +250,58 @@ fn keepable(plan: &dyn ExecutionPlan) -> bool {
             keepable(child.as_ref())
         }
         _ => false,
+    }
+}
+
+/// Where a kept plan's scan goes: the properties of the scan it was planned over, and
+/// nothing to run (each run puts its own scan in its place).
+#[derive(Debug)]
+struct ScanSlot(Arc<PlanProperties>);
+
+impl DisplayAs for ScanSlot {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "ScanSlot")
+    }
+}
+
+impl ExecutionPlan for ScanSlot {
+    fn name(&self) -> &str {
+        "ScanSlot"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.0
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        Vec::new()
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if children.is_empty() {
+            Ok(self)
+        } else {
+            Err(DataFusionError::Internal("ScanSlot has no children".into()))
+        }
+    }
+
+    fn execute(
+        &self,
+        _partition: usize,
+        _context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        Err(DataFusionError::Internal(
+            "a kept plan runs with its run's own scan in place of ScanSlot".into(),
+        ))
     }
 }

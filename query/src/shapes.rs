@@ -873,6 +873,12 @@ mod tests {
         // A run's plan from a kept one is the plan DataFusion would make for it.
         let sql = "SELECT SUM(a + a), COUNT(*) FROM t WHERE id >= 5 AND id < 9";
         let planned = q.plan(sql).await.unwrap();
+        let physical = planned.optimized.clone().unwrap();
+        let (plans, scans) = physical.kept();
+        assert!(
+            plans >= 1 && !scans,
+            "kept plans hold no scan, so no table view"
+        );
         let (state, plan) = planned.df.clone().into_parts();
         let full = state.query_planner().create_physical_plan(&plan, &state);
         let full = displayable(full.await.unwrap().as_ref())
