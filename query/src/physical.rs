@@ -24,8 +24,11 @@
 //!   (at most [`PLANS`] per shape).
 //! - A kept plan holds no scan, only a stand-in with the scan's properties ([`ScanSlot`]):
 //!   a scan holds its table view, which would keep the first run's memtables and files
-//!   alive for as long as the shape is kept. Nor does it hold the operators the first run
-//!   executed: they are made again over the stand-in when the plan is kept.
+//!   alive for as long as the shape is kept. Each run's operators are made again over its
+//!   scan and their state reset (DataFusion's `reset_state`, its way of running a plan
+//!   again), so runs share no metrics or channels with each other or the first run.
+//! - A scan whose partition count no kept plan has is planned afresh (its scan made twice:
+//!   once to learn the count); the newest [`PLANS`] counts are kept.
 
 use std::fmt;
 use std::sync::Arc;
@@ -45,7 +48,8 @@ use datafusion::physical_plan::{
 use crate::scan::StrataScanExec;
 use crate::shapes::PlanCounts;
 
-/// Physical plans kept per shape at most (one per partition count of its scan).
+/// Physical plans kept per shape at most (one per partition count of its scan; a scan is
+/// split into at most `query.scan_partitions` key ranges, one per core by default).
 const PLANS: usize = 4;
 
 /// Operators a kept physical plan may hold above its scan: none keeps state from one
@@ -127,13 +131,15 @@ impl Physical {
         let Some(kept) = kept else {
             return Ok(None);
         };
+        // Every operator above is made again over the new scan, then has its state reset
+        // (`reset_state`: a sort's metrics are otherwise shared by every copy).
         let plan = kept
             .transform_up(|node| {
-                Ok(if node.is::<ScanSlot>() {
-                    Transformed::yes(scan.clone())
+                Ok(Transformed::yes(if node.is::<ScanSlot>() {
+                    scan.clone()
                 } else {
-                    Transformed::no(node)
-                })
+                    node.reset_state()?
+                }))
             })?
             .data;
         self.counts.physical("kept");
@@ -147,11 +153,11 @@ impl Physical {
             return;
         }
         let Ok(kept) = plan.clone().transform_up(|node| {
-            Ok(if node.is::<StrataScanExec>() {
-                Transformed::yes(Arc::new(ScanSlot(node.properties().clone())) as _)
+            Ok(Transformed::yes(if node.is::<StrataScanExec>() {
+                Arc::new(ScanSlot(node.properties().clone())) as _
             } else {
-                Transformed::no(node)
-            })
+                node.reset_state()?
+            }))
         }) else {
             return;
         };
@@ -165,22 +171,28 @@ impl Physical {
             slot_of(p.as_ref())
                 .is_some_and(|s| s.properties().partitioning.partition_count() != partitions)
         });
-        if plans.len() < PLANS {
-            plans.push(kept);
-            self.counts.physical("made");
+        if plans.len() == PLANS {
+            plans.remove(0);
         }
+        plans.push(kept);
+        self.counts.physical("made");
     }
 }
 
 #[cfg(test)]
 impl Physical {
-    /// How many plans are kept, and whether any of them holds a scan (a table view).
+    /// How many plans are kept, and whether any of them holds a scan (a table view) or
+    /// an operator that has recorded metrics (state shared with a run).
     pub(crate) fn kept(&self) -> (usize, bool) {
         let plans = self.plans.lock();
-        let scans = plans
-            .iter()
-            .any(|p| p.exists(|n| Ok(n.is::<StrataScanExec>())).unwrap_or(true));
-        (plans.len(), scans)
+        let shared = plans.iter().any(|p| {
+            p.exists(|n| {
+                let metrics = n.metrics().is_some_and(|m| m.iter().next().is_some());
+                Ok(n.is::<StrataScanExec>() || metrics)
+            })
+            .unwrap_or(true)
+        });
+        (plans.len(), shared)
     }
 }
 
@@ -223,12 +235,20 @@ fn slot_of(plan: &dyn ExecutionPlan) -> Option<&dyn ExecutionPlan> {
 }
 
 /// Whether `run`, a run's scan, can take the place of `kept` in a kept plan: the same
-/// columns, ordering and number of partitions.
+/// columns, ordering, number of partitions and manner of output, and neither claims any
+/// column constant or equal to another (a scan does not today; such a claim could carry
+/// a run's values, so it is never taken on trust).
 fn fits(kept: &dyn ExecutionPlan, run: &dyn ExecutionPlan) -> bool {
+    let (k, r) = (kept.properties(), run.properties());
     kept.schema() == run.schema()
-        && kept.properties().partitioning.partition_count()
-            == run.properties().partitioning.partition_count()
-        && kept.properties().output_ordering() == run.properties().output_ordering()
+        && k.partitioning.partition_count() == r.partitioning.partition_count()
+        && k.output_ordering() == r.output_ordering()
+        && k.eq_properties.eq_group().is_empty()
+        && r.eq_properties.eq_group().is_empty()
+        && k.emission_type == r.emission_type
+        && k.boundedness == r.boundedness
+        && k.evaluation_type == r.evaluation_type
+        && k.scheduling_type == r.scheduling_type
 }
 
 /// Whether `plan` is a chain of [`STATELESS`] operators over one Strata scan, with no

@@ -874,10 +874,25 @@ mod tests {
         let sql = "SELECT SUM(a + a), COUNT(*) FROM t WHERE id >= 5 AND id < 9";
         let planned = q.plan(sql).await.unwrap();
         let physical = planned.optimized.clone().unwrap();
-        let (plans, scans) = physical.kept();
+        let (plans, shared) = physical.kept();
         assert!(
-            plans >= 1 && !scans,
-            "kept plans hold no scan, so no table view"
+            plans >= 1 && !shared,
+            "kept plans hold no scan (no table view)"
+        );
+        // Nor do they share a run's state: the grouped shape's sort recorded no metrics
+        // into its kept plan (it would grow with every run).
+        let grouped = q
+            .plan("SELECT a, COUNT(*) FROM t WHERE id >= 1 AND id < 9 GROUP BY a ORDER BY a")
+            .await
+            .unwrap();
+        let sorted = grouped.optimized.clone().unwrap();
+        crate::service::physical_plan(grouped.df, grouped.optimized)
+            .await
+            .unwrap();
+        let (plans, shared) = sorted.kept();
+        assert!(
+            plans >= 1 && !shared,
+            "a kept plan shares no state with its runs"
         );
         let (state, plan) = planned.df.clone().into_parts();
         let full = state.query_planner().create_physical_plan(&plan, &state);
@@ -888,7 +903,8 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(displayable(ours.as_ref()).indent(false).to_string(), full);
-        assert_eq!(q.plan_counts().physical_kept_and_made().0, kept + 1);
+        // This run and the grouped one above, each from a kept plan.
+        assert_eq!(q.plan_counts().physical_kept_and_made().0, kept + 2);
 
         // A parameter above the scan (a filter on a column the table does not take
         // exactly), or a sort that keeps its top rows: planned every run.
