@@ -120,6 +120,13 @@ impl Memtable {
         self.bytes.load(Ordering::Relaxed)
     }
 
+    /// Its smallest and largest keys; None when empty.
+    pub fn key_span(&self) -> Option<(Bytes, Bytes)> {
+        let lo = self.map.front()?.key().key.clone();
+        let hi = self.map.back()?.key().key.clone();
+        Some((lo, hi))
+    }
+
     /// Number of versions.
     pub fn len(&self) -> usize {
         self.map.len()

@@ -943,6 +943,88 @@ async fn an_overlay_outlives_compactions_within_the_row_levels() {
     db.close().await;
 }
 
+/// The newest keys lie past the deep level's last key, in L0 or the memtables: a scan of
+/// them covers none of the deep level, yet reads every one of them row by row unless the
+/// overlay holds them. A scan over a sixteenth or more of the versions above the deep level
+/// starts the overlay (and the memtables' fold) like a wide one; a scan over a few of them
+/// does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scan_of_the_newest_keys_builds_the_overlay() {
+    let (_dir, db, t) = table_t(0, false, false).await;
+    for op in [
+        Op::Upsert {
+            start: 0,
+            len: 1200,
+            salt: 7,
+        },
+        Op::Drain,
+        // The newest keys, flushed into L0.
+        Op::Upsert {
+            start: 2000,
+            len: 600,
+            salt: 3,
+        },
+        Op::Flush,
+    ] {
+        apply(&t, &op, 0).await;
+    }
+    let scan = |range: (Option<i64>, Option<i64>)| {
+        let db = db.clone();
+        async move {
+            let v = db.view("t", None).await.unwrap();
+            let handle = tokio::runtime::Handle::current();
+            strata_common::exec::blocking(move || {
+                compare(&v.shards[0], &v.schema, &[0, 1, 2], range, 1000, &handle)
+            })
+            .await
+            .unwrap()
+        }
+    };
+    // Twenty of the 600 newest keys: row by row, and no overlay started for them.
+    for _ in 0..3 {
+        let p = scan((Some(2100), Some(2120))).await;
+        assert_eq!((p.merged, p.overlaid), (20, 0), "{p:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // Half of them: the first scan goes row by row and starts the overlay; later ones
+    // splice them from it.
+    let until_overlaid = |range: (Option<i64>, Option<i64>), want: u64| {
+        let scan = &scan;
+        async move {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            loop {
+                let p = scan(range).await;
+                if p.overlaid == want {
+                    assert_eq!(p.merged + p.patched, 0, "{p:?}");
+                    break;
+                }
+                // Resolved row by row meanwhile (the memtables' keys past the deep level
+                // count as patched into its tail).
+                assert_eq!(p.merged + p.patched, want, "{p:?}");
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "no overlay for the newest keys: {p:?}"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+    };
+    until_overlaid((Some(2300), None), 300).await;
+    // Newer keys still, in the memtable: their fold over the overlay is started the same way.
+    apply(
+        &t,
+        &Op::Upsert {
+            start: 3000,
+            len: 400,
+            salt: 5,
+        },
+        0,
+    )
+    .await;
+    until_overlaid((Some(3000), Some(3400)), 400).await;
+    db.close().await;
+}
+
 /// A scan read in key order (memtable versions in its range: no overlay splices by
 /// position) slices the deep level's decoded row groups kept in memory, like a positioned
 /// one, so repeating it decodes nothing; a single key is a point read, which decodes no

@@ -139,8 +139,12 @@ impl ShardView {
         Some(key)
     }
 
-    /// Whether `[start, end)` spans enough of the deep run (a sixteenth of its rows) for a
-    /// scan of it to be worth building an overlay for.
+    /// Whether `[start, end)` spans enough of the deep run (a sixteenth of its rows), or of
+    /// the versions above it in the row-oriented levels and memtables (a sixteenth, as
+    /// estimated by [`upper_inside`]), for a scan of it to be worth building an overlay
+    /// for. The second is what a scan of the newest keys needs: they lie past the deep
+    /// run's last key, in L0 or the memtables, and without an overlay every scan of them
+    /// merges and decodes them row by row (about 20x a scan of as many deep rows).
     pub(super) fn wide(&self, run: &DeepRun, start: &[u8], end: Option<&[u8]>) -> bool {
         let Some(files) = run.groups.first() else {
             return false;
@@ -153,7 +157,36 @@ impl ShardView {
             })
             .map(|f| f.rows)
             .sum();
-        inside.saturating_mul(16) >= total
+        if inside.saturating_mul(16) >= total {
+            return true;
+        }
+        let spans = self
+            .state
+            .levels
+            .iter()
+            .flatten()
+            .map(|h| {
+                (
+                    h.info.entries,
+                    h.info.key_min.as_slice(),
+                    h.info.key_max.as_slice(),
+                )
+            })
+            .collect::<Vec<_>>();
+        let mems: Vec<_> = self
+            .state
+            .memtables()
+            .filter_map(|m| Some((m.len() as u64, m.key_span()?)))
+            .collect();
+        let (upper_total, upper_in) = upper_inside(
+            spans.into_iter().chain(
+                mems.iter()
+                    .map(|(n, (lo, hi))| (*n, lo.as_ref(), hi.as_ref())),
+            ),
+            start,
+            end,
+        );
+        upper_total > 0 && upper_in * 16.0 >= upper_total as f64
     }
 
     /// What the overlay cache holds under `key`, when ready. Otherwise, when `build`,
@@ -395,5 +428,106 @@ impl ShardView {
         // And the memtables over it, when they are all visible.
         self.memtable_overlay(&key, &run, &base, handle, true);
         true
+    }
+}
+
+/// Of the versions in `spans` (count, smallest and largest key of each file or memtable),
+/// how many there are and how many `[start, end)` holds, estimated: a span's versions taken
+/// as spread evenly over its key range, keys compared as numbers by their first eight
+/// bytes (exact for a `BIGINT` key, a fair guess for others).
+pub(super) fn upper_inside<'a>(
+    spans: impl Iterator<Item = (u64, &'a [u8], &'a [u8])>,
+    start: &[u8],
+    end: Option<&[u8]>,
+) -> (u64, f64) {
+    fn at(key: &[u8]) -> u64 {
+        let mut b = [0u8; 8];
+        let n = key.len().min(8);
+        b[..n].copy_from_slice(&key[..n]);
+        u64::from_be_bytes(b)
+    }
+    let (mut total, mut inside) = (0u64, 0.0f64);
+    for (n, lo, hi) in spans {
+        total += n;
+        // Outside the range altogether.
+        if hi < start || end.is_some_and(|e| lo >= e) {
+            continue;
+        }
+        // Wholly inside.
+        if lo >= start && end.is_none_or(|e| hi < e) {
+            inside += n as f64;
+            continue;
+        }
+        let (a, b) = (at(lo), at(hi));
+        if b <= a {
+            inside += n as f64;
+            continue;
+        }
+        // Differences, not positions, as floats: near 2^63 (a `BIGINT` key's sign bit
+        // flipped) a float cannot tell keys a thousand apart.
+        let from = at(start).max(a);
+        let to = end.map_or(b, |e| at(e).min(b));
+        let part = to.saturating_sub(from) as f64 / (b - a) as f64;
+        inside += n as f64 * part.clamp(0.0, 1.0);
+    }
+    (total, inside)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::upper_inside;
+
+    fn k(i: u64) -> Vec<u8> {
+        i.to_be_bytes().to_vec()
+    }
+
+    #[test]
+    fn versions_inside_a_range_are_estimated_from_key_spans() {
+        let (a, b, c, d, e, f) = (k(0), k(1000), k(2000), k(2999), k(5000), k(6000));
+        // A span of 1,000 keys wholly inside, one half inside, one wholly outside.
+        let spans = || {
+            [
+                (1000, a.as_slice(), b.as_slice()),
+                (500, c.as_slice(), d.as_slice()),
+                (7, e.as_slice(), f.as_slice()),
+            ]
+            .into_iter()
+        };
+        let (total, inside) = upper_inside(spans(), &k(0), Some(&k(2500)));
+        assert_eq!(total, 1507);
+        assert!((inside - 1250.0).abs() < 2.0, "{inside}");
+        // Unbounded above: everything from key 2,500 on.
+        let (_, inside) = upper_inside(spans(), &k(2500), None);
+        assert!((inside - 257.0).abs() < 2.0, "{inside}");
+        // A single-key span counts whole when the range holds its key, else not at all.
+        let one = k(42);
+        let (_, inside) = upper_inside(
+            [(3, one.as_slice(), one.as_slice())].into_iter(),
+            &k(40),
+            Some(&k(50)),
+        );
+        assert_eq!(inside, 3.0);
+        let (_, inside) = upper_inside(
+            [(3, one.as_slice(), one.as_slice())].into_iter(),
+            &k(43),
+            Some(&k(50)),
+        );
+        assert_eq!(inside, 0.0);
+        // Keys as a `BIGINT` key encodes them (sign bit flipped): near 2^63.
+        let big = |i: u64| (i ^ (1 << 63)).to_be_bytes().to_vec();
+        let (lo, hi) = (big(2000), big(2599));
+        let (_, inside) = upper_inside(
+            [(600, lo.as_slice(), hi.as_slice())].into_iter(),
+            &big(2100),
+            Some(&big(2120)),
+        );
+        assert!((inside - 20.0).abs() < 1.0, "{inside}");
+        // Keys shorter than eight bytes compare by their bytes as well.
+        let (_, inside) = upper_inside(
+            [(100, b"a".as_slice(), b"z".as_slice())].into_iter(),
+            b"a",
+            Some(b"n"),
+        );
+        assert!(inside > 40.0 && inside < 60.0, "{inside}");
     }
 }
