@@ -327,6 +327,11 @@ impl ShardView {
         }
         let cache = self.reads.overlays.clone();
         cache.refold_bytes(0)?;
+        // Before the sequence number to fold through is chosen: scans of a fold through
+        // it then take the newer versions from the memtables' logs.
+        for m in &mems {
+            m.log_newer();
+        }
         let key = format!("{base_key}|memtables-through");
         let ids: Vec<String> = mems.iter().map(|m| m.identity()).collect();
         let bytes: u64 = mems.iter().map(|m| m.size_bytes() as u64).sum();
