@@ -19,9 +19,15 @@ bench_venv() {
 start_strata() {
   strata_bin="${STRATA_BIN:-$CARGO_TARGET_DIR/release/strata}"
   if [ -z "${STRATA_BIN:-}" ]; then cargo build --release -p strata --bin strata; fi
+  # Another server on the ports would answer /ready for ours, and the benchmark would
+  # measure it (its data, its build) instead.
+  if curl -sf http://127.0.0.1:8080/ready >/dev/null 2>&1; then
+    echo "a server already answers on 127.0.0.1:8080: stop it first"; exit 1
+  fi
   "$strata_bin" serve --dir "$work/data" >"$work/server.log" 2>&1 &
   strata_pid=$!
   for _ in $(seq 1 100); do
+    if ! kill -0 "$strata_pid" 2>/dev/null; then break; fi
     if curl -sf http://127.0.0.1:8080/ready >/dev/null; then return 0; fi
     sleep 0.2
   done
