@@ -237,12 +237,19 @@ impl Memtable {
             if !self.logging.load(Ordering::SeqCst) || r.from > seq_floor {
                 return None;
             }
-            let first = r.sealed.partition_point(|c| c.seq_max <= seq_floor);
-            if r.sealed.len() - first > RECENT_CHUNKS_MAX {
+            // Every chunk holding a version above the floor (not a search by sequence
+            // number: nothing here relies on versions being logged in sequence order).
+            let chunks: Vec<Arc<RecentChunk>> = r
+                .sealed
+                .iter()
+                .filter(|c| c.seq_max > seq_floor)
+                .cloned()
+                .collect();
+            if chunks.len() > RECENT_CHUNKS_MAX {
                 return None;
             }
             let open: Vec<Entry> = r.open.iter().filter(|e| inside(e)).cloned().collect();
-            (r.sealed[first..].to_vec(), open)
+            (chunks, open)
         };
         // The chunks' matches, then the open chunk's (written last), each in the order
         // written among equal versions, so a stable sort keeps that order.
