@@ -68,8 +68,9 @@ pub struct Memtable {
 /// Versions per chunk of the log of recent versions.
 pub const RECENT_CHUNK: usize = 1024;
 
-/// The most chunks a scan searches; with more newer versions than that it walks the range.
-const RECENT_CHUNKS_MAX: usize = 1024;
+/// The most chunks a scan searches; with more newer versions than that (262,144) it walks
+/// the range, a chunk at a time, instead of holding copies of them all at once.
+const RECENT_CHUNKS_MAX: usize = 256;
 
 /// Memory a logged version takes (its key and value are shared with the skiplist's).
 pub const RECENT_ENTRY_BYTES: usize = std::mem::size_of::<Entry>() + 4;
@@ -558,6 +559,35 @@ mod tests {
         // Before logging began the log cannot answer; the iterator walks.
         assert!(m.newer_from_log(&[], None, from - 1).is_none());
         assert_eq!(iterated(&m, &[], None, 300), walked(&m, &[], None, 300));
+    }
+
+    /// With more newer versions than a scan may hold at once, the log does not answer and
+    /// the iterator walks the range.
+    #[test]
+    fn too_many_newer_versions_are_walked() {
+        let m = Arc::new(Memtable::new());
+        m.log_newer();
+        let value = Bytes::from_static(b"v");
+        let n = (RECENT_CHUNKS_MAX + 1) * RECENT_CHUNK;
+        for (i, seq) in (1..=n as u64).enumerate() {
+            let k = (i % 60_000) as u16;
+            let e = PreparedEntry {
+                key: key(k),
+                kind: EntryKind::Put,
+                value: value.clone(),
+            };
+            m.insert(seq, 1, &[e]);
+        }
+        assert!(m.newer_from_log(&[], None, 1).is_none());
+        // One chunk fewer: answered from the log.
+        let floor = RECENT_CHUNK as u64;
+        let got = m.newer_from_log(&key(100), Some(&key(200)), floor).unwrap();
+        let want = walked(&m, &key(100), Some(&key(200)), floor);
+        assert_eq!(got, want);
+        assert_eq!(
+            iterated(&m, &key(100), Some(&key(200)), 1),
+            walked(&m, &key(100), Some(&key(200)), 1)
+        );
     }
 
     /// A memtable nobody folds logs nothing.

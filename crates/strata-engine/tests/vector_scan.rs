@@ -664,6 +664,29 @@ async fn full_scan(v: TableView, warm: bool) -> ScanPaths {
     .unwrap()
 }
 
+/// A scan of `range` in a fresh view of `db`'s table `t`, checked against the row path.
+async fn scan_range(
+    db: &Db,
+    projection: &'static [usize],
+    range: (Option<i64>, Option<i64>),
+    batch_rows: usize,
+) -> ScanPaths {
+    let v = db.view("t", None).await.unwrap();
+    let handle = tokio::runtime::Handle::current();
+    strata_common::exec::blocking(move || {
+        compare(
+            &v.shards[0],
+            &v.schema,
+            projection,
+            range,
+            batch_rows,
+            &handle,
+        )
+    })
+    .await
+    .unwrap()
+}
+
 /// A node that reads a shard it does not write (a query service) builds each view's
 /// memtable from the WAL tail. Views of the same tail share one cached fold of it, so a
 /// fresh view of an unchanged tail reads the deep level by position with nothing left for
@@ -968,18 +991,7 @@ async fn a_scan_of_the_newest_keys_builds_the_overlay() {
     ] {
         apply(&t, &op, 0).await;
     }
-    let scan = |range: (Option<i64>, Option<i64>)| {
-        let db = db.clone();
-        async move {
-            let v = db.view("t", None).await.unwrap();
-            let handle = tokio::runtime::Handle::current();
-            strata_common::exec::blocking(move || {
-                compare(&v.shards[0], &v.schema, &[0, 1, 2], range, 1000, &handle)
-            })
-            .await
-            .unwrap()
-        }
-    };
+    let scan = |range| scan_range(&db, &[0, 1, 2], range, 1000);
     // Twenty of the 600 newest keys: row by row, and no overlay started for them.
     for _ in 0..3 {
         let p = scan((Some(2100), Some(2120))).await;
@@ -1054,18 +1066,7 @@ async fn key_ordered_scans_read_decoded_columns_from_memory() {
     ] {
         apply(&t, &op, 0).await;
     }
-    let scan = |range: (Option<i64>, Option<i64>)| {
-        let db = db.clone();
-        async move {
-            let v = db.view("t", None).await.unwrap();
-            let handle = tokio::runtime::Handle::current();
-            strata_common::exec::blocking(move || {
-                compare(&v.shards[0], &v.schema, &[0, 2], range, 100, &handle)
-            })
-            .await
-            .unwrap()
-        }
-    };
+    let scan = |range| scan_range(&db, &[0, 2], range, 100);
     let p = scan((Some(300), Some(700))).await;
     assert_eq!(p.positioned, 0, "{p:?}");
     assert!(p.passed > 0 && p.patched > 0, "{p:?}");

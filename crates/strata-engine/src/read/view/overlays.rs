@@ -160,32 +160,19 @@ impl ShardView {
         if inside.saturating_mul(16) >= total {
             return true;
         }
-        let spans = self
-            .state
-            .levels
-            .iter()
-            .flatten()
-            .map(|h| {
-                (
-                    h.info.entries,
-                    h.info.key_min.as_slice(),
-                    h.info.key_max.as_slice(),
-                )
-            })
-            .collect::<Vec<_>>();
         let mems: Vec<_> = self
             .state
             .memtables()
             .filter_map(|m| Some((m.len() as u64, m.key_span()?)))
             .collect();
-        let (upper_total, upper_in) = upper_inside(
-            spans.into_iter().chain(
-                mems.iter()
-                    .map(|(n, (lo, hi))| (*n, lo.as_ref(), hi.as_ref())),
-            ),
-            start,
-            end,
-        );
+        let files = self.state.levels.iter().flatten().map(|h| {
+            let i = &h.info;
+            (i.entries, i.key_min.as_slice(), i.key_max.as_slice())
+        });
+        let mems = mems
+            .iter()
+            .map(|(n, (lo, hi))| (*n, lo.as_ref(), hi.as_ref()));
+        let (upper_total, upper_in) = upper_inside(files.chain(mems), start, end);
         upper_total > 0 && upper_in * 16.0 >= upper_total as f64
     }
 
