@@ -398,6 +398,7 @@ struct PathMetrics {
     overlaid: Count,
     merged: Count,
     positioned: Count,
+    superseded: Count,
     /// What the current shard's scan had counted when last reported.
     reported: ScanPaths,
 }
@@ -411,6 +412,7 @@ impl PathMetrics {
             overlaid: count("rows_overlaid"),
             merged: count("rows_merged"),
             positioned: count("rows_positioned"),
+            superseded: count("rows_superseded"),
             reported: ScanPaths::default(),
         }
     }
@@ -423,6 +425,7 @@ impl PathMetrics {
         self.overlaid.add((p.overlaid - r.overlaid) as usize);
         self.merged.add((p.merged - r.merged) as usize);
         self.positioned.add((p.positioned - r.positioned) as usize);
+        self.superseded.add((p.superseded - r.superseded) as usize);
         self.reported = p;
     }
 }

@@ -33,7 +33,7 @@ impl ViewBatches {
                 self.after_deep()?;
                 continue;
             };
-            let fresh = deep.pushback.is_none();
+            let fresh = deep.pushback.is_empty();
             let Some(mut chunk) = deep.next_chunk(self.batch_rows)? else {
                 self.after_deep()?;
                 continue;
@@ -50,11 +50,40 @@ impl ViewBatches {
                     chunk = chunk.slice(skip, chunk.rows() - skip);
                 }
             }
+            // The carried key is resolved with its versions at the start of this chunk, if
+            // any, and alone, so that the rest of the chunk need not be merged row by row
+            // for its sake.
+            if let Some(c) = self.carry.first() {
+                let keys = chunk.keys();
+                let end = lower_bound(keys, &c.key, true);
+                if end < chunk.rows() {
+                    let mut versions = std::mem::take(&mut self.carry);
+                    if let Some(deep) = self.deep.as_mut() {
+                        deep.pushback
+                            .push_front(chunk.slice(end, chunk.rows() - end));
+                        deep.versions(&self.table, &chunk, 0..end, &mut versions)?;
+                    }
+                    if let Some(b) = self.merged(versions)? {
+                        return Ok(Some(b));
+                    }
+                    continue;
+                }
+            } else if let Some(deep) = self.deep.as_mut() {
+                // The last key's versions may go on in the next chunk: they wait for it,
+                // and the rest of this chunk can be taken column-wise.
+                while let Some(cut) = deep.open_tail(&chunk, self.read_seq)
+                    && cut > 0
+                {
+                    deep.pushback
+                        .push_front(chunk.slice(cut, chunk.rows() - cut));
+                    chunk = chunk.slice(0, cut);
+                }
+            }
             let first = chunk.keys().key(0);
             // Upper keys before the chunk are not in the deep level: resolve them alone.
             if self.carry.is_empty() && self.next_upper_key()?.is_some_and(|k| k < first) {
                 if let Some(deep) = self.deep.as_mut() {
-                    deep.pushback = Some(chunk);
+                    deep.pushback.push_front(chunk);
                 }
                 let (mut versions, ov, _) =
                     self.upper_until(Some(&first), false, self.batch_rows)?;
@@ -73,7 +102,7 @@ impl ViewBatches {
                 if split < n {
                     let rest = chunk.slice(split, n - split);
                     if let Some(deep) = self.deep.as_mut() {
-                        deep.pushback = Some(rest);
+                        deep.pushback.push_front(rest);
                     }
                     if split == 0 {
                         // Only with a carry: it and these upper keys precede the chunk.
@@ -91,8 +120,40 @@ impl ViewBatches {
                 }
             }
             let deep = self.deep.as_ref().expect("deep level");
-            if self.carry.is_empty() && deep.clean(&chunk, self.read_seq) {
+            let mut upper = upper;
+            let clean = self.carry.is_empty()
+                && (deep.clean(&chunk, self.read_seq)
+                    || match deep.visible(&self.table, &chunk, self.read_seq)? {
+                        Some((visible, partial)) => {
+                            self.paths.superseded += (n - visible.rows()) as u64;
+                            chunk = visible;
+                            n = chunk.rows();
+                            if !partial.is_empty() {
+                                // Resolved with the upper versions of their keys, which
+                                // are newer: one list in (key, sequence-descending) order.
+                                upper.extend(partial);
+                                upper.sort_by(|a, b| {
+                                    (&a.key, Reverse(a.seq)).cmp(&(&b.key, Reverse(b.seq)))
+                                });
+                            }
+                            true
+                        }
+                        None => false,
+                    });
+            if clean {
+                // Every version of the keys up to `last` is decided, older ones in the
+                // next chunk included.
                 self.decided = Some(last);
+                if n == 0 {
+                    // Only deletes and versions the read does not see: the upper versions
+                    // in the range are all there is.
+                    let mut versions = upper;
+                    versions.extend(self.overlay_entries(ov));
+                    if let Some(b) = self.merged(versions)? {
+                        return Ok(Some(b));
+                    }
+                    continue;
+                }
                 if upper.is_empty() && ov.is_empty() {
                     self.paths.passed += n as u64;
                     let columns = deep.columns(&chunk);

@@ -183,8 +183,9 @@ pub(super) struct Deep {
     pub(super) int_key: bool,
     pub(super) outputs: Vec<ColumnSource>,
     pub(super) origin: String,
-    /// A chunk (or its rest) put back to be taken again.
-    pub(super) pushback: Option<Chunk>,
+    /// Chunks (or their rests) put back to be taken again, in key order: each put back
+    /// goes before the others, its rows preceding theirs.
+    pub(super) pushback: VecDeque<Chunk>,
     /// Rows `from..to` of the level are read by position, without the key column unless
     /// it is projected (see [`Positions`]).
     pub(super) rows: Option<(u64, u64)>,
@@ -221,7 +222,7 @@ impl Chunk {
 impl Deep {
     /// The next chunk of at most `max` rows, or None at the end of the range.
     pub(super) fn next_chunk(&mut self, max: usize) -> Result<Option<Chunk>> {
-        if let Some(c) = self.pushback.take() {
+        if let Some(c) = self.pushback.pop_front() {
             return Ok(Some(c));
         }
         let mut any = false;
@@ -307,6 +308,94 @@ impl Deep {
             return false;
         }
         chunk.keys().strictly_increasing()
+    }
+
+    /// Where the chunk's last key's versions start, when they may go on in the next
+    /// chunk and matter there: no version visible at `seq` in this chunk, or only partial
+    /// ones. None for a level without versions, or when the last key is decided here.
+    pub(super) fn open_tail(&self, chunk: &Chunk, seq: u64) -> Option<usize> {
+        let meta = self.meta.as_ref()?;
+        let b = &chunk.groups[0];
+        let kinds = b.column(meta[0].kind).as_primitive::<UInt8Type>().values();
+        let seqs = b.column(meta[0].seq).as_primitive::<UInt64Type>().values();
+        let keys = chunk.keys();
+        let n = chunk.rows();
+        let mut i = n - 1;
+        while i > 0 && keys.same(i - 1, &keys, n - 1) {
+            i -= 1;
+        }
+        let decided = (i..n).any(|r| seqs[r] <= seq && kinds[r] != EntryKind::Partial as u8);
+        (!decided).then_some(i)
+    }
+
+    /// A chunk that is not clean, made clean column-wise: of each key, the newest version
+    /// visible at `seq` when it is a whole-row put (a delete drops the key), every other
+    /// row left out. Versions of one key are consecutive, newest first, so this is one pass
+    /// over the keys and sequence numbers and a filter of each group's batch. A key whose
+    /// visible version is partial is left out too, its visible versions given back (in
+    /// key, sequence-descending order) to be resolved row by row and spliced in like an
+    /// upper key's. None when the chunk's last key has no visible version in it or only
+    /// partial ones (older versions may follow in the next chunk): the chunk is then merged
+    /// row by row.
+    pub(super) fn visible(
+        &self,
+        table: &TableSchema,
+        chunk: &Chunk,
+        seq: u64,
+    ) -> Result<Option<(Chunk, Vec<Entry>)>> {
+        let Some(meta) = self.meta.as_ref() else {
+            return Ok(None);
+        };
+        let b = &chunk.groups[0];
+        let kinds = b.column(meta[0].kind).as_primitive::<UInt8Type>().values();
+        let seqs = b.column(meta[0].seq).as_primitive::<UInt64Type>().values();
+        let keys = chunk.keys();
+        let n = chunk.rows();
+        let mut keep = BooleanBufferBuilder::new(n);
+        let mut partial: Vec<usize> = Vec::new();
+        let mut i = 0;
+        while i < n {
+            let mut j = i + 1;
+            while j < n && keys.same(j, &keys, i) {
+                j += 1;
+            }
+            keep.append_n(j - i, false);
+            match (i..j).find(|&r| seqs[r] <= seq) {
+                Some(r) if kinds[r] == EntryKind::Put as u8 => keep.set_bit(r, true),
+                Some(r) if kinds[r] == EntryKind::Delete as u8 => {}
+                Some(r) => {
+                    // Partial: its older visible versions down to a whole row or a delete.
+                    let base = (r..j).find(|&o| kinds[o] != EntryKind::Partial as u8);
+                    if base.is_none() && j == n {
+                        return Ok(None);
+                    }
+                    partial.extend(r..base.map_or(j, |o| o + 1));
+                }
+                None if j == n => return Ok(None),
+                // Every version newer than the read: the key did not exist then.
+                None => {}
+            }
+            i = j;
+        }
+        let mut versions = Vec::new();
+        if !partial.is_empty() {
+            self.versions(table, chunk, partial.into_iter(), &mut versions)?;
+            versions.sort_by(|a, b| (&a.key, Reverse(a.seq)).cmp(&(&b.key, Reverse(b.seq))));
+        }
+        let mask = BooleanArray::new(keep.finish(), None);
+        let groups = chunk
+            .groups
+            .iter()
+            .map(|g| arrow::compute::filter_record_batch(g, &mask))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| Error::Internal(format!("selecting a chunk's visible rows: {e}")))?;
+        Ok(Some((
+            Chunk {
+                groups,
+                int_key: chunk.int_key,
+            },
+            versions,
+        )))
     }
 
     /// The versions of rows `rows` of a chunk, widened to the table's width (columns not
@@ -552,7 +641,7 @@ impl DeepSpec {
                 })
                 .collect(),
             origin: self.level.to_string(),
-            pushback: None,
+            pushback: VecDeque::new(),
             rows,
         })
     }

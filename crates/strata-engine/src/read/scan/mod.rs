@@ -14,10 +14,15 @@
 //! - **patch**: the chunk is clean but upper versions fall in its range: those keys are
 //!   resolved row by row (upper versions over the deep one, decoded only when the newest
 //!   upper version is partial) and spliced into the chunk's columns, copying runs of rows;
-//! - **row merge**: anything else (history versions kept for time travel, partial rows,
-//!   deletes, versions newer than the read sequence number): the chunk is decoded into
-//!   versions and resolved with the same fold as point reads. The last key's versions may
-//!   continue in the next chunk, so they are carried over.
+//! - **row merge**: a chunk whose visible version of some key is a partial row (or whose
+//!   last key has no visible version in it): the chunk is decoded into versions and
+//!   resolved with the same fold as point reads. The last key's versions may continue in
+//!   the next chunk, so they are carried over.
+//!
+//! A chunk holding other versions (history kept for time travel, deletes, versions newer
+//! than the read sequence number) is first made clean column-wise when it can be: each
+//! key's visible whole-row version selected, every other row filtered out
+//! ([`Deep::visible`]); it then passes through or is patched.
 //!
 //! When the overlay of the upper tiers carries its keys' row positions in the deep level
 //! (`Positions`) and nothing is left for the row path, the level is read by row number
@@ -50,8 +55,8 @@ use arrow::array::{
     Array, ArrayRef, AsArray, BinaryArray, Int64Array, RecordBatch, RecordBatchOptions,
 };
 use arrow::array::{
-    ArrowPrimitiveType, BooleanBufferBuilder, MutableArrayData, PrimitiveArray, downcast_primitive,
-    make_array,
+    ArrowPrimitiveType, BooleanArray, BooleanBufferBuilder, MutableArrayData, PrimitiveArray,
+    downcast_primitive, make_array,
 };
 use arrow::buffer::{NullBuffer, ScalarBuffer};
 use arrow::compute::cast;
@@ -88,6 +93,9 @@ pub struct ScanPaths {
     /// Deep-level rows read by row position: the overlay's keys placed by the positions
     /// computed with it, without reading or searching the key column.
     pub positioned: u64,
+    /// Deep-level rows left out column-wise by [`Deep::visible`]: versions older than
+    /// their key's visible one, deletes, and versions newer than the read.
+    pub superseded: u64,
 }
 
 /// The smaller of the next keys of two key-ordered streams (memtables, overlay), and
