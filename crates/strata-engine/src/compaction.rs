@@ -254,6 +254,8 @@ impl Merge {
                 &self.pins,
                 self.keep_above,
                 self.bottommost,
+                // Row SSTs hold whole versions: nothing is split by group.
+                true,
             )?;
             group.clear();
             if collapsed.is_empty() {

@@ -7,13 +7,19 @@ use crate::error::Result;
 use crate::row::RowCodec;
 
 /// Collapses one key's versions (newest first) into one version per snapshot stripe; every
-/// version above `keep_above` (the history horizon) is kept as it is.
+/// version above `keep_above` (the history horizon) is kept. With `complete`, a partial
+/// version kept also takes the columns it lacks from the older versions given (which are
+/// kept as they are), so that a reader of it needs nothing older: every snapshot reads the
+/// same row, and a columnar level's newest versions are whole rows a scan selects
+/// column-wise. Callers whose output is written one column group at a time pass false, as
+/// each group's job sees its own inputs.
 pub(crate) fn collapse(
     codec: &RowCodec,
     versions: &[Entry],
     pins: &[u64],
     keep_above: u64,
     bottommost: bool,
+    complete: bool,
 ) -> Result<Vec<Entry>> {
     let stripe = |seq: u64| {
         if seq > keep_above {
@@ -34,6 +40,13 @@ pub(crate) fn collapse(
                 folded.merge_older(codec, versions[j].kind, &versions[j].value)?;
             }
             j += 1;
+        }
+        if complete && !folded.kind.is_full() {
+            for older in &versions[j..] {
+                if folded.merge_older(codec, older.kind, &older.value)? {
+                    break;
+                }
+            }
         }
         let is_last = j == versions.len();
         if bottommost && is_last {
@@ -120,7 +133,7 @@ mod tests {
             e(5, EntryKind::Partial, &[Some(9), None]),
             e(3, EntryKind::Put, &[Some(1), Some(2)]),
         ];
-        let out = collapse(&codec(), &v, &[], u64::MAX, false).unwrap();
+        let out = collapse(&codec(), &v, &[], u64::MAX, false, false).unwrap();
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].seq, 5);
         assert_eq!(out[0].kind, EntryKind::Put);
@@ -136,7 +149,7 @@ mod tests {
             e(5, EntryKind::Put, &[Some(9), Some(9)]),
             e(3, EntryKind::Put, &[Some(1), Some(2)]),
         ];
-        let out = collapse(&codec(), &v, &[4], u64::MAX, false).unwrap();
+        let out = collapse(&codec(), &v, &[4], u64::MAX, false, false).unwrap();
         assert_eq!(out.iter().map(|x| x.seq).collect::<Vec<_>>(), vec![5, 3]);
     }
 
@@ -149,15 +162,53 @@ mod tests {
             e(2, EntryKind::Put, &[Some(2), Some(2)]),
         ];
         // Horizon 4: 7 and 6 stay as written, 3 and 2 collapse to 3.
-        let out = collapse(&codec(), &v, &[], 4, false).unwrap();
+        let out = collapse(&codec(), &v, &[], 4, false, false).unwrap();
         assert_eq!(out.iter().map(|x| x.seq).collect::<Vec<_>>(), vec![7, 6, 3]);
         assert_eq!(out[0].kind, EntryKind::Partial);
         // A pin below the horizon still splits the old stripe.
-        let out = collapse(&codec(), &v, &[2], 4, false).unwrap();
+        let out = collapse(&codec(), &v, &[2], 4, false, false).unwrap();
         assert_eq!(
             out.iter().map(|x| x.seq).collect::<Vec<_>>(),
             vec![7, 6, 3, 2]
         );
+    }
+
+    #[test]
+    fn kept_partial_versions_are_completed_from_older_ones() {
+        let v = vec![
+            e(7, EntryKind::Partial, &[Some(7), None]),
+            e(6, EntryKind::Partial, &[None, Some(6)]),
+            e(3, EntryKind::Put, &[Some(3), Some(3)]),
+        ];
+        // Every version above horizon 2 is kept; 7 and 6 are completed from the older ones.
+        let out = collapse(&codec(), &v, &[], 2, false, true).unwrap();
+        assert_eq!(out.iter().map(|x| x.seq).collect::<Vec<_>>(), vec![7, 6, 3]);
+        let rows: Vec<_> = out
+            .iter()
+            .map(|x| (x.kind, codec().decode(&x.value).unwrap()))
+            .collect();
+        let int = |a: i64, b: i64| vec![Some(Value::Int(a)), Some(Value::Int(b))];
+        assert_eq!(
+            rows,
+            vec![
+                (EntryKind::Put, int(7, 6)),
+                (EntryKind::Put, int(3, 6)),
+                (EntryKind::Put, int(3, 3)),
+            ]
+        );
+        // Over a delete the row restarts; with nothing older it stays partial.
+        let v = vec![
+            e(7, EntryKind::Partial, &[Some(7), None]),
+            e(5, EntryKind::Delete, &[]),
+        ];
+        let out = collapse(&codec(), &v, &[], 2, false, true).unwrap();
+        assert_eq!(out[0].kind, EntryKind::Put);
+        assert_eq!(
+            codec().decode(&out[0].value).unwrap(),
+            vec![Some(Value::Int(7)), Some(Value::Null)]
+        );
+        let out = collapse(&codec(), &v[..1], &[], 2, false, true).unwrap();
+        assert_eq!(out[0].kind, EntryKind::Partial);
     }
 
     #[test]
@@ -167,11 +218,11 @@ mod tests {
             e(3, EntryKind::Put, &[Some(1), Some(2)]),
         ];
         assert_eq!(
-            collapse(&codec(), &v, &[], u64::MAX, false).unwrap()[0].kind,
+            collapse(&codec(), &v, &[], u64::MAX, false, false).unwrap()[0].kind,
             EntryKind::Delete
         );
         assert!(
-            collapse(&codec(), &v, &[], u64::MAX, true)
+            collapse(&codec(), &v, &[], u64::MAX, true, false)
                 .unwrap()
                 .is_empty()
         );

@@ -159,6 +159,13 @@ pub async fn execute(
         );
         let (pins, bottommost, codec) = (spec.pins.clone(), spec.bottommost, to.codec.clone());
         let keep_above = spec.keep_above;
+        // A level of one group is written whole by each job: its kept partial versions
+        // can be completed from the older ones (with several groups, each group's job sees
+        // only its own inputs, and the groups' versions must stay alike).
+        let complete = table
+            .groups
+            .get(spec.target_level)
+            .is_some_and(|l| l.len() == 1);
         let (h, stop) = (handle.clone(), stop.clone());
         let files =
             crate::background::run("strata-job", move || -> Result<Vec<ParquetFileInfo>> {
@@ -176,7 +183,8 @@ pub async fn execute(
                         (Some(_), None) => false,
                     };
                     if boundary && !group.is_empty() {
-                        let collapsed = collapse(&codec, &group, &pins, keep_above, bottommost)?;
+                        let collapsed =
+                            collapse(&codec, &group, &pins, keep_above, bottommost, complete)?;
                         group.clear();
                         block_on_unless(&h, Some(&stop), writer.add_key(collapsed))??;
                     }
