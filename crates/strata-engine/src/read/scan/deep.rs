@@ -4,6 +4,7 @@
 //! range starts and ends in it.
 
 use super::*;
+use arrow::compute::FilterBuilder;
 
 /// One column group of the deep level, read file by file, cut to the key range.
 pub(super) struct GroupCursor {
@@ -349,46 +350,57 @@ impl Deep {
         let b = &chunk.groups[0];
         let kinds = b.column(meta[0].kind).as_primitive::<UInt8Type>().values();
         let seqs = b.column(meta[0].seq).as_primitive::<UInt64Type>().values();
-        let keys = chunk.keys();
         let n = chunk.rows();
-        let mut keep = BooleanBufferBuilder::new(n);
-        let mut partial: Vec<usize> = Vec::new();
-        let mut i = 0;
-        while i < n {
-            let mut j = i + 1;
-            while j < n && keys.same(j, &keys, i) {
-                j += 1;
+        let selected = match chunk.keys() {
+            Keys::Int(k) => {
+                let k = k.values();
+                select_visible(n, |a, b| k[a] == k[b], kinds, seqs, seq)
             }
-            keep.append_n(j - i, false);
-            match (i..j).find(|&r| seqs[r] <= seq) {
-                Some(r) if kinds[r] == EntryKind::Put as u8 => keep.set_bit(r, true),
-                Some(r) if kinds[r] == EntryKind::Delete as u8 => {}
-                Some(r) => {
-                    // Partial: its older visible versions down to a whole row or a delete.
-                    let base = (r..j).find(|&o| kinds[o] != EntryKind::Partial as u8);
-                    if base.is_none() && j == n {
-                        return Ok(None);
-                    }
-                    partial.extend(r..base.map_or(j, |o| o + 1));
-                }
-                None if j == n => return Ok(None),
-                // Every version newer than the read: the key did not exist then.
-                None => {}
+            Keys::Encoded(k) => {
+                select_visible(n, |a, b| k.value(a) == k.value(b), kinds, seqs, seq)
             }
-            i = j;
-        }
+        };
+        let Some((keep, partial)) = selected else {
+            return Ok(None);
+        };
         let mut versions = Vec::new();
         if !partial.is_empty() {
             self.versions(table, chunk, partial.into_iter(), &mut versions)?;
             versions.sort_by(|a, b| (&a.key, Reverse(a.seq)).cmp(&(&b.key, Reverse(b.seq))));
         }
-        let mask = BooleanArray::new(keep.finish(), None);
-        let groups = chunk
-            .groups
-            .iter()
-            .map(|g| arrow::compute::filter_record_batch(g, &mask))
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(|e| Error::Internal(format!("selecting a chunk's visible rows: {e}")))?;
+        let kept = keep.count_set_bits();
+        let filter = FilterBuilder::new(&BooleanArray::new(keep, None))
+            .optimize()
+            .build();
+        let mut groups = Vec::with_capacity(chunk.groups.len());
+        for (g, batch) in chunk.groups.iter().enumerate() {
+            let m = meta[g];
+            let mut columns = Vec::with_capacity(batch.num_columns());
+            for (c, column) in batch.columns().iter().enumerate() {
+                // Every row kept is a whole-row put: its kind is known and its columns
+                // are all carried, so those two are not copied.
+                columns.push(if c == m.kind {
+                    Arc::new(arrow::array::UInt8Array::from_value(
+                        EntryKind::Put as u8,
+                        kept,
+                    )) as ArrayRef
+                } else if c == m.present {
+                    arrow::array::new_null_array(column.data_type(), kept)
+                } else {
+                    filter.filter(column).map_err(|e| {
+                        Error::Internal(format!("selecting a chunk's visible rows: {e}"))
+                    })?
+                });
+            }
+            groups.push(
+                RecordBatch::try_new_with_options(
+                    batch.schema(),
+                    columns,
+                    &RecordBatchOptions::new().with_row_count(Some(kept)),
+                )
+                .map_err(|e| Error::Internal(format!("selecting a chunk's visible rows: {e}")))?,
+            );
+        }
         Ok(Some((
             Chunk {
                 groups,
@@ -471,6 +483,55 @@ impl Deep {
             .map(|s| chunk.groups[s.group].column(s.column).clone())
             .collect()
     }
+}
+
+/// [`Deep::visible`]'s pass over a chunk's keys (`same(a, b)`: rows a and b hold the same
+/// key), kinds and sequence numbers: the rows kept, and the rows of keys whose visible
+/// version is partial (from it down to a whole row or a delete). None when the last key
+/// is open (no visible version, or only partial ones).
+fn select_visible(
+    n: usize,
+    same: impl Fn(usize, usize) -> bool,
+    kinds: &[u8],
+    seqs: &[u64],
+    seq: u64,
+) -> Option<(arrow::buffer::BooleanBuffer, Vec<usize>)> {
+    let (put, delete, part) = (
+        EntryKind::Put as u8,
+        EntryKind::Delete as u8,
+        EntryKind::Partial as u8,
+    );
+    let mut keep = BooleanBufferBuilder::new(n);
+    let mut partial: Vec<usize> = Vec::new();
+    let mut i = 0;
+    while i < n {
+        let mut j = i + 1;
+        while j < n && same(j, i) {
+            j += 1;
+        }
+        let chosen = (i..j).find(|&r| seqs[r] <= seq);
+        let mut kept = None;
+        match chosen {
+            Some(r) if kinds[r] == put => kept = Some(r),
+            Some(r) if kinds[r] == delete => {}
+            Some(r) => {
+                // Partial: its older visible versions down to a whole row or a delete.
+                let base = (r..j).find(|&o| kinds[o] != part);
+                if base.is_none() && j == n {
+                    return None;
+                }
+                partial.extend(r..base.map_or(j, |o| o + 1));
+            }
+            None if j == n => return None,
+            // Every version newer than the read: the key did not exist then.
+            None => {}
+        }
+        for r in i..j {
+            keep.append(kept == Some(r));
+        }
+        i = j;
+    }
+    Some((keep.finish(), partial))
 }
 
 /// What the deep level of a scan is: its group formats and files, and the range.
