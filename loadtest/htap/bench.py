@@ -496,7 +496,8 @@ def run_system(system, n: int, ticks: list[Tick], args) -> dict:
     s.close()
     describe = system.describe()
     print(f"  after the run: {describe}", flush=True)
-    system.drop()
+    if not args.keep_tables:
+        system.drop()
     return {
         "version": system.version,
         "load_s": round(load_s, 3),
@@ -607,6 +608,7 @@ def main() -> int:
     ap.add_argument("--pg-dsn", default="host=127.0.0.1 port=55432 user=postgres dbname=postgres")
     ap.add_argument("--duckdb", default="/tmp/strata-htap/duckdb/laser.duckdb", help="DuckDB database file (recreated)")
     ap.add_argument("--json", help="write every figure here")
+    ap.add_argument("--keep-tables", action="store_true", help="leave each system's table as the run left it (to probe that state afterwards)")
     args = ap.parse_args()
     chosen = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = [s for s in chosen if s not in SYSTEMS]
