@@ -4,6 +4,7 @@
 //! range starts and ends in it.
 
 use super::*;
+use arrow::buffer::BooleanBuffer;
 use arrow::compute::FilterBuilder;
 
 /// One column group of the deep level, read file by file, cut to the key range.
@@ -351,12 +352,32 @@ impl Deep {
         let kinds = b.column(meta[0].kind).as_primitive::<UInt8Type>().values();
         let seqs = b.column(meta[0].seq).as_primitive::<UInt64Type>().values();
         let n = chunk.rows();
-        let selected = match chunk.keys() {
-            Keys::Int(k) => {
+        let put = EntryKind::Put as u8;
+        // The common chunk (a read of the latest state, no partial row): a row is kept when
+        // it is a put heading its key's versions, which a bitmap built word by word says.
+        let simple = seqs.iter().max().is_some_and(|m| *m <= seq)
+            && !kinds.contains(&(EntryKind::Partial as u8));
+        let selected = match (chunk.keys(), simple) {
+            (Keys::Int(k), true) => {
+                let k = k.values();
+                Some((
+                    BooleanBuffer::collect_bool(n, |i| {
+                        kinds[i] == put && (i == 0 || k[i] != k[i - 1])
+                    }),
+                    Vec::new(),
+                ))
+            }
+            (Keys::Encoded(k), true) => Some((
+                BooleanBuffer::collect_bool(n, |i| {
+                    kinds[i] == put && (i == 0 || k.value(i) != k.value(i - 1))
+                }),
+                Vec::new(),
+            )),
+            (Keys::Int(k), false) => {
                 let k = k.values();
                 select_visible(n, |a, b| k[a] == k[b], kinds, seqs, seq)
             }
-            Keys::Encoded(k) => {
+            (Keys::Encoded(k), false) => {
                 select_visible(n, |a, b| k.value(a) == k.value(b), kinds, seqs, seq)
             }
         };
@@ -495,7 +516,7 @@ fn select_visible(
     kinds: &[u8],
     seqs: &[u64],
     seq: u64,
-) -> Option<(arrow::buffer::BooleanBuffer, Vec<usize>)> {
+) -> Option<(BooleanBuffer, Vec<usize>)> {
     let (put, delete, part) = (
         EntryKind::Put as u8,
         EntryKind::Delete as u8,
