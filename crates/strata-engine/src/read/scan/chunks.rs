@@ -132,9 +132,7 @@ impl ViewBatches {
                                 // Resolved with the upper versions of their keys, which
                                 // are newer: one list in (key, sequence-descending) order.
                                 upper.extend(partial);
-                                upper.sort_by(|a, b| {
-                                    (&a.key, Reverse(a.seq)).cmp(&(&b.key, Reverse(b.seq)))
-                                });
+                                upper.sort_by(newest_first);
                             }
                             true
                         }

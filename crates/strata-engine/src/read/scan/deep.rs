@@ -295,18 +295,23 @@ impl Deep {
         ))
     }
 
+    /// A chunk's kinds and sequence numbers (the same in every group), None for a level
+    /// without version columns.
+    fn kinds_and_seqs<'c>(&self, chunk: &'c Chunk) -> Option<(&'c [u8], &'c [u64])> {
+        let meta = self.meta.as_ref()?;
+        let b = &chunk.groups[0];
+        Some((
+            b.column(meta[0].kind).as_primitive::<UInt8Type>().values(),
+            b.column(meta[0].seq).as_primitive::<UInt64Type>().values(),
+        ))
+    }
+
     /// Whether every row is a whole-row put visible at `seq` with a key of its own.
     pub(super) fn clean(&self, chunk: &Chunk, seq: u64) -> bool {
-        let Some(meta) = &self.meta else {
+        let Some((kinds, seqs)) = self.kinds_and_seqs(chunk) else {
             return true;
         };
-        let b = &chunk.groups[0];
-        let kinds = b.column(meta[0].kind).as_primitive::<UInt8Type>();
-        if kinds.values().iter().any(|k| *k != EntryKind::Put as u8) {
-            return false;
-        }
-        let seqs = b.column(meta[0].seq).as_primitive::<UInt64Type>();
-        if seqs.values().iter().any(|s| *s > seq) {
+        if kinds.iter().any(|k| *k != EntryKind::Put as u8) || seqs.iter().any(|s| *s > seq) {
             return false;
         }
         chunk.keys().strictly_increasing()
@@ -316,10 +321,7 @@ impl Deep {
     /// chunk and matter there: no version visible at `seq` in this chunk, or only partial
     /// ones. None for a level without versions, or when the last key is decided here.
     pub(super) fn open_tail(&self, chunk: &Chunk, seq: u64) -> Option<usize> {
-        let meta = self.meta.as_ref()?;
-        let b = &chunk.groups[0];
-        let kinds = b.column(meta[0].kind).as_primitive::<UInt8Type>().values();
-        let seqs = b.column(meta[0].seq).as_primitive::<UInt64Type>().values();
+        let (kinds, seqs) = self.kinds_and_seqs(chunk)?;
         let keys = chunk.keys();
         let n = chunk.rows();
         let mut i = n - 1;
@@ -335,8 +337,8 @@ impl Deep {
     /// row left out. Versions of one key are consecutive, newest first, so this is one pass
     /// over the keys and sequence numbers and a filter of each group's batch. A key whose
     /// visible version is partial is left out too, its visible versions given back (in
-    /// key, sequence-descending order) to be resolved row by row and spliced in like an
-    /// upper key's. None when the chunk's last key has no visible version in it or only
+    /// group order, as [`Deep::versions`] gives them) to be resolved row by row and spliced
+    /// in like an upper key's. None when the chunk's last key has no visible version in it or only
     /// partial ones (older versions may follow in the next chunk): the chunk is then merged
     /// row by row.
     pub(super) fn visible(
@@ -345,12 +347,10 @@ impl Deep {
         chunk: &Chunk,
         seq: u64,
     ) -> Result<Option<(Chunk, Vec<Entry>)>> {
-        let Some(meta) = self.meta.as_ref() else {
+        let (Some(meta), Some((kinds, seqs))) = (self.meta.as_ref(), self.kinds_and_seqs(chunk))
+        else {
             return Ok(None);
         };
-        let b = &chunk.groups[0];
-        let kinds = b.column(meta[0].kind).as_primitive::<UInt8Type>().values();
-        let seqs = b.column(meta[0].seq).as_primitive::<UInt64Type>().values();
         let n = chunk.rows();
         let put = EntryKind::Put as u8;
         // The common chunk (a read of the latest state, no partial row): a row is kept when
@@ -387,7 +387,6 @@ impl Deep {
         let mut versions = Vec::new();
         if !partial.is_empty() {
             self.versions(table, chunk, partial.into_iter(), &mut versions)?;
-            versions.sort_by(|a, b| (&a.key, Reverse(a.seq)).cmp(&(&b.key, Reverse(b.seq))));
         }
         let kept = keep.count_set_bits();
         let filter = FilterBuilder::new(&BooleanArray::new(keep, None))

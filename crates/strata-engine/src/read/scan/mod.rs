@@ -98,6 +98,12 @@ pub struct ScanPaths {
     pub superseded: u64,
 }
 
+/// Versions in key order, each key's newest first: the order every version list of a scan
+/// is resolved in.
+fn newest_first(a: &Entry, b: &Entry) -> Ordering {
+    (&a.key, Reverse(a.seq)).cmp(&(&b.key, Reverse(b.seq)))
+}
+
 /// The smaller of the next keys of two key-ordered streams (memtables, overlay), and
 /// whether each stream holds it; None when both are done.
 fn smaller<'a>(a: Option<&'a Bytes>, b: Option<&'a Bytes>) -> Option<(&'a Bytes, bool, bool)> {
@@ -399,10 +405,9 @@ impl ViewBatches {
 
     /// Resolves sorted versions row by row.
     fn resolve(&self, mut versions: Vec<Entry>) -> Result<Vec<(Bytes, RowValues)>> {
-        let order = |a: &Entry, b: &Entry| (&a.key, Reverse(a.seq)).cmp(&(&b.key, Reverse(b.seq)));
         // Upper versions arrive in order; deep versions appended for a patch do not.
-        if !versions.is_sorted_by(|a, b| order(a, b) != Ordering::Greater) {
-            versions.sort_by(order);
+        if !versions.is_sorted_by(|a, b| newest_first(a, b) != Ordering::Greater) {
+            versions.sort_by(newest_first);
         }
         // Parts of one version (column groups) are merged into one; without any, the
         // versions go straight to the fold.

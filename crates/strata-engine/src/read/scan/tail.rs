@@ -120,9 +120,7 @@ impl ViewBatches {
     pub(super) fn start_tail(&mut self) -> Result<()> {
         self.deep = None;
         let mut carry = std::mem::take(&mut self.carry);
-        carry.sort_by(|a, b| {
-            (&a.key, std::cmp::Reverse(a.seq)).cmp(&(&b.key, std::cmp::Reverse(b.seq)))
-        });
+        carry.sort_by(newest_first);
         let rest: Box<dyn EntryIter> = Box::new(Upper {
             peek: self.upper_peek.take(),
             inner: std::mem::replace(&mut self.upper, Box::new(VecIter(Vec::new().into_iter()))),
